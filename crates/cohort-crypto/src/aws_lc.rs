@@ -264,7 +264,8 @@ impl KemFactory for MlKem768Kem {
         }
         let ek = kem::EncapsulationKey::new(&kem::ML_KEM_768, public)
             .map_err(|_| CryptoError::InvalidInput)?;
-        let (ciphertext, shared) = ek.encapsulate().map_err(|_| CryptoError::Failed)?;
+        // aws-lc checks that coefficients are reduced mod q only here: a bad key encoding.
+        let (ciphertext, shared) = ek.encapsulate().map_err(|_| CryptoError::InvalidInput)?;
         Ok((ciphertext.as_ref().to_vec(), Secret::from_slice(shared.as_ref())))
     }
 
@@ -281,7 +282,9 @@ impl KemFactory for MlKem768Kem {
 }
 
 /// X25519 and ML-KEM-768 side by side: public keys, ciphertexts and secrets are the X25519
-/// part followed by the ML-KEM part. Secure if either part is.
+/// part followed by the ML-KEM part. The shared secret is not bound to the ciphertexts or
+/// public keys (unlike X-Wing): protocols must feed their transcript into the key schedule,
+/// and then it is secure if either part is. (The order is not TLS's `X25519MLKEM768`.)
 struct X25519MlKem768Kem;
 
 impl KemFactory for X25519MlKem768Kem {

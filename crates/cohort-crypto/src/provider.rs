@@ -128,7 +128,7 @@ pub trait BlockCipherFactory: Send + Sync {
 
 /// HKDF with SHA-256 (RFC 5869).
 pub trait Hkdf: Send + Sync {
-    /// HKDF-Extract then HKDF-Expand: `out.len()` bytes (at most 255 * 32) from `ikm`, `salt`
+    /// HKDF-Extract then HKDF-Expand: `out.len()` bytes (1 to 255 * 32) from `ikm`, `salt`
     /// and the concatenation of `info`.
     fn derive(&self, salt: &[u8], ikm: &[u8], info: &[&[u8]], out: &mut [u8])
         -> Result<(), CryptoError>;

@@ -1,0 +1,54 @@
+//! Harnesses shared by the fuzz targets (`fuzz/`) and the property tests: one function per
+//! parser, taking arbitrary bytes. They must never panic; the tests assert what they return.
+
+use crate::{GearId, GearKeys, GearSet, Protector, ReceivePolicy, Unprotector, ALL_GEARS};
+use cohort_crypto::CryptoProvider;
+use std::sync::OnceLock;
+
+const FUZZ_SECRET: [u8; 32] = [0x5a; 32];
+
+fn all_keys() -> &'static GearKeys {
+    static KEYS: OnceLock<GearKeys> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let all: GearSet = ALL_GEARS.iter().map(|g| g.id).collect();
+        // Deriving fixed keys cannot fail with the default provider; a failure here is a bug
+        // the fuzzer should report loudly.
+        #[allow(clippy::expect_used)] // reason: see above; this is test tooling
+        GearKeys::derive(&CryptoProvider::default_provider(), &FUZZ_SECRET, all)
+            .expect("derive fuzzing keys")
+    })
+}
+
+/// Feeds `data` to a receiver that accepts every gear, including the null gear (so the
+/// fuzzer can reach past the tags). Returns whether the packet was accepted.
+pub fn unprotect_arbitrary(data: &[u8]) -> bool {
+    let all: GearSet = ALL_GEARS.iter().map(|g| g.id).collect();
+    let mut rx = Unprotector::new(all_keys().clone(), ReceivePolicy::new(all, 0.0));
+    let mut packet = data.to_vec();
+    let accepted = rx.unprotect(&mut packet).is_ok();
+    assert_eq!(rx.counters().accepted + rx.counters().dropped(), 1);
+    accepted
+}
+
+/// Uses `data` to pick gears, header, body and one bit to flip; protects, flips, and
+/// unprotects. Returns `Some(accepted)` for a flipped packet, `None` when `data` did not
+/// describe a protectable packet. A flipped packet under any secure gear must be refused
+/// (partial MACs may miss a body bit; the caller checks which bit was flipped).
+pub fn flip_one_bit(data: &[u8]) -> Option<(GearId, usize, usize, bool)> {
+    let (&choice, rest) = data.split_first()?;
+    let (&split, rest) = rest.split_first()?;
+    let (flip, payload) = rest.split_at_checked(2)?;
+    let gear = ALL_GEARS[usize::from(choice) % ALL_GEARS.len()].id;
+    let header_len = usize::from(split).min(payload.len());
+    let (header, body) = payload.split_at(header_len);
+    let set: GearSet = [gear].into_iter().collect();
+    let mut tx = Protector::new(all_keys().clone());
+    let mut packet = Vec::new();
+    tx.protect(&[gear], header, body, &mut packet).ok()?;
+    let bit = usize::from(u16::from_le_bytes([flip[0], flip[1]])) % (packet.len() * 8);
+    packet[bit / 8] ^= 1 << (bit % 8);
+    let body_start = crate::prefix_len(1) + header.len();
+    let mut rx = Unprotector::new(all_keys().clone(), ReceivePolicy::new(set, 0.0));
+    let accepted = rx.unprotect(&mut packet).is_ok();
+    Some((gear, bit, body_start, accepted))
+}
