@@ -84,7 +84,12 @@ impl fmt::Debug for Timestamp {
 impl fmt::Display for Timestamp {
     /// Seconds with microsecond precision, e.g. `t=1.250000s`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "t={}.{:06}s", self.0 / 1_000_000_000, (self.0 / 1_000) % 1_000_000)
+        write!(
+            f,
+            "t={}.{:06}s",
+            self.0 / 1_000_000_000,
+            (self.0 / 1_000) % 1_000_000
+        )
     }
 }
 
@@ -99,6 +104,9 @@ mod tests {
         assert_eq!(Timestamp::MAX + Duration::from_secs(1), Timestamp::MAX);
         assert_eq!(t - Timestamp::from_millis(20), Duration::ZERO);
         assert_eq!(Timestamp::from_millis(20) - t, Duration::from_millis(10));
-        assert_eq!(format!("{}", Timestamp::from_micros(1_250_000)), "t=1.250000s");
+        assert_eq!(
+            format!("{}", Timestamp::from_micros(1_250_000)),
+            "t=1.250000s"
+        );
     }
 }

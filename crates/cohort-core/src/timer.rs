@@ -34,7 +34,10 @@ impl<T: Timer, const N: usize> TimerTable<T, N> {
     /// If `N != T::ALL.len()`: that is a programming error in the core, caught by its tests.
     pub fn new() -> Self {
         assert_eq!(N, T::ALL.len(), "TimerTable size must match the timer enum");
-        TimerTable { deadlines: [None; N], _kind: std::marker::PhantomData }
+        TimerTable {
+            deadlines: [None; N],
+            _kind: std::marker::PhantomData,
+        }
     }
 
     /// Arms `timer` to fire at `at`, replacing any earlier deadline.
@@ -72,13 +75,16 @@ impl<T: Timer, const N: usize> TimerTable<T, N> {
 
     /// Stops and yields, in index order, every timer due at or before `now`.
     pub fn take_expired(&mut self, now: Timestamp) -> impl Iterator<Item = T> + '_ {
-        T::ALL.iter().copied().filter(move |t| match self.deadlines[t.index()] {
-            Some(at) if at <= now => {
-                self.deadlines[t.index()] = None;
-                true
-            }
-            _ => false,
-        })
+        T::ALL
+            .iter()
+            .copied()
+            .filter(move |t| match self.deadlines[t.index()] {
+                Some(at) if at <= now => {
+                    self.deadlines[t.index()] = None;
+                    true
+                }
+                _ => false,
+            })
     }
 }
 

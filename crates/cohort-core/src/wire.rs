@@ -162,7 +162,12 @@ mod tests {
     #[test]
     fn round_trip() {
         let mut buf = Vec::new();
-        Writer::new(&mut buf).u8(1).u16(0x0203).u32(0x0405_0607).u64(8).bytes(b"xy");
+        Writer::new(&mut buf)
+            .u8(1)
+            .u16(0x0203)
+            .u32(0x0405_0607)
+            .u64(8)
+            .bytes(b"xy");
         Writer::new(&mut buf).u16_prefixed(b"abc").unwrap();
         let mut r = Reader::new(&buf);
         assert_eq!(r.u8(), Ok(1));

@@ -2,9 +2,9 @@
 
 use crate::provider::*;
 use crate::Secret;
-use aws_lc_rs::{aead, agreement, hkdf, hmac, kem, rand, signature};
 use aws_lc_rs::encoding::AsBigEndian;
 use aws_lc_rs::signature::KeyPair;
+use aws_lc_rs::{aead, agreement, hkdf, hmac, kem, rand, signature};
 
 pub(crate) const PROVIDER: CryptoProvider = CryptoProvider {
     name: "aws-lc-rs",
@@ -42,7 +42,10 @@ impl AeadFactory for AwsLcAead {
             return Err(CryptoError::InvalidInput);
         }
         let unbound = aead::UnboundKey::new(alg, key).map_err(|_| CryptoError::InvalidInput)?;
-        Ok(Box::new(AwsLcAeadKey { algorithm, key: aead::LessSafeKey::new(unbound) }))
+        Ok(Box::new(AwsLcAeadKey {
+            algorithm,
+            key: aead::LessSafeKey::new(unbound),
+        }))
     }
 }
 
@@ -169,7 +172,9 @@ impl Hkdf for AwsLcHkdf {
             return Err(CryptoError::InvalidInput);
         }
         let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, salt).extract(ikm);
-        let okm = prk.expand(info, OkmLen(out.len())).map_err(|_| CryptoError::InvalidInput)?;
+        let okm = prk
+            .expand(info, OkmLen(out.len()))
+            .map_err(|_| CryptoError::InvalidInput)?;
         okm.fill(out).map_err(|_| CryptoError::InvalidInput)
     }
 }
@@ -181,7 +186,9 @@ struct AwsLcRandom;
 impl SecureRandom for AwsLcRandom {
     fn fill(&self, out: &mut [u8]) -> Result<(), CryptoError> {
         use aws_lc_rs::rand::SecureRandom as _;
-        rand::SystemRandom::new().fill(out).map_err(|_| CryptoError::Failed)
+        rand::SystemRandom::new()
+            .fill(out)
+            .map_err(|_| CryptoError::Failed)
     }
 }
 
@@ -201,7 +208,9 @@ impl X25519Kem {
     fn agree(private: &agreement::PrivateKey, public: &[u8]) -> Result<Secret, CryptoError> {
         let peer = agreement::UnparsedPublicKey::new(&agreement::X25519, public);
         // aws-lc rejects an all-zero shared secret (a low-order peer key).
-        agreement::agree(private, peer, CryptoError::Failed, |k| Ok(Secret::from_slice(k)))
+        agreement::agree(private, peer, CryptoError::Failed, |k| {
+            Ok(Secret::from_slice(k))
+        })
     }
 }
 
@@ -211,9 +220,11 @@ impl KemFactory for X25519Kem {
     }
 
     fn generate(&self) -> Result<(Secret, Vec<u8>), CryptoError> {
-        let private = agreement::PrivateKey::generate(&agreement::X25519)
+        let private =
+            agreement::PrivateKey::generate(&agreement::X25519).map_err(|_| CryptoError::Failed)?;
+        let public = private
+            .compute_public_key()
             .map_err(|_| CryptoError::Failed)?;
-        let public = private.compute_public_key().map_err(|_| CryptoError::Failed)?;
         let seed: aws_lc_rs::encoding::Curve25519SeedBin<'_> =
             private.as_be_bytes().map_err(|_| CryptoError::Failed)?;
         Ok((Secret::from_slice(seed.as_ref()), public.as_ref().to_vec()))
@@ -223,9 +234,11 @@ impl KemFactory for X25519Kem {
         if public.len() != X25519_LEN {
             return Err(CryptoError::InvalidInput);
         }
-        let ephemeral = agreement::PrivateKey::generate(&agreement::X25519)
+        let ephemeral =
+            agreement::PrivateKey::generate(&agreement::X25519).map_err(|_| CryptoError::Failed)?;
+        let ciphertext = ephemeral
+            .compute_public_key()
             .map_err(|_| CryptoError::Failed)?;
-        let ciphertext = ephemeral.compute_public_key().map_err(|_| CryptoError::Failed)?;
         let shared = Self::agree(&ephemeral, public)?;
         Ok((ciphertext.as_ref().to_vec(), shared))
     }
@@ -250,12 +263,15 @@ impl KemFactory for MlKem768Kem {
     }
 
     fn generate(&self) -> Result<(Secret, Vec<u8>), CryptoError> {
-        let dk = kem::DecapsulationKey::generate(&kem::ML_KEM_768)
-            .map_err(|_| CryptoError::Failed)?;
+        let dk =
+            kem::DecapsulationKey::generate(&kem::ML_KEM_768).map_err(|_| CryptoError::Failed)?;
         let ek = dk.encapsulation_key().map_err(|_| CryptoError::Failed)?;
         let ek_bytes = ek.key_bytes().map_err(|_| CryptoError::Failed)?;
         let dk_bytes = dk.key_bytes().map_err(|_| CryptoError::Failed)?;
-        Ok((Secret::from_slice(dk_bytes.as_ref()), ek_bytes.as_ref().to_vec()))
+        Ok((
+            Secret::from_slice(dk_bytes.as_ref()),
+            ek_bytes.as_ref().to_vec(),
+        ))
     }
 
     fn encapsulate(&self, public: &[u8]) -> Result<(Vec<u8>, Secret), CryptoError> {
@@ -266,7 +282,10 @@ impl KemFactory for MlKem768Kem {
             .map_err(|_| CryptoError::InvalidInput)?;
         // aws-lc checks that coefficients are reduced mod q only here: a bad key encoding.
         let (ciphertext, shared) = ek.encapsulate().map_err(|_| CryptoError::InvalidInput)?;
-        Ok((ciphertext.as_ref().to_vec(), Secret::from_slice(shared.as_ref())))
+        Ok((
+            ciphertext.as_ref().to_vec(),
+            Secret::from_slice(shared.as_ref()),
+        ))
     }
 
     fn decapsulate(&self, secret: &Secret, ciphertext: &[u8]) -> Result<Secret, CryptoError> {
@@ -275,8 +294,9 @@ impl KemFactory for MlKem768Kem {
         }
         let dk = kem::DecapsulationKey::new(&kem::ML_KEM_768, secret.expose())
             .map_err(|_| CryptoError::InvalidInput)?;
-        let shared =
-            dk.decapsulate(kem::Ciphertext::from(ciphertext)).map_err(|_| CryptoError::Failed)?;
+        let shared = dk
+            .decapsulate(kem::Ciphertext::from(ciphertext))
+            .map_err(|_| CryptoError::Failed)?;
         Ok(Secret::from_slice(shared.as_ref()))
     }
 }
@@ -311,9 +331,7 @@ impl KemFactory for X25519MlKem768Kem {
     }
 
     fn decapsulate(&self, secret: &Secret, ciphertext: &[u8]) -> Result<Secret, CryptoError> {
-        if ciphertext.len() != X25519_LEN + MLKEM768_CIPHERTEXT_LEN
-            || secret.len() <= X25519_LEN
-        {
+        if ciphertext.len() != X25519_LEN + MLKEM768_CIPHERTEXT_LEN || secret.len() <= X25519_LEN {
             return Err(CryptoError::InvalidInput);
         }
         let (xs, ms) = secret.expose().split_at(X25519_LEN);
@@ -347,7 +365,10 @@ impl SignatureScheme for AwsLcEd25519 {
         let seed = pair.seed().map_err(|_| CryptoError::Failed)?;
         let seed: aws_lc_rs::encoding::Curve25519SeedBin<'_> =
             seed.as_be_bytes().map_err(|_| CryptoError::Failed)?;
-        Ok((Secret::from_slice(seed.as_ref()), pair.public_key().as_ref().to_vec()))
+        Ok((
+            Secret::from_slice(seed.as_ref()),
+            pair.public_key().as_ref().to_vec(),
+        ))
     }
 
     fn public_key(&self, secret: &Secret) -> Result<Vec<u8>, CryptoError> {

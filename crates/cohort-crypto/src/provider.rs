@@ -87,8 +87,11 @@ pub trait AeadKey: Send + Sync {
 /// Makes AEAD keys.
 pub trait AeadFactory: Send + Sync {
     /// A key for `algorithm`; `key` must be `algorithm.key_len()` bytes.
-    fn new_key(&self, algorithm: AeadAlgorithm, key: &[u8])
-        -> Result<Box<dyn AeadKey>, CryptoError>;
+    fn new_key(
+        &self,
+        algorithm: AeadAlgorithm,
+        key: &[u8],
+    ) -> Result<Box<dyn AeadKey>, CryptoError>;
 }
 
 /// A keyed MAC or PRF with a fixed output length.
@@ -130,8 +133,13 @@ pub trait BlockCipherFactory: Send + Sync {
 pub trait Hkdf: Send + Sync {
     /// HKDF-Extract then HKDF-Expand: `out.len()` bytes (1 to 255 * 32) from `ikm`, `salt`
     /// and the concatenation of `info`.
-    fn derive(&self, salt: &[u8], ikm: &[u8], info: &[&[u8]], out: &mut [u8])
-        -> Result<(), CryptoError>;
+    fn derive(
+        &self,
+        salt: &[u8],
+        ikm: &[u8],
+        info: &[&[u8]],
+        out: &mut [u8],
+    ) -> Result<(), CryptoError>;
 }
 
 /// Randomness from the operating system. Protocol cores take an injected RNG instead; this
@@ -200,12 +208,17 @@ impl CryptoProvider {
 
     /// The KEM for `algorithm`, if this provider has it.
     pub fn kem(&self, algorithm: KemAlgorithm) -> Option<&'static dyn KemFactory> {
-        self.kems.iter().copied().find(|k| k.algorithm() == algorithm)
+        self.kems
+            .iter()
+            .copied()
+            .find(|k| k.algorithm() == algorithm)
     }
 }
 
 impl fmt::Debug for CryptoProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CryptoProvider").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("CryptoProvider")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }

@@ -1,6 +1,7 @@
 //! Criterion benchmarks: every gear tagging (or sealing) packets of 64, 1500, 8192 and 65536
 //! bytes. Ratios against hmac-sha256 from one process are printed by
 //! `cohort gears bench --goals`; criterion reports the absolute numbers.
+#![allow(missing_docs, clippy::expect_used)] // reason: criterion macros generate undocumented items; a panic aborts the bench
 
 use cohort_crypto::CryptoProvider;
 use cohort_gears::{GearKey, GearKind, ALL_GEARS};
@@ -30,7 +31,8 @@ fn gears(c: &mut Criterion) {
                         let (aad, body) = data.split_at_mut(HEADER);
                         black_box(key.seal(seq, aad, body).expect("seal"));
                     } else {
-                        key.tag(seq, black_box(&data), HEADER, &mut tag).expect("tag");
+                        key.tag(seq, black_box(&data), HEADER, &mut tag)
+                            .expect("tag");
                         black_box(&tag);
                     }
                 })

@@ -145,13 +145,18 @@ impl GearInfo {
     /// For partial MACs, ACSA's escape probability (1 - p)^w that a change to `w` body words
     /// spread far apart goes unnoticed (equation 4). `None` for other gears.
     pub fn escape_probability(&self, w: u32) -> Option<f64> {
-        self.selection_probability().map(|p| (1.0 - p).powi(w as i32))
+        self.selection_probability()
+            .map(|p| (1.0 - p).powi(w as i32))
     }
 }
 
 const fn integrity_limit_for(bits: u32) -> u64 {
     // Total success chance after `limit` failures is about limit * 2^-bits <= 2^-20.
-    let exp = if bits > 72 { 52 } else if bits > 20 { bits - 20 } else { 0 };
+    let exp = if bits > 72 {
+        52
+    } else {
+        bits.saturating_sub(20)
+    };
     1u64 << exp
 }
 
@@ -213,24 +218,72 @@ pub const ALL_GEARS: &[GearInfo] = &[
         status: GearStatus::Danger,
         partial_l: None,
     },
-    mac!(HmacSha256, "hmac-sha256", 32, 32, 128,
+    mac!(
+        HmacSha256,
+        "hmac-sha256",
+        32,
+        32,
+        128,
         "HMAC-SHA256 is a PRF; guessing a 256-bit tag is 2^-256 but generic attacks on the \
-         256-bit chaining state need about 2^128 queries, so 128 bits is claimed"),
-    mac!(HmacSha256_128, "hmac-sha256-128", 32, 16, 128,
-        "HMAC-SHA256 is a PRF; a 128-bit tag is guessed with probability 2^-128"),
-    mac!(Blake3_128, "blake3-128", 32, 16, 128,
-        "keyed BLAKE3 is a PRF; a 128-bit tag is guessed with probability 2^-128"),
-    mac!(GmacAes128, "gmac-aes128", 16, 16, 116,
+         256-bit chaining state need about 2^128 queries, so 128 bits is claimed"
+    ),
+    mac!(
+        HmacSha256_128,
+        "hmac-sha256-128",
+        32,
+        16,
+        128,
+        "HMAC-SHA256 is a PRF; a 128-bit tag is guessed with probability 2^-128"
+    ),
+    mac!(
+        Blake3_128,
+        "blake3-128",
+        32,
+        16,
+        128,
+        "keyed BLAKE3 is a PRF; a 128-bit tag is guessed with probability 2^-128"
+    ),
+    mac!(
+        GmacAes128,
+        "gmac-aes128",
+        16,
+        16,
+        116,
         "GHASH is (l+1)/2^128-almost-xor-universal for l 16-byte blocks; at most 2^12 blocks \
-         in a 64 KiB packet gives about 2^-116 per attempt"),
-    mac!(Umac32, "umac-32", 16, 4, 30,
-        "RFC 4418 section 6.4: UMAC-32 forgery probability about 2^-30 per attempt"),
-    mac!(Umac64, "umac-64", 16, 8, 60,
-        "RFC 4418 section 6.4: UMAC-64 forgery probability about 2^-60 per attempt"),
-    mac!(Umac96, "umac-96", 16, 12, 90,
-        "RFC 4418 section 6.4: UMAC-96 forgery probability about 2^-90 per attempt"),
-    mac!(Umac128, "umac-128", 16, 16, 120,
-        "RFC 4418 section 6.4: UMAC-128 forgery probability about 2^-120 per attempt"),
+         in a 64 KiB packet gives about 2^-116 per attempt"
+    ),
+    mac!(
+        Umac32,
+        "umac-32",
+        16,
+        4,
+        30,
+        "RFC 4418 section 6.4: UMAC-32 forgery probability about 2^-30 per attempt"
+    ),
+    mac!(
+        Umac64,
+        "umac-64",
+        16,
+        8,
+        60,
+        "RFC 4418 section 6.4: UMAC-64 forgery probability about 2^-60 per attempt"
+    ),
+    mac!(
+        Umac96,
+        "umac-96",
+        16,
+        12,
+        90,
+        "RFC 4418 section 6.4: UMAC-96 forgery probability about 2^-90 per attempt"
+    ),
+    mac!(
+        Umac128,
+        "umac-128",
+        16,
+        16,
+        120,
+        "RFC 4418 section 6.4: UMAC-128 forgery probability about 2^-120 per attempt"
+    ),
     GearInfo {
         id: GearId::IfgExperimental,
         name: "ifg",
@@ -322,7 +375,10 @@ impl GearId {
     /// Everything known about this gear.
     pub fn info(self) -> &'static GearInfo {
         // Every variant has exactly one row; a test checks it.
-        ALL_GEARS.iter().find(|g| g.id == self).unwrap_or(&ALL_GEARS[0])
+        ALL_GEARS
+            .iter()
+            .find(|g| g.id == self)
+            .unwrap_or(&ALL_GEARS[0])
     }
 
     /// The stable name.
@@ -381,7 +437,10 @@ impl GearSet {
 
     /// The gears in the set, in wire-id order.
     pub fn iter(&self) -> impl Iterator<Item = GearId> + '_ {
-        ALL_GEARS.iter().map(|g| g.id).filter(move |&g| self.contains(g))
+        ALL_GEARS
+            .iter()
+            .map(|g| g.id)
+            .filter(move |&g| self.contains(g))
     }
 }
 
@@ -397,7 +456,9 @@ impl FromIterator<GearId> for GearSet {
 
 impl fmt::Debug for GearSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.iter().map(GearId::name)).finish()
+        f.debug_set()
+            .entries(self.iter().map(GearId::name))
+            .finish()
     }
 }
 
@@ -430,7 +491,12 @@ mod tests {
         for g in ALL_GEARS.iter().filter(|g| g.partial_l.is_some()) {
             let p = g.selection_probability().unwrap();
             let bits = -(1.0 - p).log2();
-            assert!((bits - g.forgery_bits).abs() < 1e-9, "{}: {bits} vs {}", g.name, g.forgery_bits);
+            assert!(
+                (bits - g.forgery_bits).abs() < 1e-9,
+                "{}: {bits} vs {}",
+                g.name,
+                g.forgery_bits
+            );
             let l = g.partial_l.unwrap();
             assert_eq!(g.name, format!("partial-{l}"));
             assert!((g.escape_probability(3).unwrap() - (1.0 - p).powi(3)).abs() < 1e-12);
@@ -445,7 +511,10 @@ mod tests {
         s.insert(GearId::ChaCha20Poly1305);
         assert!(s.contains(GearId::Umac32));
         assert!(!s.contains(GearId::Umac64));
-        assert_eq!(s.iter().collect::<Vec<_>>(), vec![GearId::Umac32, GearId::ChaCha20Poly1305]);
+        assert_eq!(
+            s.iter().collect::<Vec<_>>(),
+            vec![GearId::Umac32, GearId::ChaCha20Poly1305]
+        );
         s.remove(GearId::Umac32);
         assert!(!s.contains(GearId::Umac32));
         assert!(!GearSet::all_secure().contains(GearId::DangerNullForTesting));

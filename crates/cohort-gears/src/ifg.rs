@@ -86,7 +86,12 @@ impl Ifg {
         self.bin_b.uhash(&bin_b, &mut h_b);
         self.outer.hash(
             &outer_key,
-            &[b"cohort ifg", &(data.len() as u64).to_le_bytes(), &h_a, &h_b],
+            &[
+                b"cohort ifg",
+                &(data.len() as u64).to_le_bytes(),
+                &h_a,
+                &h_b,
+            ],
             out,
         );
         Ok(())
@@ -159,7 +164,7 @@ mod tests {
         let mask = [1u64, 2, 3];
         let (a, _) = scatter(&[0xffu8; 20], &mask, 5);
         assert_eq!(a.len(), 16); // 20 bytes pad to two pairs
-        // Pair 0 uses mask[5 % 3] = 3, pair 1 wraps to mask[0] = 1.
+                                 // Pair 0 uses mask[5 % 3] = 3, pair 1 wraps to mask[0] = 1.
         let a0 = u64::from_le_bytes(word(&a, 0));
         assert_eq!(a0, u64::MAX); // X = Y = all ones
         let a1 = u64::from_le_bytes(word(&a, 8));

@@ -10,7 +10,9 @@ use crate::gear::{GearId, GearInfo, GearKind};
 use crate::ifg::Ifg;
 use crate::partial::PartialMac;
 use crate::umac::Umac;
-use cohort_crypto::{ct_eq, AeadAlgorithm, AeadKey, CryptoError, CryptoProvider, KeyedHash, MacKey, Secret};
+use cohort_crypto::{
+    ct_eq, AeadAlgorithm, AeadKey, CryptoError, CryptoProvider, KeyedHash, MacKey, Secret,
+};
 use zeroize::Zeroizing;
 
 /// HKDF salt for gear keys; changing it changes every key (a new wire version).
@@ -26,12 +28,21 @@ pub struct GearKey {
 enum KeyImpl {
     Null,
     Hmac(Box<dyn MacKey>),
-    Blake3 { key: Zeroizing<[u8; 32]>, hash: &'static dyn KeyedHash },
-    Gmac { key: Box<dyn AeadKey>, iv: [u8; IV_LEN] },
+    Blake3 {
+        key: Zeroizing<[u8; 32]>,
+        hash: &'static dyn KeyedHash,
+    },
+    Gmac {
+        key: Box<dyn AeadKey>,
+        iv: [u8; IV_LEN],
+    },
     Umac(Umac),
     Ifg(Box<Ifg>),
     Partial(Box<PartialMac>),
-    Aead { key: Box<dyn AeadKey>, iv: [u8; IV_LEN] },
+    Aead {
+        key: Box<dyn AeadKey>,
+        iv: [u8; IV_LEN],
+    },
 }
 
 impl std::fmt::Debug for GearKey {
@@ -69,23 +80,31 @@ impl GearKey {
             GearId::Blake3_128 => {
                 let mut k = Zeroizing::new([0u8; 32]);
                 k.copy_from_slice(key);
-                KeyImpl::Blake3 { key: k, hash: provider.keyed_blake3 }
+                KeyImpl::Blake3 {
+                    key: k,
+                    hash: provider.keyed_blake3,
+                }
             }
-            GearId::GmacAes128 => {
-                KeyImpl::Gmac { key: provider.aead.new_key(AeadAlgorithm::Aes128Gcm, key)?, iv }
-            }
+            GearId::GmacAes128 => KeyImpl::Gmac {
+                key: provider.aead.new_key(AeadAlgorithm::Aes128Gcm, key)?,
+                iv,
+            },
             GearId::Umac32 | GearId::Umac64 | GearId::Umac96 | GearId::Umac128 => {
                 KeyImpl::Umac(Umac::new(provider, key, info.tag_len)?)
             }
             GearId::IfgExperimental => KeyImpl::Ifg(Box::new(Ifg::new(provider, key)?)),
-            GearId::Aes128Gcm => {
-                KeyImpl::Aead { key: provider.aead.new_key(AeadAlgorithm::Aes128Gcm, key)?, iv }
-            }
-            GearId::Aes256Gcm => {
-                KeyImpl::Aead { key: provider.aead.new_key(AeadAlgorithm::Aes256Gcm, key)?, iv }
-            }
+            GearId::Aes128Gcm => KeyImpl::Aead {
+                key: provider.aead.new_key(AeadAlgorithm::Aes128Gcm, key)?,
+                iv,
+            },
+            GearId::Aes256Gcm => KeyImpl::Aead {
+                key: provider.aead.new_key(AeadAlgorithm::Aes256Gcm, key)?,
+                iv,
+            },
             GearId::ChaCha20Poly1305 => KeyImpl::Aead {
-                key: provider.aead.new_key(AeadAlgorithm::ChaCha20Poly1305, key)?,
+                key: provider
+                    .aead
+                    .new_key(AeadAlgorithm::ChaCha20Poly1305, key)?,
                 iv,
             },
             partial => match info.partial_l {
@@ -142,7 +161,9 @@ impl GearKey {
     /// Recomputes the tag and compares it in constant time.
     pub fn verify(&self, seq: u64, data: &[u8], body_start: usize, tag: &[u8]) -> bool {
         let mut expected = [0u8; 32];
-        let Some(expected) = expected.get_mut(..self.info.tag_len) else { return false };
+        let Some(expected) = expected.get_mut(..self.info.tag_len) else {
+            return false;
+        };
         self.tag(seq, data, body_start, expected).is_ok() && ct_eq(expected, tag)
     }
 
@@ -208,7 +229,10 @@ mod tests {
                 assert!(!other.verify(7, data, 16, &t1), "{}", g.name);
                 // Nonce-based gears also take the sequence number directly (HMAC and BLAKE3
                 // see it only as part of the packet's authenticated prefix).
-                let takes_seq = !matches!(g.id, GearId::HmacSha256 | GearId::HmacSha256_128 | GearId::Blake3_128);
+                let takes_seq = !matches!(
+                    g.id,
+                    GearId::HmacSha256 | GearId::HmacSha256_128 | GearId::Blake3_128
+                );
                 assert_eq!(key.verify(8, data, 16, &t1), !takes_seq, "{}", g.name);
             }
         }

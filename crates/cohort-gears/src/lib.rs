@@ -44,8 +44,8 @@ pub mod ifg;
 mod keys;
 pub mod link;
 mod packet;
-pub mod plain;
 pub mod partial;
+pub mod plain;
 mod replay;
 pub mod umac;
 

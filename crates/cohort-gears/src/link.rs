@@ -17,9 +17,7 @@
 //! * The receiver verifies the strongest acceptable tag, or the cheapest while its own load
 //!   is above the controller's high-water mark.
 
-use crate::controller::{
-    Controller, ControllerConfig, Observation, ReceiverFeedback, Shift,
-};
+use crate::controller::{Controller, ControllerConfig, Observation, ReceiverFeedback, Shift};
 use crate::{
     DropReason, GearId, GearKeys, GearKind, GearList, GearSet, ProtectError, Protector,
     ReceivePolicy, TagChoice, Unprotector,
@@ -189,7 +187,8 @@ impl GearLink {
         now: Timestamp,
     ) -> Result<GearLink, LinkError> {
         let gears = config.controller.gears;
-        let controller = Controller::new(config.controller.clone()).map_err(LinkError::Controller)?;
+        let controller =
+            Controller::new(config.controller.clone()).map_err(LinkError::Controller)?;
         let (send_label, recv_label): (&[u8], &[u8]) = match role {
             Role::Initiator => (b"initiator to responder", b"responder to initiator"),
             Role::Responder => (b"responder to initiator", b"initiator to responder"),
@@ -240,8 +239,10 @@ impl GearLink {
             gears.push(strongest);
         }
         let mut packet = Vec::new();
-        let seq =
-            self.tx.protect(&gears, &[KIND_DATA], payload, &mut packet).map_err(SendError::Protect)?;
+        let seq = self
+            .tx
+            .protect(&gears, &[KIND_DATA], payload, &mut packet)
+            .map_err(SendError::Protect)?;
         self.outbox.push_back(packet);
         Ok(seq)
     }
@@ -251,7 +252,11 @@ impl GearLink {
         self.local_load = load;
         let busy = load > self.config.controller.high_load;
         let mut policy = *self.rx.policy();
-        policy.choice = if busy { TagChoice::Cheapest } else { TagChoice::Strongest };
+        policy.choice = if busy {
+            TagChoice::Cheapest
+        } else {
+            TagChoice::Strongest
+        };
         self.rx.set_policy(policy);
     }
 
@@ -278,13 +283,18 @@ impl GearLink {
     fn send_feedback(&mut self) {
         let mut body = Vec::with_capacity(FEEDBACK_LEN);
         let load = (self.local_load.clamp(0.0, 1.0) * 1000.0) as u16;
-        Writer::new(&mut body).u16(load).u64(self.rx.counters().auth_failed).u64(
-            self.rx.counters().replayed,
-        );
+        Writer::new(&mut body)
+            .u16(load)
+            .u64(self.rx.counters().auth_failed)
+            .u64(self.rx.counters().replayed);
         let mut packet = Vec::new();
         // Control traffic always goes under the strongest agreed gear.
         let strongest = self.controller.strongest();
-        if self.tx.protect(&[strongest], &[KIND_FEEDBACK], &body, &mut packet).is_ok() {
+        if self
+            .tx
+            .protect(&[strongest], &[KIND_FEEDBACK], &body, &mut packet)
+            .is_ok()
+        {
             self.outbox.push_back(packet);
         }
     }
@@ -339,14 +349,24 @@ impl Machine for GearLink {
                     >= self.controller.strongest().info().forgery_bits;
                 match parse_feedback(opened.body) {
                     Some((load, auth_failures)) if strong_enough => {
-                        self.peer_feedback = Some(ReceiverFeedback { load, auth_failures });
-                        self.events.push_back(LinkEvent::Feedback { load, auth_failures });
+                        self.peer_feedback = Some(ReceiverFeedback {
+                            load,
+                            auth_failures,
+                        });
+                        self.events.push_back(LinkEvent::Feedback {
+                            load,
+                            auth_failures,
+                        });
                         self.observe(now);
                     }
-                    _ => self.events.push_back(LinkEvent::Dropped { reason: DropReason::Malformed }),
+                    _ => self.events.push_back(LinkEvent::Dropped {
+                        reason: DropReason::Malformed,
+                    }),
                 }
             }
-            _ => self.events.push_back(LinkEvent::Dropped { reason: DropReason::Malformed }),
+            _ => self.events.push_back(LinkEvent::Dropped {
+                reason: DropReason::Malformed,
+            }),
         }
     }
 
@@ -356,11 +376,13 @@ impl Machine for GearLink {
             match timer {
                 LinkTimer::Feedback => {
                     self.send_feedback();
-                    self.timers.set(LinkTimer::Feedback, now + self.config.feedback_interval);
+                    self.timers
+                        .set(LinkTimer::Feedback, now + self.config.feedback_interval);
                 }
                 LinkTimer::Control => {
                     self.observe(now);
-                    self.timers.set(LinkTimer::Control, now + self.config.control_interval);
+                    self.timers
+                        .set(LinkTimer::Control, now + self.config.control_interval);
                 }
             }
         }
@@ -369,7 +391,10 @@ impl Machine for GearLink {
     fn poll_transmit(&mut self, _now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
         let packet = self.outbox.pop_front()?;
         buf.extend_from_slice(&packet);
-        Some(Transmit { destination: self.peer, size: packet.len() })
+        Some(Transmit {
+            destination: self.peer,
+            size: packet.len(),
+        })
     }
 
     fn poll_timeout(&self) -> Option<Timestamp> {

@@ -45,7 +45,9 @@ pub struct GearKeys {
 
 impl fmt::Debug for GearKeys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GearKeys").field("gears", &self.gears).finish_non_exhaustive()
+        f.debug_struct("GearKeys")
+            .field("gears", &self.gears)
+            .finish_non_exhaustive()
     }
 }
 
@@ -61,7 +63,10 @@ impl GearKeys {
             keys[usize::from(gear.to_u8())] =
                 Some(GearKey::derive(provider, association_secret, gear)?);
         }
-        Ok(GearKeys { keys: std::sync::Arc::new(keys), gears })
+        Ok(GearKeys {
+            keys: std::sync::Arc::new(keys),
+            gears,
+        })
     }
 
     /// The gears these keys cover.
@@ -130,7 +135,11 @@ pub struct Protector {
 impl Protector {
     /// A protector with `keys`, starting at sequence number 0.
     pub fn new(keys: GearKeys) -> Self {
-        Protector { keys, next_seq: 0, sent: [0; 256] }
+        Protector {
+            keys,
+            next_seq: 0,
+            sent: [0; 256],
+        }
     }
 
     /// The gears this protector can use.
@@ -178,7 +187,9 @@ impl Protector {
             return Err(ProtectError::PacketTooLong);
         }
         for info in &infos {
-            if seq >= info.usage_limit || self.sent[usize::from(info.id.to_u8())] >= info.usage_limit {
+            if seq >= info.usage_limit
+                || self.sent[usize::from(info.id.to_u8())] >= info.usage_limit
+            {
                 return Err(ProtectError::KeyExhausted(info.id));
             }
         }
@@ -390,7 +401,11 @@ pub struct ReceivePolicy {
 impl ReceivePolicy {
     /// Accepts every gear in `accepted` at or above `floor_bits`, verifying the strongest tag.
     pub fn new(accepted: GearSet, floor_bits: f64) -> Self {
-        ReceivePolicy { accepted, floor_bits, choice: TagChoice::Strongest }
+        ReceivePolicy {
+            accepted,
+            floor_bits,
+            choice: TagChoice::Strongest,
+        }
     }
 }
 
@@ -470,7 +485,10 @@ fn parse(packet: &[u8]) -> Result<Layout, DropReason> {
     let header_len = usize::from(r.u16().map_err(|_| DropReason::Malformed)?);
     let header_start = prefix_len(ntags);
     let body_start = header_start + header_len;
-    let tags_start = packet.len().checked_sub(tags_len).ok_or(DropReason::Malformed)?;
+    let tags_start = packet
+        .len()
+        .checked_sub(tags_len)
+        .ok_or(DropReason::Malformed)?;
     if body_start > tags_start {
         return Err(DropReason::Malformed);
     }
@@ -552,7 +570,9 @@ impl Unprotector {
 
     fn unprotect_inner<'a>(&mut self, packet: &'a mut [u8]) -> Result<Opened<'a>, DropReason> {
         let layout = parse(packet)?;
-        let (index, gear) = self.choose(&layout.gears).ok_or(DropReason::NoAcceptableTag)?;
+        let (index, gear) = self
+            .choose(&layout.gears)
+            .ok_or(DropReason::NoAcceptableTag)?;
         match self.window.check(layout.seq) {
             Ok(()) => {}
             Err(ReplayError::Duplicate) => return Err(DropReason::Replayed),
@@ -565,7 +585,12 @@ impl Unprotector {
         } else {
             let start = layout.tags[index];
             let tag = &packet[start..start + gear.info().tag_len];
-            key.verify(layout.seq, &packet[..layout.body.end], layout.body.start, tag)
+            key.verify(
+                layout.seq,
+                &packet[..layout.body.end],
+                layout.body.start,
+                tag,
+            )
         };
         if !ok {
             let f = &mut self.failures[usize::from(gear.to_u8())];

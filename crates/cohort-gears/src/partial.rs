@@ -54,7 +54,9 @@ impl PartialMac {
         body_start: usize,
         out: &mut [u8],
     ) -> Result<(), CryptoError> {
-        let (header, body) = data.split_at_checked(body_start).ok_or(CryptoError::InvalidInput)?;
+        let (header, body) = data
+            .split_at_checked(body_start)
+            .ok_or(CryptoError::InvalidInput)?;
         let words = body.len().div_ceil(8);
         let expected = words * 2 / ((1usize << self.step_bits) + 1) + 8;
         let mut covered = Vec::with_capacity(header.len() + 8 + expected * 8);
@@ -125,7 +127,9 @@ impl PartialMac {
 /// probability `q[j]` = sum over `k` in `[1, 2l]` of `q[j - k] / (2l)`, with `q[-1] = 1`; a
 /// walk that avoids the given positions is computed the same way with those entries zeroed.
 pub fn escape_probability(positions: &[usize], l: u32) -> f64 {
-    let Some(&last) = positions.last() else { return 1.0 };
+    let Some(&last) = positions.last() else {
+        return 1.0;
+    };
     let span = 2 * l as usize;
     // q[i + 1] is the probability that the walk, avoiding `positions`, lands on word i;
     // q[0] stands for the start before word 0.
@@ -185,7 +189,10 @@ mod tests {
             // Steps are i.i.d. with variance about (2L)^2/12; the count has relative standard
             // deviation about 0.58 / sqrt(count). Allow 6 sigma.
             let sigma = p * 0.58 / (chosen.len() as f64).sqrt();
-            assert!((rate - p).abs() < 6.0 * sigma + 1e-9, "l={l}: rate {rate} vs p {p}");
+            assert!(
+                (rate - p).abs() < 6.0 * sigma + 1e-9,
+                "l={l}: rate {rate} vs p {p}"
+            );
         }
     }
 

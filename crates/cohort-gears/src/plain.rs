@@ -49,10 +49,18 @@ pub enum PlainMacError {
 impl fmt::Display for PlainMacError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PlainMacError::KeyLength { gear, expected, got } => {
+            PlainMacError::KeyLength {
+                gear,
+                expected,
+                got,
+            } => {
                 write!(f, "{gear} needs a key of {expected}, got {got} bytes")
             }
-            PlainMacError::NonceLength { gear, expected, got } => {
+            PlainMacError::NonceLength {
+                gear,
+                expected,
+                got,
+            } => {
                 write!(f, "{gear} needs a nonce of {expected}, got {got} bytes")
             }
             PlainMacError::NoTag(gear) => write!(f, "{gear} computes no tag"),
@@ -72,8 +80,16 @@ pub fn plain_mac(
     message: &[u8],
 ) -> Result<Vec<u8>, PlainMacError> {
     let info = gear.info();
-    let key_err = |expected| PlainMacError::KeyLength { gear, expected, got: key.len() };
-    let nonce_err = |expected| PlainMacError::NonceLength { gear, expected, got: nonce.len() };
+    let key_err = |expected| PlainMacError::KeyLength {
+        gear,
+        expected,
+        got: key.len(),
+    };
+    let nonce_err = |expected| PlainMacError::NonceLength {
+        gear,
+        expected,
+        got: nonce.len(),
+    };
     let seq = |nonce: &[u8]| -> Result<u64, PlainMacError> {
         if nonce.len() > 8 {
             return Err(nonce_err("0 to 8 bytes"));
@@ -104,7 +120,8 @@ pub fn plain_mac(
                 return Err(nonce_err("1 to 16 bytes"));
             }
             let umac = Umac::new(provider, key, info.tag_len).map_err(|_| key_err("16 bytes"))?;
-            umac.tag(nonce, message, &mut tag).map_err(|_| nonce_err("1 to 16 bytes"))?;
+            umac.tag(nonce, message, &mut tag)
+                .map_err(|_| nonce_err("1 to 16 bytes"))?;
         }
         GearId::IfgExperimental => {
             let ifg = Ifg::new(provider, key).map_err(|_| key_err("64 bytes"))?;
@@ -124,7 +141,10 @@ pub fn plain_mac(
                 _ => (AeadAlgorithm::ChaCha20Poly1305, "32 bytes"),
             };
             debug_assert!(gear == GearId::GmacAes128 || info.kind == GearKind::Aead);
-            let k = provider.aead.new_key(algorithm, key).map_err(|_| key_err(expected))?;
+            let k = provider
+                .aead
+                .new_key(algorithm, key)
+                .map_err(|_| key_err(expected))?;
             let n: &[u8; 12] = nonce.try_into().map_err(|_| nonce_err("12 bytes"))?;
             let t = k
                 .seal_in_place(n, message, &mut [])
@@ -143,16 +163,28 @@ mod tests {
     fn rfc4418_row_through_the_plain_interface() {
         let p = CryptoProvider::default_provider();
         let msg = "abc".repeat(500);
-        let tag = plain_mac(&p, GearId::Umac64, b"abcdefghijklmnop", b"bcdefghi", msg.as_bytes())
-            .unwrap();
+        let tag = plain_mac(
+            &p,
+            GearId::Umac64,
+            b"abcdefghijklmnop",
+            b"bcdefghi",
+            msg.as_bytes(),
+        )
+        .unwrap();
         assert_eq!(hex::encode(tag), "d4cf26ddefd5c01a");
     }
 
     #[test]
     fn rfc4231_case_2_through_the_plain_interface() {
         let p = CryptoProvider::default_provider();
-        let tag =
-            plain_mac(&p, GearId::HmacSha256, b"Jefe", &[], b"what do ya want for nothing?").unwrap();
+        let tag = plain_mac(
+            &p,
+            GearId::HmacSha256,
+            b"Jefe",
+            &[],
+            b"what do ya want for nothing?",
+        )
+        .unwrap();
         assert_eq!(
             hex::encode(tag),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
@@ -163,9 +195,15 @@ mod tests {
     fn bad_lengths_name_the_problem() {
         let p = CryptoProvider::default_provider();
         let e = plain_mac(&p, GearId::Umac32, &[0; 15], b"n", b"m").unwrap_err();
-        assert_eq!(e.to_string(), "umac-32 needs a key of 16 bytes, got 15 bytes");
+        assert_eq!(
+            e.to_string(),
+            "umac-32 needs a key of 16 bytes, got 15 bytes"
+        );
         let e = plain_mac(&p, GearId::Umac32, &[0; 16], &[], b"m").unwrap_err();
-        assert_eq!(e.to_string(), "umac-32 needs a nonce of 1 to 16 bytes, got 0 bytes");
+        assert_eq!(
+            e.to_string(),
+            "umac-32 needs a nonce of 1 to 16 bytes, got 0 bytes"
+        );
         assert!(plain_mac(&p, GearId::GmacAes128, &[0; 16], &[0; 8], b"m").is_err());
         assert!(plain_mac(&p, GearId::DangerNullForTesting, &[], &[], b"m").is_err());
         assert!(plain_mac(&p, GearId::Partial64, &[0; 32], &[0; 9], b"m").is_err());

@@ -36,7 +36,10 @@ impl ReplayWindow {
 
     /// An empty window.
     pub fn new() -> Self {
-        ReplayWindow { top: 0, bits: [0; Self::WORDS] }
+        ReplayWindow {
+            top: 0,
+            bits: [0; Self::WORDS],
+        }
     }
 
     /// The highest accepted sequence number, if any.

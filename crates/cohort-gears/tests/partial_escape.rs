@@ -1,5 +1,6 @@
 //! The partial MAC's escape rate, measured on real tags, against ACSA's (1 - p)^w and the
 //! exact figure from `partial::escape_probability`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
 use cohort_crypto::CryptoProvider;
 use cohort_gears::partial::{escape_probability, PartialMac};
@@ -34,7 +35,15 @@ fn measured_escape(l: u32, w: usize, gap: usize, trials: u64) -> (f64, Vec<usize
 #[test]
 fn escape_rate_matches_acsa_equation_4() {
     let trials = 20_000u64;
-    for (l, w) in [(4u32, 1usize), (4, 4), (16, 1), (16, 8), (64, 1), (64, 16), (256, 32)] {
+    for (l, w) in [
+        (4u32, 1usize),
+        (4, 4),
+        (16, 1),
+        (16, 8),
+        (64, 1),
+        (64, 16),
+        (256, 32),
+    ] {
         let gap = 4 * l as usize + 3;
         let (rate, positions) = measured_escape(l, w, gap, trials);
         let exact = escape_probability(&positions, l);
@@ -42,7 +51,9 @@ fn escape_rate_matches_acsa_equation_4() {
         let acsa = (1.0 - p).powi(w as i32);
         // Binomial standard deviation of the measured rate; 5 sigma (plus a floor for rates
         // near 0 or 1).
-        let sigma = (exact * (1.0 - exact) / trials as f64).sqrt().max(1.0 / trials as f64);
+        let sigma = (exact * (1.0 - exact) / trials as f64)
+            .sqrt()
+            .max(1.0 / trials as f64);
         assert!(
             (rate - exact).abs() < 5.0 * sigma,
             "L={l} w={w}: measured {rate:.4}, exact {exact:.4} (sigma {sigma:.5})"
@@ -62,8 +73,13 @@ fn adjacent_words_escape_less_independently() {
     // the exact computation captures that, and the measurement agrees with it.
     let (rate, positions) = measured_escape(4, 8, 1, 20_000);
     let exact = escape_probability(&positions, 4);
-    let sigma = (exact * (1.0 - exact) / 20_000.0).sqrt().max(1.0 / 20_000.0);
-    assert!((rate - exact).abs() < 5.0 * sigma, "measured {rate}, exact {exact}");
+    let sigma = (exact * (1.0 - exact) / 20_000.0)
+        .sqrt()
+        .max(1.0 / 20_000.0);
+    assert!(
+        (rate - exact).abs() < 5.0 * sigma,
+        "measured {rate}, exact {exact}"
+    );
     // With 2L = 8 and eight adjacent words the walk must land on one of them.
     assert_eq!(exact, 0.0);
     assert_eq!(rate, 0.0);

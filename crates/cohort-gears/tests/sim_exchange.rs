@@ -2,14 +2,15 @@
 //! and an adversary that forges, replays and tampers, for many seeds. Checkers read the
 //! event log; a failure prints its seed (`COHORT_SIM_SEED=<seed>` replays it,
 //! `COHORT_SIM_SEEDS=<n>` runs more).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
 use cohort_core::Timestamp;
 use cohort_crypto::CryptoProvider;
 use cohort_gears::link::{GearLink, LinkConfig, LinkEvent, Role};
 use cohort_gears::{GearId, GearKeys, GearSet, Protector};
 use cohort_sim::{
-    sweep, DelayRule, DuplicateRule, FnRule, Loss, NodeId, ReorderRule, Sim, SimConfig,
-    SimFailure, TamperRule, Verdict,
+    sweep, DelayRule, DuplicateRule, FnRule, Loss, NodeId, ReorderRule, Sim, SimConfig, SimFailure,
+    TamperRule, Verdict,
 };
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -43,10 +44,23 @@ const FAULTS: [Fault; 7] = [
 fn gear_sets() -> Vec<(GearSet, f64)> {
     let set = |g: &[GearId]| g.iter().copied().collect::<GearSet>();
     vec![
-        (set(&[GearId::HmacSha256, GearId::Umac64, GearId::Umac32]), 30.0),
+        (
+            set(&[GearId::HmacSha256, GearId::Umac64, GearId::Umac32]),
+            30.0,
+        ),
         (set(&[GearId::Aes128Gcm, GearId::ChaCha20Poly1305]), 90.0),
-        (set(&[GearId::Blake3_128, GearId::GmacAes128, GearId::IfgExperimental]), 30.0),
-        (set(&[GearId::Umac128, GearId::Umac96, GearId::Aes256Gcm]), 90.0),
+        (
+            set(&[
+                GearId::Blake3_128,
+                GearId::GmacAes128,
+                GearId::IfgExperimental,
+            ]),
+            30.0,
+        ),
+        (
+            set(&[GearId::Umac128, GearId::Umac96, GearId::Aes256Gcm]),
+            90.0,
+        ),
     ]
 }
 
@@ -65,9 +79,15 @@ fn run(seed: u64) -> Result<(), SimFailure> {
     sim_config.jitter = Duration::from_millis(2);
     let mut sim = Sim::new(sim_config);
     for (role, peer) in [(Role::Initiator, B), (Role::Responder, A)] {
-        let link =
-            GearLink::new(&provider, &secret, role, peer.addr(), config.clone(), Timestamp::ZERO)
-                .map_err(|e| sim.failure(format!("link: {e}")))?;
+        let link = GearLink::new(
+            &provider,
+            &secret,
+            role,
+            peer.addr(),
+            config.clone(),
+            Timestamp::ZERO,
+        )
+        .map_err(|e| sim.failure(format!("link: {e}")))?;
         sim.add_node(link);
     }
     match fault {
@@ -141,7 +161,13 @@ fn run(seed: u64) -> Result<(), SimFailure> {
         if node != B {
             continue;
         }
-        if let LinkEvent::Delivered { seq, payload, verified_by, .. } = event {
+        if let LinkEvent::Delivered {
+            seq,
+            payload,
+            verified_by,
+            ..
+        } = event
+        {
             sim.check(
                 sent.get(seq) == Some(payload),
                 format!("bob accepted seq {seq} with a payload alice never sent: {payload:?}"),
@@ -159,9 +185,15 @@ fn run(seed: u64) -> Result<(), SimFailure> {
     let counters = *sim.node(B).counters();
     sim.check(
         counters.auth_failed >= forged,
-        format!("{forged} forgeries but only {} auth failures", counters.auth_failed),
+        format!(
+            "{forged} forgeries but only {} auth failures",
+            counters.auth_failed
+        ),
     )?;
-    sim.check(counters.replayed + counters.too_old > 0, "replays were not counted")?;
+    sim.check(
+        counters.replayed + counters.too_old > 0,
+        "replays were not counted",
+    )?;
     match fault {
         Fault::None | Fault::Delay | Fault::Duplicate | Fault::Reorder => sim.check(
             delivered.len() == sent.len(),
@@ -190,8 +222,15 @@ fn same_seed_same_story() {
         let mut sim = Sim::new(SimConfig::with_seed(seed));
         for (role, peer) in [(Role::Initiator, B), (Role::Responder, A)] {
             sim.add_node(
-                GearLink::new(&provider, &[1; 32], role, peer.addr(), config.clone(), Timestamp::ZERO)
-                    .unwrap(),
+                GearLink::new(
+                    &provider,
+                    &[1; 32],
+                    role,
+                    peer.addr(),
+                    config.clone(),
+                    Timestamp::ZERO,
+                )
+                .unwrap(),
             );
         }
         sim.add_rule(Loss(0.3));

@@ -1,0 +1,200 @@
+//! The `cohort` binary, run as a user would.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn cohort(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run cohort");
+    if let Some(input) = stdin {
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn gears_list_shows_every_gear() {
+    let out = cohort(&["gears", "list"], None);
+    assert!(out.status.success());
+    let stdout = text(&out.stdout);
+    for g in cohort_gears::ALL_GEARS {
+        assert!(stdout.contains(g.name), "{} missing", g.name);
+    }
+    let out = cohort(&["gears", "list", "--json"], None);
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), cohort_gears::ALL_GEARS.len());
+    let umac32 = rows.iter().find(|r| r["name"] == "umac-32").unwrap();
+    assert_eq!(umac32["id"], 0x11);
+    assert_eq!(umac32["tag_bits"], 32);
+    assert_eq!(umac32["forgery_bits"], 30.0);
+    assert_eq!(
+        rows.iter().find(|r| r["name"] == "ifg").unwrap()["status"],
+        "experimental"
+    );
+}
+
+#[test]
+fn gears_tag_matches_rfc4418_from_file_and_stdin() {
+    let key = hex::encode("abcdefghijklmnop");
+    let nonce = hex::encode("bcdefghi");
+    let message = "abc".repeat(500);
+    let dir = std::env::temp_dir().join(format!("cohort-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("msg");
+    std::fs::write(&file, &message).unwrap();
+    for (gear, want) in [
+        ("umac-32", "abeb3c8b"),
+        ("umac-64", "d4cf26ddefd5c01a"),
+        ("umac-96", "8824a260c53c66a36c9260a6"),
+        ("umac-128", "8824a260c53c66a36c9260a62cb83aa1"),
+    ] {
+        let args = [
+            "gears",
+            "tag",
+            "--gear",
+            gear,
+            "--key-hex",
+            &key,
+            "--nonce-hex",
+            &nonce,
+        ];
+        let from_file = cohort(&[&args[..], &[file.to_str().unwrap()]].concat(), None);
+        assert!(from_file.status.success(), "{}", text(&from_file.stderr));
+        assert_eq!(text(&from_file.stdout).trim(), want, "{gear} from a file");
+        let from_stdin = cohort(&[&args[..], &["-"]].concat(), Some(message.as_bytes()));
+        assert_eq!(text(&from_stdin.stdout).trim(), want, "{gear} from stdin");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn gears_tag_hmac_rfc4231_case_2() {
+    let out = cohort(
+        &[
+            "gears",
+            "tag",
+            "--gear",
+            "hmac-sha256",
+            "--key-hex",
+            &hex::encode("Jefe"),
+        ],
+        Some(b"what do ya want for nothing?"),
+    );
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+    );
+}
+
+#[test]
+fn user_errors_are_one_line_with_status_2() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["gears", "tag", "--gear", "umac-32", "--key-hex", "zz"],
+            "not valid hex",
+        ),
+        (
+            &[
+                "gears",
+                "tag",
+                "--gear",
+                "umac-32",
+                "--key-hex",
+                "00",
+                "--nonce-hex",
+                "01",
+            ],
+            "16 bytes",
+        ),
+        (
+            &["gears", "tag", "--gear", "hmac-md5", "--key-hex", "00"],
+            "unknown gear 'hmac-md5'",
+        ),
+        (
+            &[
+                "gears",
+                "tag",
+                "--gear",
+                "gmac-aes128",
+                "--key-hex",
+                &"00".repeat(16),
+                "--nonce-hex",
+                "00",
+            ],
+            "12 bytes",
+        ),
+    ];
+    for (args, expect) in cases {
+        let out = cohort(args, Some(b"data"));
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(expect), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn bench_json_has_the_promised_fields() {
+    let out = cohort(
+        &[
+            "gears", "bench", "--sizes", "64,1500", "--millis", "2", "--json", "--gears", "umac-32",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    // hmac-sha256 is always measured as the baseline.
+    assert_eq!(rows.len(), 4);
+    for row in rows {
+        assert!(row["gear"].is_string());
+        assert!(row["size"].as_u64().unwrap() > 0);
+        assert!(row["bytes_per_sec"].as_f64().unwrap() > 0.0);
+    }
+    let svg = std::env::temp_dir().join(format!("cohort-fig4-{}.svg", std::process::id()));
+    let out = cohort(
+        &[
+            "gears",
+            "bench",
+            "--sizes",
+            "8192",
+            "--millis",
+            "2",
+            "--svg",
+            svg.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success());
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawn.starts_with("<svg") && drawn.contains("umac-32") && drawn.contains("partial-64"));
+    std::fs::remove_file(svg).unwrap();
+}
+
+#[test]
+fn demo_tells_the_story_and_no_forgery_gets_through() {
+    let out = cohort(&["demo"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("forged packets accepted:   0"), "{stdout}");
+    assert!(
+        stdout.contains("high load"),
+        "the controller should shift down under load:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("authentication failures in the window"),
+        "the forgery burst should shift up:\n{stdout}"
+    );
+}
