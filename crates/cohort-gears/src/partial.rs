@@ -25,6 +25,13 @@ use cohort_crypto::{BlockCipher, CryptoError, CryptoProvider};
 /// Tag length: UMAC-64.
 const TAG_LEN: usize = 8;
 
+thread_local! {
+    /// Reused buffer for the covered bytes, so tagging does not allocate per packet.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+/// Keystream blocks encrypted per call to the block cipher.
+const MAX_BATCH: usize = 8;
+
 /// A partial MAC key for one selection rate.
 pub struct PartialMac {
     umac: Umac,
@@ -54,60 +61,84 @@ impl PartialMac {
         body_start: usize,
         out: &mut [u8],
     ) -> Result<(), CryptoError> {
-        let (header, body) = data
-            .split_at_checked(body_start)
-            .ok_or(CryptoError::InvalidInput)?;
+        let (header, body) = data.split_at_checked(body_start).ok_or(CryptoError::InvalidInput)?;
         let words = body.len().div_ceil(8);
-        let expected = words * 2 / ((1usize << self.step_bits) + 1) + 8;
-        let mut covered = Vec::with_capacity(header.len() + 8 + expected * 8);
-        covered.extend_from_slice(header);
-        covered.extend_from_slice(&(body.len() as u64).to_le_bytes());
-        self.walk(seq, words, |index| {
-            let start = index * 8;
-            match body.get(start..start + 8) {
-                Some(word) => covered.extend_from_slice(word),
-                None => {
+        let full_words = body.len() / 8;
+        SCRATCH.with(|scratch| {
+            // A per-thread buffer: gathering must not allocate per packet. If it is somehow
+            // in use (it is not re-entered today), fall back to a fresh one.
+            let mut fresh = Vec::new();
+            let mut borrowed = scratch.try_borrow_mut();
+            let covered: &mut Vec<u8> = match borrowed.as_deref_mut() {
+                Ok(v) => v,
+                Err(_) => &mut fresh,
+            };
+            covered.clear();
+            covered.reserve(header.len() + 8 + (self.expected_steps(words) + 16) * 8);
+            covered.extend_from_slice(header);
+            covered.extend_from_slice(&(body.len() as u64).to_le_bytes());
+            self.walk(seq, words, |index| {
+                if index < full_words {
+                    covered.extend_from_slice(&body[index * 8..index * 8 + 8]);
+                } else {
+                    // The zero-padded last word.
                     let mut last = [0u8; 8];
-                    let tail = &body[start..];
+                    let tail = &body[index * 8..];
                     last[..tail.len()].copy_from_slice(tail);
                     covered.extend_from_slice(&last);
                 }
-            }
-        });
-        self.umac.tag(&seq.to_be_bytes(), &covered, out)
+            });
+            let result = self.umac.tag(&seq.to_be_bytes(), covered, out);
+            result
+        })
+    }
+
+    /// About how many words the walk chooses from `words` (the mean step is L + 1/2).
+    fn expected_steps(&self, words: usize) -> usize {
+        words * 2 / ((1usize << self.step_bits) + 1)
     }
 
     /// Calls `visit` with the index of every chosen word below `words`, in order.
     fn walk(&self, seq: u64, words: usize, mut visit: impl FnMut(usize)) {
-        const BATCH: usize = 8;
         let bits = self.step_bits;
-        let mask = (1u128 << bits) - 1;
-        let steps_per_block = 128 / bits;
-        let mut blocks = [[0u8; 16]; BATCH];
+        let mask = (1u64 << bits) - 1;
+        // Each 64-bit half of a keystream block gives floor(64 / bits) steps, low bits first.
+        let steps_per_half = 64 / bits;
+        let steps_per_block = 2 * steps_per_half;
+        // Encrypt only as many keystream blocks as the walk will probably need, then more
+        // in batches if it runs long.
+        let need = (self.expected_steps(words) + 8) / steps_per_block as usize + 1;
+        let mut batch = need.min(MAX_BATCH);
+        let mut blocks = [[0u8; 16]; MAX_BATCH];
         let mut counter = 0u64;
         // `next` is the index of the word after the last chosen one; the first step lands in
         // [0, 2L - 1].
         let mut next = 0usize;
         loop {
-            for (i, block) in blocks.iter_mut().enumerate() {
+            for (i, block) in blocks[..batch].iter_mut().enumerate() {
                 block[..8].copy_from_slice(&seq.to_be_bytes());
                 block[8..].copy_from_slice(&(counter + i as u64).to_be_bytes());
             }
-            counter += BATCH as u64;
-            self.select.encrypt_blocks(&mut blocks);
-            for block in &blocks {
-                let mut reservoir = u128::from_le_bytes(*block);
-                for _ in 0..steps_per_block {
-                    let step = (reservoir & mask) as usize; // in [0, 2L - 1], i.e. step - 1
-                    reservoir >>= bits;
-                    let chosen = next + step;
-                    if chosen >= words {
-                        return;
+            counter += batch as u64;
+            self.select.encrypt_blocks(&mut blocks[..batch]);
+            for block in &blocks[..batch] {
+                for half in block.chunks_exact(8) {
+                    let mut reservoir = u64::from_le_bytes([
+                        half[0], half[1], half[2], half[3], half[4], half[5], half[6], half[7],
+                    ]);
+                    for _ in 0..steps_per_half {
+                        let step = (reservoir & mask) as usize; // in [0, 2L - 1]: step - 1
+                        reservoir >>= bits;
+                        let chosen = next + step;
+                        if chosen >= words {
+                            return;
+                        }
+                        visit(chosen);
+                        next = chosen + 1;
                     }
-                    visit(chosen);
-                    next = chosen + 1;
                 }
             }
+            batch = MAX_BATCH;
         }
     }
 

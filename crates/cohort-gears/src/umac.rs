@@ -40,8 +40,8 @@ const CHUNK: usize = 1024;
 const NH_KEY_WORDS: usize = CHUNK / 4 + 4 * (MAX_ITERS - 1);
 /// Number of 32-byte NH blocks in a chunk.
 const BLOCKS: usize = CHUNK / 32;
-/// Number of products (`u32 * u32`) NH sums over one chunk.
-const LANES: usize = CHUNK / 8;
+/// Pairs of 32-bit products NH sums over one chunk (two products per `u64` of scratch).
+const PAIRS: usize = CHUNK / 16;
 /// Bit length of a full chunk, the `Len` term L1-HASH adds to its NH value.
 const CHUNK_BITS: u64 = (CHUNK as u64) * 8;
 /// L1 outputs (8 bytes each) hashed under POLY-64 before switching to POLY-128: `2^17` bytes.
@@ -213,15 +213,11 @@ impl Umac {
         if nonce.is_empty() || nonce.len() > 16 || out.len() != self.tag_len {
             return Err(CryptoError::InvalidInput);
         }
-        let mut hash = [0u8; 16];
-        self.uhash_into(message, &mut hash);
-        let mut pad = [0u8; 16];
-        self.pdf(nonce, &mut pad);
-        for ((o, h), p) in out.iter_mut().zip(hash.iter()).zip(pad.iter()) {
-            *o = h ^ p;
-        }
-        pad.zeroize();
+        let mut hash = self.uhash_u128(message);
+        let mut pad = self.pdf(nonce);
+        out.copy_from_slice(&(hash ^ pad).to_be_bytes()[..self.tag_len]);
         hash.zeroize();
+        pad.zeroize();
         Ok(())
     }
 
@@ -231,48 +227,52 @@ impl Umac {
     /// Writes the first `min(out.len(), tag_len)` bytes of the hash; bytes of `out` past
     /// `tag_len` are left untouched.
     pub fn uhash(&self, message: &[u8], out: &mut [u8]) {
-        let mut hash = [0u8; 16];
-        self.uhash_into(message, &mut hash);
         let n = out.len().min(self.tag_len);
-        out[..n].copy_from_slice(&hash[..n]);
-        hash.zeroize();
+        out[..n].copy_from_slice(&self.uhash_u128(message).to_be_bytes()[..n]);
     }
 
-    /// PDF (section 3.2.2): the first `tag_len` bytes of `pad` get the pad for `nonce`
-    /// (1..=16 bytes, checked by the caller).
-    fn pdf(&self, nonce: &[u8], pad: &mut [u8; 16]) {
+    /// PDF (section 3.2.2) for a 1..=16-byte `nonce` (checked by the caller): the pad in the
+    /// first (most significant) `tag_len` bytes of the result, zeroes after.
+    fn pdf(&self, nonce: &[u8]) -> u128 {
         let mut block = [[0u8; 16]];
-        block[0][..nonce.len()].copy_from_slice(nonce);
-        let mut index = 0;
-        if self.tag_len == 4 || self.tag_len == 8 {
-            // index = str2uint(Nonce) mod (16 / taglen); the modulus is 4 or 2, so only the
-            // last nonce byte matters. Those low bits are then cleared in the AES input.
-            let last = nonce.len() - 1;
-            let modulus = 16 / self.tag_len;
-            index = usize::from(block[0][last]) % modulus;
-            block[0][last] ^= index as u8;
+        for (dst, src) in block[0].iter_mut().zip(nonce) {
+            *dst = *src;
         }
+        // For 4- and 8-byte tags, index = str2uint(Nonce) mod (16 / taglen): the low two bits
+        // or the low bit of the last nonce byte. They are cleared in the AES input, and select
+        // which slice of the AES output is the pad.
+        let last = nonce.len() - 1;
+        let index = match self.tag_len {
+            4 => block[0][last] & 3,
+            8 => block[0][last] & 1,
+            _ => 0,
+        };
+        block[0][last] ^= index;
         self.pdf.encrypt_blocks(&mut block);
-        let start = index * self.tag_len;
-        pad[..self.tag_len].copy_from_slice(&block[0][start..start + self.tag_len]);
+        let t = u128::from_be_bytes(block[0]);
         block[0].zeroize();
+        let skip_bits = 8 * u32::from(index) * self.tag_len as u32; // at most 96
+        let keep_bits = 8 * self.tag_len as u32; // 32..=128
+        (t << skip_bits) & (u128::MAX << (128 - keep_bits))
     }
 
-    /// UHASH into the first `tag_len` bytes of `out`.
-    fn uhash_into(&self, message: &[u8], out: &mut [u8; 16]) {
+    /// UHASH of `message`, its `tag_len` bytes in the most significant bytes of the result.
+    fn uhash_u128(&self, message: &[u8]) -> u128 {
         match self.tag_len / 4 {
-            1 => write_words(&uhash_words::<1>(&self.keys, message), out),
-            2 => write_words(&uhash_words::<2>(&self.keys, message), out),
-            3 => write_words(&uhash_words::<3>(&self.keys, message), out),
-            _ => write_words(&uhash_words::<4>(&self.keys, message), out),
+            1 => words_to_u128(&uhash_words::<1>(&self.keys, message)),
+            2 => words_to_u128(&uhash_words::<2>(&self.keys, message)),
+            3 => words_to_u128(&uhash_words::<3>(&self.keys, message)),
+            _ => words_to_u128(&uhash_words::<4>(&self.keys, message)),
         }
     }
 }
 
-fn write_words<const N: usize>(words: &[u32; N], out: &mut [u8; 16]) {
-    for (dst, w) in out.chunks_exact_mut(4).zip(words.iter()) {
-        dst.copy_from_slice(&w.to_be_bytes());
-    }
+/// Big-endian concatenation of `words`, left-aligned in a `u128`.
+fn words_to_u128<const N: usize>(words: &[u32; N]) -> u128 {
+    words
+        .iter()
+        .enumerate()
+        .fold(0, |acc, (i, &w)| acc | (u128::from(w) << (96 - 32 * i)))
 }
 
 /// UHASH (section 5.1) for `N` iterations: one 32-bit L3 value per iteration.
@@ -327,20 +327,21 @@ fn l1_single<const N: usize>(key: &NhKey, msg: &[u8]) -> [u64; N] {
     h
 }
 
-/// Per-call buffers for the vectorized NH: `l[i][4b + j] = M[8b + j] + K[8b + j + 4i]` and
-/// `r[i][4b + j] = M[8b + 4 + j] + K[8b + 4 + j + 4i]` (all mod 2^32), so that NH becomes the
-/// plain dot product of `l[i]` and `r[i]`.
+/// Per-call buffers for the vectorized NH. For block `b` (32 bytes) and half `t` (0 or 1),
+/// `l[i][2b + t]` packs the two 32-bit sums `M[8b + 2t + e] + K[8b + 2t + e + 4i]` (`e` = 0
+/// in the low half, 1 in the high half, both mod 2^32) and `r[i][2b + t]` the same for the
+/// words four later, so that NH is `sum(lo(l) * lo(r) + hi(l) * hi(r))` over the arrays.
 #[repr(C, align(64))]
 struct NhScratch<const N: usize> {
-    l: [[u32; LANES]; N],
-    r: [[u32; LANES]; N],
+    l: [[u64; PAIRS]; N],
+    r: [[u64; PAIRS]; N],
 }
 
 impl<const N: usize> NhScratch<N> {
     fn new() -> Self {
         NhScratch {
-            l: [[0; LANES]; N],
-            r: [[0; LANES]; N],
+            l: [[0; PAIRS]; N],
+            r: [[0; PAIRS]; N],
         }
     }
 }
@@ -348,40 +349,48 @@ impl<const N: usize> NhScratch<N> {
 /// NH (section 5.2.2) of one full 1024-byte chunk for each of `N` iterations, without the
 /// length term.
 ///
-/// Two passes that LLVM vectorizes well with only SSE2: the key addition (contiguous 32-bit
-/// adds into the aligned scratch buffers, one read of the message for all iterations), then
-/// a widening dot product per iteration (`pmuludq`).
-// Not inlined on purpose: as a parameter, `key`'s 64-byte alignment is known to the
-// optimizer, which then folds the key loads into the additions.
+/// Two passes that LLVM vectorizes well with only SSE2: the key addition (32-bit adds into
+/// the aligned scratch buffers, one read of the message for all iterations), then a dot
+/// product of 32-bit halves per iteration (`pmuludq`, no shuffles). Not inlined on purpose:
+/// as a parameter, `key`'s 64-byte alignment is known to the optimizer, which then folds the
+/// key loads into the additions.
 #[inline(never)]
-fn nh_chunk<const N: usize>(key: &NhKey, chunk: &[u8; CHUNK], s: &mut NhScratch<N>) -> [u64; N] {
+fn nh_chunk<const N: usize>(
+    key: &NhKey,
+    chunk: &[u8; CHUNK],
+    s: &mut NhScratch<N>,
+) -> [u64; N] {
     let k = &key.w;
+    let word = |p: usize| u32::from_le_bytes([chunk[p], chunk[p + 1], chunk[p + 2], chunk[p + 3]]);
     for b in 0..BLOCKS {
-        let mut m = [0u32; 8];
-        for (j, w) in m.iter_mut().enumerate() {
-            let p = 32 * b + 4 * j;
-            *w = u32::from_le_bytes([chunk[p], chunk[p + 1], chunk[p + 2], chunk[p + 3]]);
-        }
-        for it in 0..N {
-            for j in 0..4 {
-                s.l[it][4 * b + j] = m[j].wrapping_add(k[8 * b + 4 * it + j]);
-                s.r[it][4 * b + j] = m[j + 4].wrapping_add(k[8 * b + 4 * it + 4 + j]);
+        for t in 0..2 {
+            let p = 32 * b + 8 * t;
+            let m = [word(p), word(p + 4), word(p + 16), word(p + 20)];
+            for it in 0..N {
+                let w = 8 * b + 2 * t + 4 * it;
+                let l = [m[0].wrapping_add(k[w]), m[1].wrapping_add(k[w + 1])];
+                let r = [m[2].wrapping_add(k[w + 4]), m[3].wrapping_add(k[w + 5])];
+                s.l[it][2 * b + t] = u64::from(l[0]) | (u64::from(l[1]) << 32);
+                s.r[it][2 * b + t] = u64::from(r[0]) | (u64::from(r[1]) << 32);
             }
         }
     }
     let mut out = [0u64; N];
     for (it, o) in out.iter_mut().enumerate() {
-        *o = dot(&s.l[it], &s.r[it]);
+        *o = dot_halves(&s.l[it], &s.r[it]);
     }
     out
 }
 
-/// `sum(l[i] * r[i]) mod 2^64` with 32x32->64-bit products.
+/// `sum(lo(l[i]) * lo(r[i]) + hi(l[i]) * hi(r[i])) mod 2^64` over 32-bit halves.
 #[inline(always)]
-fn dot(l: &[u32; LANES], r: &[u32; LANES]) -> u64 {
+fn dot_halves(l: &[u64; PAIRS], r: &[u64; PAIRS]) -> u64 {
+    const LO: u64 = 0xFFFF_FFFF;
     let mut sum = 0u64;
     for (&a, &b) in l.iter().zip(r.iter()) {
-        sum = sum.wrapping_add(u64::from(a) * u64::from(b));
+        sum = sum
+            .wrapping_add((a & LO) * (b & LO))
+            .wrapping_add((a >> 32) * (b >> 32));
     }
     sum
 }
@@ -664,9 +673,8 @@ mod tests {
         let mut h = [0u8; 8];
         u.uhash(&msg, &mut h);
         assert_eq!(hex(&h), "05F86309DF9AD858");
-        let mut pad = [0u8; 16];
-        u.pdf(b"bcdefghi", &mut pad);
-        assert_eq!(hex(&pad[..8]), "D13745D4304F1842");
+        let pad = u.pdf(b"bcdefghi").to_be_bytes();
+        assert_eq!(hex(&pad), "D13745D4304F18420000000000000000");
         let mut tag = [0u8; 8];
         u.tag(b"bcdefghi", &msg, &mut tag).unwrap();
         assert_eq!(hex(&tag), "D4CF26DDEFD5C01A");
@@ -738,26 +746,37 @@ mod tests {
         // For UMAC-32 the nonce's two low bits pick one of four slices of one AES block; the
         // four nonces differing only there share the block.
         let u = rfc_umac(4);
-        let mut pads = Vec::new();
-        for last in 0u8..4 {
-            let mut pad = [0u8; 16];
-            u.pdf(&[9, 9, 0x40 | last], &mut pad);
-            pads.push(pad);
-        }
+        let pads: Vec<[u8; 16]> = (0u8..4)
+            .map(|last| u.pdf(&[9, 9, 0x40 | last]).to_be_bytes())
+            .collect();
         let mut block = [[0u8; 16]];
         block[0][..3].copy_from_slice(&[9, 9, 0x40]);
         u.pdf.encrypt_blocks(&mut block);
         for (i, pad) in pads.iter().enumerate() {
             assert_eq!(pad[..4], block[0][4 * i..4 * i + 4]);
+            assert_eq!(pad[4..], [0; 12]);
+        }
+        // For UMAC-64 the low bit picks one of two halves.
+        let u = rfc_umac(8);
+        let mut block = [[0u8; 16]];
+        block[0][..3].copy_from_slice(&[9, 9, 0x42]);
+        u.pdf.encrypt_blocks(&mut block);
+        for last in [0x42u8, 0x43] {
+            let pad = u.pdf(&[9, 9, last]).to_be_bytes();
+            let i = usize::from(last & 1);
+            assert_eq!(pad[..8], block[0][8 * i..8 * i + 8]);
+            assert_eq!(pad[8..], [0; 8]);
         }
         // For UMAC-96/128 the whole nonce goes into AES unchanged.
-        let u = rfc_umac(12);
-        let mut pad = [0u8; 16];
-        u.pdf(&[9, 9, 0x43], &mut pad);
-        let mut block = [[0u8; 16]];
-        block[0][..3].copy_from_slice(&[9, 9, 0x43]);
-        u.pdf.encrypt_blocks(&mut block);
-        assert_eq!(pad[..12], block[0][..12]);
+        for tag_len in [12, 16] {
+            let u = rfc_umac(tag_len);
+            let pad = u.pdf(&[9, 9, 0x43]).to_be_bytes();
+            let mut block = [[0u8; 16]];
+            block[0][..3].copy_from_slice(&[9, 9, 0x43]);
+            u.pdf.encrypt_blocks(&mut block);
+            assert_eq!(pad[..tag_len], block[0][..tag_len]);
+            assert!(pad[tag_len..].iter().all(|&b| b == 0));
+        }
     }
 
     // ---- A literal, slow rendering of the RFC pseudo-code, for differential tests. ----
