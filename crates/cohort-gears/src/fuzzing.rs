@@ -31,10 +31,9 @@ pub fn unprotect_arbitrary(data: &[u8]) -> bool {
 }
 
 /// Uses `data` to pick gears, header, body and one bit to flip; protects, flips, and
-/// unprotects. Returns `Some(accepted)` for a flipped packet, `None` when `data` did not
-/// describe a protectable packet. A flipped packet under any secure gear must be refused
-/// (partial MACs may miss a body bit; the caller checks which bit was flipped).
-pub fn flip_one_bit(data: &[u8]) -> Option<(GearId, usize, usize, bool)> {
+/// unprotects. Returns what happened, or `None` when `data` did not describe a protectable
+/// packet. A flipped packet must be refused unless [`FlipOutcome::acceptance_allowed`].
+pub fn flip_one_bit(data: &[u8]) -> Option<FlipOutcome> {
     let (&choice, rest) = data.split_first()?;
     let (&split, rest) = rest.split_first()?;
     let (flip, payload) = rest.split_at_checked(2)?;
@@ -50,5 +49,32 @@ pub fn flip_one_bit(data: &[u8]) -> Option<(GearId, usize, usize, bool)> {
     let body_start = crate::prefix_len(1) + header.len();
     let mut rx = Unprotector::new(all_keys().clone(), ReceivePolicy::new(set, 0.0));
     let accepted = rx.unprotect(&mut packet).is_ok();
-    Some((gear, bit, body_start, accepted))
+    Some(FlipOutcome {
+        gear,
+        bit,
+        body: body_start..body_start + body.len(),
+        accepted,
+    })
+}
+
+/// What [`flip_one_bit`] did.
+#[derive(Clone, Debug)]
+pub struct FlipOutcome {
+    /// The gear the packet was protected with.
+    pub gear: GearId,
+    /// The flipped bit (byte `bit / 8`, bit `bit % 8`).
+    pub bit: usize,
+    /// Where the body lies in the packet, in bytes.
+    pub body: std::ops::Range<usize>,
+    /// Whether the receiver accepted the flipped packet.
+    pub accepted: bool,
+}
+
+impl FlipOutcome {
+    /// Whether accepting the flip is allowed: only under the null gear, or a partial MAC
+    /// when the bit lies in the body (a word the walk did not choose).
+    pub fn acceptance_allowed(&self) -> bool {
+        self.gear == GearId::DangerNullForTesting
+            || (self.gear.info().partial_l.is_some() && self.body.contains(&(self.bit / 8)))
+    }
 }

@@ -61,7 +61,9 @@ impl PartialMac {
         body_start: usize,
         out: &mut [u8],
     ) -> Result<(), CryptoError> {
-        let (header, body) = data.split_at_checked(body_start).ok_or(CryptoError::InvalidInput)?;
+        let (header, body) = data
+            .split_at_checked(body_start)
+            .ok_or(CryptoError::InvalidInput)?;
         let words = body.len().div_ceil(8);
         let full_words = body.len() / 8;
         SCRATCH.with(|scratch| {
@@ -88,8 +90,7 @@ impl PartialMac {
                     covered.extend_from_slice(&last);
                 }
             });
-            let result = self.umac.tag(&seq.to_be_bytes(), covered, out);
-            result
+            self.umac.tag(&seq.to_be_bytes(), covered, out)
         })
     }
 

@@ -355,11 +355,7 @@ impl<const N: usize> NhScratch<N> {
 /// as a parameter, `key`'s 64-byte alignment is known to the optimizer, which then folds the
 /// key loads into the additions.
 #[inline(never)]
-fn nh_chunk<const N: usize>(
-    key: &NhKey,
-    chunk: &[u8; CHUNK],
-    s: &mut NhScratch<N>,
-) -> [u64; N] {
+fn nh_chunk<const N: usize>(key: &NhKey, chunk: &[u8; CHUNK], s: &mut NhScratch<N>) -> [u64; N] {
     let k = &key.w;
     let word = |p: usize| u32::from_le_bytes([chunk[p], chunk[p + 1], chunk[p + 2], chunk[p + 3]]);
     for b in 0..BLOCKS {
