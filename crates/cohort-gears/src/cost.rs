@@ -18,7 +18,7 @@ pub fn nominal_cost(gear: GearId) -> u32 {
         GearId::Umac64 => 169,
         GearId::Umac96 => 296,
         GearId::Umac128 => 417,
-        GearId::IfgExperimental => 505,
+        GearId::IfgExperimental => 274,
         GearId::Partial2 => 256,
         GearId::Partial4 => 171,
         GearId::Partial8 => 123,

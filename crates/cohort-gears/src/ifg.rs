@@ -79,11 +79,21 @@ impl Ifg {
         outer_key[..16].copy_from_slice(&secondary[1]);
         outer_key[16..].copy_from_slice(&secondary[2]);
 
-        let (bin_a, bin_b) = scatter(data, &self.mask, offset);
         let mut h_a = [0u8; 4];
         let mut h_b = [0u8; 4];
-        self.bin_a.uhash(&bin_a, &mut h_a);
-        self.bin_b.uhash(&bin_b, &mut h_b);
+        BINS.with(|bins| {
+            // Per-thread bins: scattering must not allocate per packet. If they are somehow
+            // in use (they are not re-entered today), use fresh ones.
+            let mut fresh = (Vec::new(), Vec::new());
+            let mut borrowed = bins.try_borrow_mut();
+            let (bin_a, bin_b) = match borrowed.as_deref_mut() {
+                Ok(b) => b,
+                Err(_) => &mut fresh,
+            };
+            let n = scatter_into(data, &self.mask, offset, bin_a, bin_b);
+            self.bin_a.uhash(&bin_a[..n], &mut h_a);
+            self.bin_b.uhash(&bin_b[..n], &mut h_b);
+        });
         self.outer.hash(
             &outer_key,
             &[
@@ -104,9 +114,77 @@ fn word(bytes: &[u8], at: usize) -> [u8; 8] {
     w
 }
 
+thread_local! {
+    /// Reused bins, so tagging does not allocate per packet.
+    static BINS: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// [`scatter`] into caller-owned bins, grown as needed and never shrunk; returns how many
+/// bytes of each bin hold this message's scattered words.
+pub fn scatter_into(
+    data: &[u8],
+    mask: &[u64],
+    offset: usize,
+    bin_a: &mut Vec<u8>,
+    bin_b: &mut Vec<u8>,
+) -> usize {
+    let pairs = data.len().div_ceil(16);
+    let n = pairs * 8;
+    if bin_a.len() < n {
+        bin_a.resize(n, 0);
+    }
+    if bin_b.len() < n {
+        bin_b.resize(n, 0);
+    }
+    if mask.is_empty() {
+        return 0;
+    }
+    let full = data.len() / 16;
+    let mut m = offset % mask.len();
+    let mut done = 0;
+    // Whole pairs, in runs that do not wrap around the mask, so each run is a simple zip the
+    // compiler can vectorize.
+    while done < full {
+        let run = (full - done).min(mask.len() - m);
+        let src = &data[done * 16..(done + run) * 16];
+        let a = &mut bin_a[done * 8..(done + run) * 8];
+        let b = &mut bin_b[done * 8..(done + run) * 8];
+        for (((pair, mk), wa), wb) in src
+            .chunks_exact(16)
+            .zip(&mask[m..m + run])
+            .zip(a.chunks_exact_mut(8))
+            .zip(b.chunks_exact_mut(8))
+        {
+            let x = u64::from_le_bytes(word(pair, 0));
+            let y = u64::from_le_bytes(word(pair, 8));
+            wa.copy_from_slice(&((x & mk) | (y & !mk)).to_le_bytes());
+            wb.copy_from_slice(&((x | mk) & (y | !mk)).to_le_bytes());
+        }
+        done += run;
+        m = (m + run) % mask.len();
+    }
+    if pairs > full {
+        let mut pair = [0u8; 16];
+        let rest = &data[full * 16..];
+        pair[..rest.len()].copy_from_slice(rest);
+        let (x, y) = (
+            u64::from_le_bytes(word(&pair, 0)),
+            u64::from_le_bytes(word(&pair, 8)),
+        );
+        let mk = mask[m];
+        bin_a[full * 8..n].copy_from_slice(&((x & mk) | (y & !mk)).to_le_bytes());
+        bin_b[full * 8..n].copy_from_slice(&((x | mk) & (y | !mk)).to_le_bytes());
+    }
+    n
+}
+
 /// ScatterBits of ACSA Appendix A: for each pair of words (X, Y) and the next mask word M
 /// (starting at `offset`, wrapping around the mask), push `(X & M) | (Y & !M)` into bin A and
 /// `(X | M) & (Y | !M)` into bin B. The data is zero-padded to whole 16-byte pairs.
+///
+/// This is the reference form, one word at a time; tagging uses [`scatter_into`], and a
+/// test checks that the two agree.
 pub fn scatter(data: &[u8], mask: &[u64], offset: usize) -> (Vec<u8>, Vec<u8>) {
     let pairs = data.len().div_ceil(16);
     let mut bin_a = Vec::with_capacity(pairs * 8);
@@ -169,6 +247,24 @@ mod tests {
         assert_eq!(a0, u64::MAX); // X = Y = all ones
         let a1 = u64::from_le_bytes(word(&a, 8));
         assert_eq!(a1, 1); // X = 0xffffffff, Y = 0: only the marked bit of X survives
+    }
+
+    #[test]
+    fn fast_scatter_matches_the_reference() {
+        let mask: Vec<u64> = (0..37u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        let (mut a, mut b) = (vec![0xffu8; 3], Vec::new());
+        for len in [0usize, 1, 15, 16, 17, 100, 592, 600, 1000] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            for offset in [0usize, 5, 36, 40] {
+                let (ra, rb) = scatter(&data, &mask, offset);
+                let n = scatter_into(&data, &mask, offset, &mut a, &mut b);
+                assert_eq!(n, ra.len(), "len {len} offset {offset}");
+                assert_eq!(&a[..n], &ra[..], "len {len} offset {offset}");
+                assert_eq!(&b[..n], &rb[..], "len {len} offset {offset}");
+            }
+        }
     }
 
     #[test]

@@ -2,28 +2,30 @@
 //!
 //! The tag is `UHASH(K, M) xor PDF(K, N)` (RFC 4418 section 4). Every piece follows the RFC:
 //!
-//! * **KDF** (section 3.2.1): AES-128 in counter mode; block `i` (from 1) of the output for
+//! * **KDF** (section 3.2): AES-128 in counter mode; block `i` (from 1) of the output for
 //!   `index` is `AES(K, uint2str(index, 8) || uint2str(i, 8))`.
-//! * **PDF** (section 3.2.2): `AES(KDF(K, 0, 16), nonce || zeroes)`. For 4- and 8-byte tags the
+//! * **PDF** (section 3.3): `AES(KDF(K, 0, 16), nonce || zeroes)`. For 4- and 8-byte tags the
 //!   low bits of the nonce select which 4- or 8-byte slice of the AES output is the pad (the
 //!   RFC's pad cache; here it is computed directly, without a cache).
-//! * **UHASH** (section 5): `tag_len / 4` iterations, each a three-layer hash:
-//!   * **L1-HASH** (section 5.2): NH (section 5.2.2) over 1024-byte chunks, the last one
+//! * **UHASH** (section 5.1): `tag_len / 4` iterations, each a three-layer hash:
+//!   * **L1-HASH** (section 5.2.1): NH (section 5.2.2) over 1024-byte chunks, the last one
 //!     zero-padded to a positive multiple of 32 bytes; message words are read little-endian,
 //!     key words big-endian; the chunk's bit length is added to each NH value. Iteration `i`
 //!     uses the NH key shifted by `16 * (i - 1)` bytes (the Toeplitz construction).
-//!   * **L2-HASH** (section 5.3): skipped for messages of at most 1024 bytes (the L1 value is
-//!     prefixed with eight zero bytes); otherwise POLY over the prime `2^64 - 59` for the first
-//!     `2^17` bytes of L1 output (`2^24` message bytes), then POLY over `2^128 - 159` for the
-//!     rest (with the `0x80` end marker), each with its masked key (`k64`, `k128`) and the
-//!     "marker" treatment of words too large for the prime.
+//!   * **L2-HASH** (section 5.3.1; POLY in 5.3.2): skipped for messages of at most 1024 bytes
+//!     (the L1 value is prefixed with eight zero bytes); otherwise POLY over the prime
+//!     `2^64 - 59` for the first `2^17` bytes of L1 output (`2^24` message bytes), then POLY
+//!     over `2^128 - 159` for the rest (with the `0x80` end marker), each with its masked key
+//!     (`k64`, `k128`) and the "marker" treatment of words too large for the prime.
 //!   * **L3-HASH** (section 5.4): inner product of eight 16-bit words with keys mod
 //!     `2^36 - 5`, truncated to 32 bits, xor a 4-byte key.
 //!
 //! The implementation is portable safe Rust. NH over a full 1024-byte chunk is written as two
-//! simple loops (add the key into aligned buffers, then a widening dot product) that LLVM
-//! vectorizes with `pmuludq`/`vpmuludq` even for the baseline x86-64 target; all iterations
-//! share one pass over the message. `tag` and `uhash` do not allocate.
+//! simple loops (add the key into 64-byte-aligned stack buffers, then a dot product of 32-bit
+//! halves) that LLVM vectorizes with `pmuludq` even for the baseline x86-64 target (SSE2);
+//! all iterations share one pass over the message. `tag` and `uhash` do not allocate. Key
+//! material is wiped on drop; the per-call stack buffers (message words plus key words) are
+//! not wiped, as that would cost about a tenth of the throughput.
 //!
 //! Security notes from the RFC: a nonce must never repeat under one key, and a key is meant
 //! for one tag length (section 6.5): a 32-bit prefix of a 64-bit tag only has 32-bit security.
@@ -57,9 +59,9 @@ const P128: u128 = u128::MAX - 158;
 const MAXWORD64: u64 = 0xFFFF_FFFF_0000_0000;
 /// POLY-128 words at or above `2^128 - 2^96` are encoded with the marker.
 const MAXWORD128: u128 = 0xFFFF_FFFF_0000_0000_0000_0000_0000_0000;
-/// Key mask for POLY-64 (section 5.3.1).
+/// Key mask for POLY-64 (L2-HASH, section 5.3.1).
 const MASK64: u64 = 0x01FF_FFFF_01FF_FFFF;
-/// Key mask for POLY-128 (section 5.3.1).
+/// Key mask for POLY-128 (L2-HASH, section 5.3.1).
 const MASK128: u128 = 0x01FF_FFFF_01FF_FFFF_01FF_FFFF_01FF_FFFF;
 
 /// AES blocks of the longest KDF output we need: the L1 key, `1024 + 3 * 16` bytes.
@@ -107,7 +109,7 @@ impl fmt::Debug for Umac {
     }
 }
 
-/// RFC 4418 section 3.2.1 KDF: fills `out` with the first `out.len()` bytes of the key stream
+/// RFC 4418 section 3.2 KDF: fills `out` with the first `out.len()` bytes of the key stream
 /// for `index`.
 fn kdf(aes: &dyn BlockCipher, index: u64, out: &mut [u8]) {
     let n = out.len().div_ceil(16);
@@ -231,7 +233,7 @@ impl Umac {
         out[..n].copy_from_slice(&self.uhash_u128(message).to_be_bytes()[..n]);
     }
 
-    /// PDF (section 3.2.2) for a 1..=16-byte `nonce` (checked by the caller): the pad in the
+    /// PDF (section 3.3) for a 1..=16-byte `nonce` (checked by the caller): the pad in the
     /// first (most significant) `tag_len` bytes of the result, zeroes after.
     fn pdf(&self, nonce: &[u8]) -> u128 {
         let mut block = [[0u8; 16]];
@@ -288,7 +290,7 @@ fn uhash_words<const N: usize>(keys: &Keys, msg: &[u8]) -> [u32; N] {
         return out;
     }
     let mut l2 = [L2State::new(); N];
-    let mut scratch = NhScratch::<N>::new();
+    let mut scratch = NhScratch::new();
     let mut chunks = msg.chunks_exact(CHUNK);
     for chunk in &mut chunks {
         if let Ok(chunk) = <&[u8; CHUNK]>::try_from(chunk) {
@@ -300,7 +302,7 @@ fn uhash_words<const N: usize>(keys: &Keys, msg: &[u8]) -> [u32; N] {
     }
     let rem = chunks.remainder();
     if !rem.is_empty() {
-        let h = nh_tail::<N>(&keys.nh, rem);
+        let h = nh_tail::<N>(&keys.nh, rem, Some(&mut scratch));
         let bits = (rem.len() as u64) * 8;
         for i in 0..N {
             l2[i].absorb(h[i].wrapping_add(bits), keys.k64[i], keys.k128[i]);
@@ -317,8 +319,8 @@ fn uhash_words<const N: usize>(keys: &Keys, msg: &[u8]) -> [u32; N] {
 #[inline(always)]
 fn l1_single<const N: usize>(key: &NhKey, msg: &[u8]) -> [u64; N] {
     let mut h = match <&[u8; CHUNK]>::try_from(msg) {
-        Ok(chunk) => nh_chunk::<N>(key, chunk, &mut NhScratch::<N>::new()),
-        Err(_) => nh_tail::<N>(key, msg),
+        Ok(chunk) => nh_chunk::<N>(key, chunk, &mut NhScratch::new()),
+        Err(_) => nh_tail::<N>(key, msg, None),
     };
     let bits = (msg.len() as u64) * 8;
     for v in h.iter_mut() {
@@ -328,59 +330,63 @@ fn l1_single<const N: usize>(key: &NhKey, msg: &[u8]) -> [u64; N] {
 }
 
 /// Per-call buffers for the vectorized NH. For block `b` (32 bytes) and half `t` (0 or 1),
-/// `l[i][2b + t]` packs the two 32-bit sums `M[8b + 2t + e] + K[8b + 2t + e + 4i]` (`e` = 0
-/// in the low half, 1 in the high half, both mod 2^32) and `r[i][2b + t]` the same for the
-/// words four later, so that NH is `sum(lo(l) * lo(r) + hi(l) * hi(r))` over the arrays.
+/// `l[2b + t]` packs the two 32-bit sums `M[8b + 2t + e] + K[8b + 2t + e + 4i]` (`e` = 0 in the
+/// low half, 1 in the high half, both mod 2^32) for iteration `i`, and `r[2b + t]` the same
+/// for the words four later, so that NH is `sum(lo(l) * lo(r) + hi(l) * hi(r))`.
 #[repr(C, align(64))]
-struct NhScratch<const N: usize> {
-    l: [[u64; PAIRS]; N],
-    r: [[u64; PAIRS]; N],
+struct NhScratch {
+    l: [u64; PAIRS],
+    r: [u64; PAIRS],
 }
 
-impl<const N: usize> NhScratch<N> {
+impl NhScratch {
     fn new() -> Self {
         NhScratch {
-            l: [[0; PAIRS]; N],
-            r: [[0; PAIRS]; N],
+            l: [0; PAIRS],
+            r: [0; PAIRS],
         }
     }
 }
 
 /// NH (section 5.2.2) of one full 1024-byte chunk for each of `N` iterations, without the
-/// length term.
+/// length term. The message is read once from memory; each iteration re-reads the chunk from
+/// the L1 cache.
 ///
-/// Two passes that LLVM vectorizes well with only SSE2: the key addition (32-bit adds into
-/// the aligned scratch buffers, one read of the message for all iterations), then a dot
-/// product of 32-bit halves per iteration (`pmuludq`, no shuffles). Not inlined on purpose:
-/// as a parameter, `key`'s 64-byte alignment is known to the optimizer, which then folds the
-/// key loads into the additions.
+/// Per iteration, two loops that LLVM vectorizes well with only SSE2: the key addition
+/// (32-bit adds into the aligned scratch buffers), then a dot product of 32-bit halves
+/// (`pmuludq`, no shuffles). Not inlined on purpose: as a parameter, `key`'s 64-byte alignment
+/// is known to the optimizer, which then folds the key loads into the additions.
 #[inline(never)]
-fn nh_chunk<const N: usize>(key: &NhKey, chunk: &[u8; CHUNK], s: &mut NhScratch<N>) -> [u64; N] {
-    let k = &key.w;
+fn nh_chunk<const N: usize>(key: &NhKey, chunk: &[u8; CHUNK], s: &mut NhScratch) -> [u64; N] {
     let word = |p: usize| u32::from_le_bytes([chunk[p], chunk[p + 1], chunk[p + 2], chunk[p + 3]]);
-    for b in 0..BLOCKS {
-        for t in 0..2 {
-            let p = 32 * b + 8 * t;
-            let m = [word(p), word(p + 4), word(p + 16), word(p + 20)];
-            for it in 0..N {
-                let w = 8 * b + 2 * t + 4 * it;
-                let l = [m[0].wrapping_add(k[w]), m[1].wrapping_add(k[w + 1])];
-                let r = [m[2].wrapping_add(k[w + 4]), m[3].wrapping_add(k[w + 5])];
-                s.l[it][2 * b + t] = u64::from(l[0]) | (u64::from(l[1]) << 32);
-                s.r[it][2 * b + t] = u64::from(r[0]) | (u64::from(r[1]) << 32);
-            }
-        }
-    }
     let mut out = [0u64; N];
     for (it, o) in out.iter_mut().enumerate() {
-        *o = dot_halves(&s.l[it], &s.r[it]);
+        // Iteration `it` uses the key from word 4 * it (16 bytes further per iteration).
+        let k = &key.w[4 * it..4 * it + CHUNK / 4];
+        for b in 0..BLOCKS {
+            for t in 0..2 {
+                let p = 32 * b + 8 * t;
+                let w = 8 * b + 2 * t;
+                let l = [
+                    word(p).wrapping_add(k[w]),
+                    word(p + 4).wrapping_add(k[w + 1]),
+                ];
+                let r = [
+                    word(p + 16).wrapping_add(k[w + 4]),
+                    word(p + 20).wrapping_add(k[w + 5]),
+                ];
+                s.l[2 * b + t] = u64::from(l[0]) | (u64::from(l[1]) << 32);
+                s.r[2 * b + t] = u64::from(r[0]) | (u64::from(r[1]) << 32);
+            }
+        }
+        *o = dot_halves(&s.l, &s.r);
     }
     out
 }
 
 /// `sum(lo(l[i]) * lo(r[i]) + hi(l[i]) * hi(r[i])) mod 2^64` over 32-bit halves.
 #[inline(always)]
-fn dot_halves(l: &[u64; PAIRS], r: &[u64; PAIRS]) -> u64 {
+fn dot_halves(l: &[u64], r: &[u64]) -> u64 {
     const LO: u64 = 0xFFFF_FFFF;
     let mut sum = 0u64;
     for (&a, &b) in l.iter().zip(r.iter()) {
@@ -391,18 +397,68 @@ fn dot_halves(l: &[u64; PAIRS], r: &[u64; PAIRS]) -> u64 {
     sum
 }
 
-/// NH of a last chunk shorter than 1024 bytes (possibly empty), zero-padded to a positive
-/// multiple of 32 bytes, for each of `N` iterations; without the length term. Scalar: it is
-/// at most one chunk per message.
-#[inline(always)]
-fn nh_tail<const N: usize>(key: &NhKey, data: &[u8]) -> [u64; N] {
-    let mut acc = [0u64; N];
-    let blocks = data.chunks_exact(32);
-    let rem = blocks.remainder();
-    let full = data.len() / 32;
-    for (b, block) in (0..BLOCKS).zip(blocks) {
-        nh_block::<N>(key, b, block, &mut acc);
+/// NH of `data`, a whole number of 32-byte blocks but less than a chunk, for each of `N`
+/// iterations: the same two loops as [`nh_chunk`] with a variable trip count.
+#[inline(never)]
+fn nh_blocks<const N: usize>(key: &NhKey, data: &[u8], s: &mut NhScratch) -> [u64; N] {
+    let pairs = (data.len() / 16).min(PAIRS);
+    let mut out = [0u64; N];
+    for (it, o) in out.iter_mut().enumerate() {
+        let k = &key.w[4 * it..4 * it + CHUNK / 4];
+        let dst = s.l.chunks_exact_mut(2).zip(s.r.chunks_exact_mut(2));
+        for ((block, kb), (l, r)) in data.chunks_exact(32).zip(k.chunks_exact(8)).zip(dst) {
+            let word =
+                |p: usize| u32::from_le_bytes([block[p], block[p + 1], block[p + 2], block[p + 3]]);
+            for t in 0..2 {
+                let (p, w) = (8 * t, 2 * t);
+                let x = [
+                    word(p).wrapping_add(kb[w]),
+                    word(p + 4).wrapping_add(kb[w + 1]),
+                ];
+                let y = [
+                    word(p + 16).wrapping_add(kb[w + 4]),
+                    word(p + 20).wrapping_add(kb[w + 5]),
+                ];
+                l[t] = u64::from(x[0]) | (u64::from(x[1]) << 32);
+                r[t] = u64::from(y[0]) | (u64::from(y[1]) << 32);
+            }
+        }
+        *o = dot_halves(&s.l[..pairs], &s.r[..pairs]);
     }
+    out
+}
+
+/// From this many whole 32-byte blocks on, a last chunk goes through the scratch buffers
+/// rather than one block at a time (measured crossover points: with one iteration the
+/// block-wise code is itself vectorized, so it stays competitive longer).
+const fn vector_tail_blocks(iterations: usize) -> usize {
+    if iterations == 1 {
+        24
+    } else {
+        8
+    }
+}
+
+/// NH of a last chunk shorter than 1024 bytes (possibly empty), zero-padded to a positive
+/// multiple of 32 bytes, for each of `N` iterations; without the length term. Uses `scratch`
+/// if given, else makes its own when it needs one.
+#[inline(always)]
+fn nh_tail<const N: usize>(key: &NhKey, data: &[u8], scratch: Option<&mut NhScratch>) -> [u64; N] {
+    let full = data.len() / 32;
+    let rem = &data[32 * full..];
+    let mut acc = if full >= vector_tail_blocks(N) {
+        let whole = &data[..32 * full];
+        match scratch {
+            Some(s) => nh_blocks::<N>(key, whole, s),
+            None => nh_blocks::<N>(key, whole, &mut NhScratch::new()),
+        }
+    } else {
+        let mut acc = [0u64; N];
+        for (b, block) in (0..BLOCKS).zip(data.chunks_exact(32)) {
+            nh_block::<N>(key, b, block, &mut acc);
+        }
+        acc
+    };
     if !rem.is_empty() || data.is_empty() {
         let mut last = [0u8; 32];
         last[..rem.len()].copy_from_slice(rem);
@@ -434,7 +490,7 @@ fn nh_block<const N: usize>(key: &NhKey, b: usize, block: &[u8], acc: &mut [u64;
     }
 }
 
-/// L2-HASH state (section 5.3.2) of one iteration, fed one L1 value (8 bytes) at a time.
+/// L2-HASH state (section 5.3.1) of one iteration, fed one L1 value (8 bytes) at a time.
 #[derive(Clone, Copy)]
 struct L2State {
     /// POLY-64 accumulator over the first `2^14` L1 values.
@@ -491,7 +547,7 @@ impl L2State {
     }
 }
 
-/// One POLY-64 step (section 5.3.3): `y = k * y + m mod p64`, with the marker encoding for
+/// One POLY-64 step (section 5.3.2): `y = k * y + m mod p64`, with the marker encoding for
 /// `m >= 2^64 - 2^32`.
 fn poly64_step(k: u64, y: u64, m: u64) -> u64 {
     if m >= MAXWORD64 {
@@ -518,7 +574,7 @@ fn mul_add_mod_p64(k: u64, y: u64, m: u64) -> u64 {
     }
 }
 
-/// One POLY-128 step (section 5.3.3): `y = k * y + m mod p128`, with the marker encoding for
+/// One POLY-128 step (section 5.3.2): `y = k * y + m mod p128`, with the marker encoding for
 /// `m >= 2^128 - 2^96`.
 fn poly128_step(k: u128, y: u128, m: u128) -> u128 {
     if m >= MAXWORD128 {
@@ -565,7 +621,7 @@ fn mul_add_mod_p128(k: u128, y: u128, m: u128) -> u128 {
     }
 }
 
-/// L3-HASH (section 5.4.2) of the 16-byte L2 output `hi || lo`.
+/// L3-HASH (section 5.4) of the 16-byte L2 output `hi || lo`.
 fn l3_hash(k: &[u64; 8], k2: u32, hi: u64, lo: u64) -> u32 {
     let mut y = 0u64;
     for i in 0..4 {
@@ -596,7 +652,7 @@ mod tests {
     /// L1-HASH of `msg` for both iterations of UMAC-64, through the production NH paths.
     fn l1_values(u: &Umac, msg: &[u8]) -> Vec<[u64; 2]> {
         let mut out = Vec::new();
-        let mut scratch = NhScratch::<2>::new();
+        let mut scratch = NhScratch::new();
         let mut chunks = msg.chunks_exact(CHUNK);
         for c in &mut chunks {
             let c: &[u8; CHUNK] = c.try_into().unwrap();
@@ -605,7 +661,7 @@ mod tests {
         }
         let rem = chunks.remainder();
         if !rem.is_empty() || msg.is_empty() {
-            let h = nh_tail::<2>(&u.keys.nh, rem);
+            let h = nh_tail::<2>(&u.keys.nh, rem, None);
             let bits = rem.len() as u64 * 8;
             out.push([h[0].wrapping_add(bits), h[1].wrapping_add(bits)]);
         }
@@ -715,6 +771,12 @@ mod tests {
                 assert!(u.tag(&vec![0xA5; n], b"m", &mut out).is_ok());
             }
         }
+    }
+
+    #[test]
+    fn umac_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Umac>();
     }
 
     #[test]
@@ -949,13 +1011,13 @@ mod tests {
         let chunk = pseudo_random(CHUNK, 7);
         let key_bytes: Vec<u8> = u.keys.nh.w.iter().flat_map(|w| w.to_be_bytes()).collect();
         let c: &[u8; CHUNK] = chunk.as_slice().try_into().unwrap();
-        let fast = nh_chunk::<4>(&u.keys.nh, c, &mut NhScratch::<4>::new());
+        let fast = nh_chunk::<4>(&u.keys.nh, c, &mut NhScratch::new());
         for (it, &v) in fast.iter().enumerate() {
             assert_eq!(v, ref_nh(&key_bytes[16 * it..16 * it + CHUNK], &chunk));
         }
         // All-ones data and key words that wrap: the 32-bit sums must wrap, the 64-bit sum too.
         let ones = [0xFFu8; CHUNK];
-        let fast = nh_chunk::<4>(&u.keys.nh, &ones, &mut NhScratch::<4>::new());
+        let fast = nh_chunk::<4>(&u.keys.nh, &ones, &mut NhScratch::new());
         for (it, &v) in fast.iter().enumerate() {
             assert_eq!(v, ref_nh(&key_bytes[16 * it..16 * it + CHUNK], &ones));
         }
