@@ -28,16 +28,18 @@ enum Fault {
     Duplicate,
     Reorder,
     Tamper,
+    Partition,
     Everything,
 }
 
-const FAULTS: [Fault; 7] = [
+const FAULTS: [Fault; 8] = [
     Fault::None,
     Fault::Loss,
     Fault::Delay,
     Fault::Duplicate,
     Fault::Reorder,
     Fault::Tamper,
+    Fault::Partition,
     Fault::Everything,
 ];
 
@@ -107,6 +109,7 @@ fn run(seed: u64) -> Result<(), SimFailure> {
         Fault::Tamper => {
             let _ = sim.add_rule(TamperRule(0.3));
         }
+        Fault::Partition => {} // cut and healed during the run, below
         Fault::Everything => {
             sim.add_rule(Loss(0.05));
             sim.add_rule(TamperRule(0.1));
@@ -128,6 +131,13 @@ fn run(seed: u64) -> Result<(), SimFailure> {
     for round in 0..150u64 {
         let payload = format!("seed {seed} message {round}").into_bytes();
         let load = if (40..90).contains(&round) { 0.95 } else { 0.2 };
+        if let Fault::Partition = fault {
+            match round {
+                60 => sim.partition(&[&[A], &[B]]),
+                90 => sim.heal(),
+                _ => {}
+            }
+        }
         let seq = sim.with_node(A, |m, _| {
             m.set_local_load(load);
             m.send(&payload)
@@ -199,6 +209,20 @@ fn run(seed: u64) -> Result<(), SimFailure> {
             delivered.len() == sent.len(),
             format!("{fault:?}: {} of {} delivered", delivered.len(), sent.len()),
         )?,
+        Fault::Partition => {
+            // Nothing sent across the cut arrives; everything sent after the heal does.
+            let cut = sent
+                .keys()
+                .copied()
+                .filter(|s| !delivered.contains_key(s))
+                .count();
+            sim.check(
+                (25..=35).contains(&cut),
+                format!("partition: {cut} messages lost, expected those of rounds 60 to 89"),
+            )?;
+            let last = *sent.keys().next_back().expect("sent");
+            sim.check(delivered.contains_key(&last), "no delivery after the heal")?;
+        }
         Fault::Loss | Fault::Tamper | Fault::Everything => sim.check(
             !delivered.is_empty() && delivered.len() < sent.len(),
             format!("{fault:?}: {} of {} delivered", delivered.len(), sent.len()),
@@ -209,7 +233,7 @@ fn run(seed: u64) -> Result<(), SimFailure> {
 
 #[test]
 fn protected_exchange_under_every_fault_rule() {
-    let ran = sweep(56, run);
+    let ran = sweep(64, run);
     assert!(ran >= 1);
 }
 
