@@ -7,6 +7,8 @@
 //! rounded up to a power of two. The walk comes from a per-packet secondary key, an AES-128
 //! keystream under the gear's selection key and the packet's sequence number (ACSA 2.4), so
 //! neither the adversary nor a replay of another packet's walk tells which words count.
+//! Block `i` of the keystream is `AES(seq ‖ i)` (both big-endian u64); each 64-bit half of a
+//! block, read little-endian, gives `floor(64 / log2(2L))` steps, lowest bits first.
 //!
 //! The covered bytes (header, body length, chosen words in order) are then authenticated with
 //! UMAC-64 under the gear's own UMAC key and the sequence number as nonce: NH is the fast
