@@ -273,7 +273,11 @@ pub fn figure4(points: &[Point]) -> String {
         .map(|p| p.size)
         .min_by_key(|&s| s.abs_diff(target))
         .unwrap_or(target);
-    let chosen: Vec<&Point> = points.iter().filter(|p| p.size == size).collect();
+    // The null gear has no tag to compute; its "speed" would stretch the axis meaninglessly.
+    let chosen: Vec<&Point> = points
+        .iter()
+        .filter(|p| p.size == size && p.gear.info().status != cohort_gears::GearStatus::Danger)
+        .collect();
     let (w, h, left, right, top, bottom) = (900.0, 560.0, 80.0, 40.0, 40.0, 70.0);
     let speeds: Vec<f64> = chosen
         .iter()
