@@ -279,6 +279,11 @@ pub enum ShiftReason {
         /// The new floor.
         floor_bits: f64,
     },
+    /// [`Controller::retire`] took the current gear off the ladder.
+    GearRetired {
+        /// The retired gear.
+        gear: GearId,
+    },
 }
 
 impl fmt::Display for ShiftReason {
@@ -291,6 +296,9 @@ impl fmt::Display for ShiftReason {
             ShiftReason::LowLoad { load } => write!(f, "low load {load:.2}"),
             ShiftReason::FloorRaised { floor_bits } => {
                 write!(f, "security floor raised to {floor_bits} bits")
+            }
+            ShiftReason::GearRetired { gear } => {
+                write!(f, "{gear} retired after too many failed verifications")
             }
         }
     }
@@ -513,6 +521,41 @@ impl Controller {
         Ok(shift)
     }
 
+    /// Takes `gear` off the ladder for good, e.g. because the receiver retired it after too
+    /// many failed verifications (its integrity limit): sending under it would only be
+    /// dropped. If it was the current gear, moves to the next stronger rung (or, at the top,
+    /// to the new top). On error (nothing would be left) nothing changes.
+    pub fn retire(&mut self, gear: GearId) -> Result<Option<Shift>, ConfigError> {
+        if !self.config.gears.contains(gear) {
+            return Ok(None);
+        }
+        let mut gears = self.config.gears;
+        gears.remove(gear);
+        let ladder = build_ladder(gears, self.config.floor_bits, self.config.require_privacy)?;
+        let from = self.current();
+        let pos = match ladder.iter().position(|&g| g == from) {
+            Some(pos) => pos,
+            // The current gear was retired: the rung above it (rungs above the current one
+            // are all still on the new ladder, in the same order, unless one was retired).
+            None => ladder
+                .iter()
+                .rposition(|g| g.info().forgery_bits > from.info().forgery_bits)
+                .unwrap_or(0),
+        };
+        self.config.gears = gears;
+        self.ladder = ladder;
+        self.pos = pos;
+        if self.current() == from {
+            return Ok(None);
+        }
+        self.last_shift = self.clock;
+        Ok(Some(Shift {
+            from,
+            to: self.current(),
+            reason: ShiftReason::GearRetired { gear },
+        }))
+    }
+
     fn shift_to(&mut self, pos: usize, now: Timestamp, reason: ShiftReason) -> Shift {
         let from = self.current();
         self.pos = pos;
@@ -617,7 +660,13 @@ fn build_ladder(
     if !floor_bits.is_finite() || floor_bits < 0.0 {
         return Err(ConfigError::InvalidFloor { floor_bits });
     }
-    let eligible = |g: &GearId| !require_privacy || g.info().kind == GearKind::Aead;
+    // The null gear is chosen only when it is the whole set: an explicit no-security stack
+    // for comparison, never a rung that load could push a sender down to.
+    let null_only = gears.iter().all(|g| g == GearId::DangerNullForTesting);
+    let eligible = |g: &GearId| {
+        (!require_privacy || g.info().kind == GearKind::Aead)
+            && (*g != GearId::DangerNullForTesting || null_only)
+    };
     let mut ladder: Vec<GearId> = gears
         .iter()
         .filter(eligible)
@@ -739,13 +788,11 @@ mod tests {
     }
 
     #[test]
-    fn null_gear_only_with_a_zero_floor() {
+    fn null_gear_only_alone_and_with_a_zero_floor() {
+        // Next to any other gear, the null gear is never a rung (load must not reach it).
         let gears = set(&[GearId::DangerNullForTesting, GearId::Partial256]);
         let ctl = Controller::new(config(0.0, gears)).unwrap();
-        assert_eq!(
-            ctl.ladder(),
-            &[GearId::Partial256, GearId::DangerNullForTesting]
-        );
+        assert_eq!(ctl.ladder(), &[GearId::Partial256]);
         let ctl = Controller::new(config(0.001, gears)).unwrap();
         assert_eq!(ctl.ladder(), &[GearId::Partial256]);
         let only_null = set(&[GearId::DangerNullForTesting]);
@@ -782,6 +829,37 @@ mod tests {
             }
         );
         assert!(!config(0.0, macs()).require_privacy);
+    }
+
+    #[test]
+    fn retiring_gears_moves_up_and_never_empties_the_ladder() {
+        let gears = set(&[GearId::HmacSha256, GearId::Umac64, GearId::Umac32]);
+        let mut ctl = Controller::new(config(0.0, gears)).unwrap();
+        // Retiring a gear that is not current changes the ladder only.
+        assert_eq!(ctl.retire(GearId::Umac64).unwrap(), None);
+        assert_eq!(ctl.ladder(), &[GearId::HmacSha256, GearId::Umac32]);
+        // Push down to umac-32 with sustained load, then retire it: back up to hmac-sha256.
+        let mut t = 0;
+        while ctl.current() != GearId::Umac32 {
+            t += 100;
+            assert!(t < 100_000, "never reached umac-32");
+            ctl.observe(&obs(t, 0.99, 0));
+        }
+        let shift = ctl.retire(GearId::Umac32).unwrap().unwrap();
+        assert_eq!((shift.from, shift.to), (GearId::Umac32, GearId::HmacSha256));
+        assert!(matches!(
+            shift.reason,
+            ShiftReason::GearRetired {
+                gear: GearId::Umac32
+            }
+        ));
+        // The last gear cannot go: that would leave nothing to send under.
+        let before = ctl.clone();
+        assert!(ctl.retire(GearId::HmacSha256).is_err());
+        assert_eq!(ctl, before);
+        // Retiring again, or a gear never agreed, is a no-op.
+        assert_eq!(ctl.retire(GearId::Umac32).unwrap(), None);
+        assert_eq!(ctl.retire(GearId::Aes128Gcm).unwrap(), None);
     }
 
     #[test]

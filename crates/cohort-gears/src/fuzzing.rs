@@ -23,7 +23,11 @@ fn all_keys() -> &'static GearKeys {
 /// fuzzer can reach past the tags). Returns whether the packet was accepted.
 pub fn unprotect_arbitrary(data: &[u8]) -> bool {
     let all: GearSet = ALL_GEARS.iter().map(|g| g.id).collect();
-    let mut rx = Unprotector::new(all_keys().clone(), ReceivePolicy::new(all, 0.0));
+    let policy = ReceivePolicy {
+        danger_accept_null_for_testing: true,
+        ..ReceivePolicy::new(all, 0.0)
+    };
+    let mut rx = Unprotector::new(all_keys().clone(), policy);
     let mut packet = data.to_vec();
     let accepted = rx.unprotect(&mut packet).is_ok();
     assert_eq!(rx.counters().accepted + rx.counters().dropped(), 1);
@@ -47,7 +51,11 @@ pub fn flip_one_bit(data: &[u8]) -> Option<FlipOutcome> {
     let bit = usize::from(u16::from_le_bytes([flip[0], flip[1]])) % (packet.len() * 8);
     packet[bit / 8] ^= 1 << (bit % 8);
     let body_start = crate::prefix_len(1) + header.len();
-    let mut rx = Unprotector::new(all_keys().clone(), ReceivePolicy::new(set, 0.0));
+    let policy = ReceivePolicy {
+        danger_accept_null_for_testing: true,
+        ..ReceivePolicy::new(set, 0.0)
+    };
+    let mut rx = Unprotector::new(all_keys().clone(), policy);
     let accepted = rx.unprotect(&mut packet).is_ok();
     Some(FlipOutcome {
         gear,

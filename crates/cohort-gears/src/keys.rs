@@ -34,14 +34,14 @@ enum KeyImpl {
     },
     Gmac {
         key: Box<dyn AeadKey>,
-        iv: [u8; IV_LEN],
+        iv: Zeroizing<[u8; IV_LEN]>,
     },
     Umac(Umac),
     Ifg(Box<Ifg>),
     Partial(Box<PartialMac>),
     Aead {
         key: Box<dyn AeadKey>,
-        iv: [u8; IV_LEN],
+        iv: Zeroizing<[u8; IV_LEN]>,
     },
 }
 
@@ -70,7 +70,7 @@ impl GearKey {
             material.expose_mut(),
         )?;
         let (key, iv_bytes) = material.expose().split_at(info.key_len);
-        let mut iv = [0u8; IV_LEN];
+        let mut iv = Zeroizing::new([0u8; IV_LEN]);
         iv.copy_from_slice(iv_bytes);
         let imp = match gear {
             GearId::DangerNullForTesting => KeyImpl::Null,
@@ -112,7 +112,6 @@ impl GearKey {
                 None => unreachable_gear(partial)?,
             },
         };
-        iv.fill(0);
         Ok(GearKey { info, imp })
     }
 

@@ -187,9 +187,9 @@ impl Protector {
             return Err(ProtectError::PacketTooLong);
         }
         for info in &infos {
-            if seq >= info.usage_limit
-                || self.sent[usize::from(info.id.to_u8())] >= info.usage_limit
-            {
+            // The limit counts packets protected under this gear's key, not sequence numbers
+            // (which every gear of the protector shares).
+            if self.sent[usize::from(info.id.to_u8())] >= info.usage_limit {
                 return Err(ProtectError::KeyExhausted(info.id));
             }
         }
@@ -214,6 +214,13 @@ impl Protector {
             self.sent[usize::from(g.to_u8())] += 1;
         }
         Ok(())
+    }
+
+    /// Pretends `count` packets were already protected under `gear` (tests of the usage
+    /// limit, which cannot send 2^23 packets).
+    #[cfg(test)]
+    pub(crate) fn set_sent_for_testing(&mut self, gear: GearId, count: u64) {
+        self.sent[usize::from(gear.to_u8())] = count;
     }
 
     fn check_gears(&self, gears: &[GearId]) -> Result<Vec<&'static GearInfo>, ProtectError> {
@@ -396,15 +403,20 @@ pub struct ReceivePolicy {
     pub floor_bits: f64,
     /// Which acceptable tag to verify.
     pub choice: TagChoice,
+    /// Accept [`GearId::DangerNullForTesting`] (no security at all) when it is in
+    /// `accepted`. Off unless set explicitly: for fuzzing, simulation and baselines only.
+    pub danger_accept_null_for_testing: bool,
 }
 
 impl ReceivePolicy {
-    /// Accepts every gear in `accepted` at or above `floor_bits`, verifying the strongest tag.
+    /// Accepts every gear in `accepted` at or above `floor_bits` (never the null gear),
+    /// verifying the strongest tag.
     pub fn new(accepted: GearSet, floor_bits: f64) -> Self {
         ReceivePolicy {
             accepted,
             floor_bits,
             choice: TagChoice::Strongest,
+            danger_accept_null_for_testing: false,
         }
     }
 }
@@ -425,10 +437,18 @@ pub struct Opened<'a> {
 }
 
 /// The gear ids a packet names, in order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct GearList {
     ids: [GearId; MAX_TAGS],
     len: usize,
+}
+
+impl fmt::Debug for GearList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.as_slice().iter().map(|g| g.name()))
+            .finish()
+    }
 }
 
 impl GearList {
@@ -616,6 +636,7 @@ impl Unprotector {
     fn choose(&self, gears: &GearList) -> Option<(usize, GearId)> {
         let acceptable = gears.as_slice().iter().enumerate().filter(|(_, &g)| {
             self.policy.accepted.contains(g)
+                && (g != GearId::DangerNullForTesting || self.policy.danger_accept_null_for_testing)
                 && self.keys.get(g).is_some()
                 && !self.retired.contains(g)
                 && g.info().forgery_bits >= self.policy.floor_bits
@@ -633,4 +654,28 @@ impl Unprotector {
 /// logging and for choosing a receiver. Nothing it returns is authenticated.
 pub fn peek(packet: &[u8]) -> Result<(u64, GearList), DropReason> {
     parse(packet).map(|l| (l.seq, l.gears))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_limit_counts_packets_under_the_gear_not_sequence_numbers() {
+        let set: GearSet = [GearId::Aes128Gcm, GearId::Umac64].into_iter().collect();
+        let keys = GearKeys::derive(&CryptoProvider::default_provider(), &[1; 32], set).unwrap();
+        let mut tx = Protector::new(keys);
+        let limit = GearId::Aes128Gcm.info().usage_limit;
+        let mut out = Vec::new();
+        // Sequence numbers far past the limit are fine while few packets used the key.
+        tx.protect_with_seq(limit + 5, &[GearId::Aes128Gcm], b"", b"", &mut out)
+            .unwrap();
+        tx.set_sent_for_testing(GearId::Aes128Gcm, limit);
+        assert_eq!(
+            tx.protect(&[GearId::Aes128Gcm], b"", b"", &mut out),
+            Err(ProtectError::KeyExhausted(GearId::Aes128Gcm))
+        );
+        // Other gears of the same protector go on.
+        tx.protect(&[GearId::Umac64], b"", b"", &mut out).unwrap();
+    }
 }

@@ -49,6 +49,11 @@ impl ReplayWindow {
 
     /// Whether `seq` would be accepted now.
     pub fn check(&self, seq: u64) -> Result<(), ReplayError> {
+        if seq == u64::MAX {
+            // Out of the sequence space senders may use: accepting it once would leave the
+            // window unable to tell a second copy.
+            return Err(ReplayError::TooOld);
+        }
         if seq >= self.top {
             return Ok(());
         }
