@@ -49,21 +49,21 @@ pub enum GearId {
     Umac128 = 0x14,
     /// Inner-function group with bit scattering (ACSA 3.2.1, Appendix A). Experimental.
     IfgExperimental = 0x20,
-    /// Partial MAC selecting about 1/2 of the body words (ACSA 3.3).
+    /// Partial MAC with L = 2: each body word covered with probability 2/(2L+1) = 0.400 (ACSA 3.3).
     Partial2 = 0x30,
-    /// Partial MAC, about 1/4.
+    /// Partial MAC with L = 4: each body word covered with probability 2/(2L+1) = 0.222.
     Partial4 = 0x31,
-    /// Partial MAC, about 1/8.
+    /// Partial MAC with L = 8: each body word covered with probability 2/(2L+1) = 0.118.
     Partial8 = 0x32,
-    /// Partial MAC, about 1/16.
+    /// Partial MAC with L = 16: each body word covered with probability 2/(2L+1) = 0.0606.
     Partial16 = 0x33,
-    /// Partial MAC, about 1/32.
+    /// Partial MAC with L = 32: each body word covered with probability 2/(2L+1) = 0.0308.
     Partial32 = 0x34,
-    /// Partial MAC, about 1/64.
+    /// Partial MAC with L = 64: each body word covered with probability 2/(2L+1) = 0.0155.
     Partial64 = 0x35,
-    /// Partial MAC, about 1/128.
+    /// Partial MAC with L = 128: each body word covered with probability 2/(2L+1) = 0.0078.
     Partial128 = 0x36,
-    /// Partial MAC, about 1/256.
+    /// Partial MAC with L = 256: each body word covered with probability 2/(2L+1) = 0.0039.
     Partial256 = 0x37,
     /// AES-128-GCM: authentication and privacy.
     Aes128Gcm = 0x40,
@@ -136,14 +136,17 @@ pub struct GearInfo {
 }
 
 impl GearInfo {
-    /// For partial MACs, the chance that one given body word far from the start is covered:
-    /// 1 / (mean step) = 2 / (2L + 1). `None` for other gears.
+    /// For partial MACs, the chance that any one given body word is covered: 1 / (mean step)
+    /// = 2 / (2L + 1), the same for every word because the walk's first landing is drawn
+    /// from its equilibrium distribution. `None` for other gears.
     pub fn selection_probability(&self) -> Option<f64> {
         self.partial_l.map(|l| 2.0 / (2.0 * f64::from(l) + 1.0))
     }
 
     /// For partial MACs, ACSA's escape probability (1 - p)^w that a change to `w` body words
-    /// spread far apart goes unnoticed (equation 4). `None` for other gears.
+    /// goes unnoticed (equation 4): exact for one word, close for words several L apart, and
+    /// too high for words closer than 2L (the walk cannot skip 2L of them);
+    /// [`crate::partial::escape_probability`] gives the exact figure. `None` for other gears.
     pub fn escape_probability(&self, w: u32) -> Option<f64> {
         self.selection_probability()
             .map(|p| (1.0 - p).powi(w as i32))
@@ -191,9 +194,10 @@ macro_rules! partial {
             tag_len: 8,
             forgery_bits: $bits,
             covered_forgery_bits: 60.0,
-            bound_derivation: "partial MAC: a change to one body word escapes with probability \
-                1 - 2/(2L+1) (the word is skipped by the pseudorandom walk); w words spread apart \
-                escape with about (1-p)^w; header and chosen words are covered by UMAC-64 (60 bits)",
+            bound_derivation: "partial MAC: a change to any one body word escapes with \
+                probability exactly 1 - 2/(2L+1) (the pseudorandom walk skips it); w words spread \
+                apart escape with about (1-p)^w; header, length and chosen words are covered by \
+                UMAC-64 (60 bits)",
             integrity_limit: integrity_limit_for(60),
             usage_limit: SEQ_SPACE,
             status: GearStatus::Standard,

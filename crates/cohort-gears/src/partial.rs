@@ -2,22 +2,24 @@
 //!
 //! The header (everything in the packet before the body) is always covered. Of the body,
 //! viewed as 64-bit words (a short last word is zero-padded), only words chosen by a
-//! pseudorandom walk are covered: starting before the first word, each step moves forward by
-//! a distance drawn uniformly from `[1, 2L]`, where `L` is the inverse of the selection rate
+//! pseudorandom walk are covered: the first landing is drawn from the walk's equilibrium
+//! distribution (see [`first_landing`]), and each step then moves forward by a distance
+//! drawn uniformly from `[1, 2L]`, where `L` is the inverse of the selection rate
 //! rounded up to a power of two. The walk comes from a per-packet secondary key, an AES-128
 //! keystream under the gear's selection key and the packet's sequence number (ACSA 2.4), so
 //! neither the adversary nor a replay of another packet's walk tells which words count.
-//! Block `i` of the keystream is `AES(seq ‖ i)` (both big-endian u64); each 64-bit half of a
-//! block, read little-endian, gives `floor(64 / log2(2L))` steps, lowest bits first.
+//! Block `i` of the keystream is `AES(seq ‖ i)` (both big-endian u64). Its first 64-bit half
+//! (read little-endian) places the first landing; every later half gives
+//! `floor(64 / log2(2L))` steps, lowest bits first.
 //!
 //! The covered bytes (header, body length, chosen words in order) are then authenticated with
 //! UMAC-64 under the gear's own UMAC key and the sequence number as nonce: NH is the fast
 //! inner function and UMAC's AES pad the strong outer function, as in ACSA's prototype.
 //!
 //! # Strength
-//! A word far from the start is chosen with probability `p = 2 / (2L + 1)` (one over the mean
-//! step). A change to `w` words that lie more than `2L` apart escapes with probability about
-//! `(1 - p)^w` (ACSA equation 4); the exact figure for any set of positions is computed by
+//! Every word, the first ones included, is chosen with probability `p = 2 / (2L + 1)` (one
+//! over the mean step). A change to `w` words that lie several `L` apart escapes with
+//! probability about `(1 - p)^w` (ACSA equation 4); the exact figure for any set of positions is computed by
 //! [`escape_probability`], which the tests compare with measured rates. Changes to covered
 //! data are caught as by UMAC-64 (about 2^-60 per attempt).
 
@@ -114,9 +116,9 @@ impl PartialMac {
         let mut batch = need.min(MAX_BATCH);
         let mut blocks = [[0u8; 16]; MAX_BATCH];
         let mut counter = 0u64;
-        // `next` is the index of the word after the last chosen one; the first step lands in
-        // [0, 2L - 1].
-        let mut next = 0usize;
+        // `next` is the index of the word after the last chosen one; `None` until the
+        // first landing is drawn.
+        let mut next: Option<usize> = None;
         loop {
             for (i, block) in blocks[..batch].iter_mut().enumerate() {
                 block[..8].copy_from_slice(&seq.to_be_bytes());
@@ -129,16 +131,27 @@ impl PartialMac {
                     let mut reservoir = u64::from_le_bytes([
                         half[0], half[1], half[2], half[3], half[4], half[5], half[6], half[7],
                     ]);
+                    let Some(mut at) = next else {
+                        // The first 64 bits place the first landing (see `first_landing`).
+                        let first = first_landing(reservoir, 1 << (bits - 1));
+                        if first >= words {
+                            return;
+                        }
+                        visit(first);
+                        next = Some(first + 1);
+                        continue;
+                    };
                     for _ in 0..steps_per_half {
                         let step = (reservoir & mask) as usize; // in [0, 2L - 1]: step - 1
                         reservoir >>= bits;
-                        let chosen = next + step;
+                        let chosen = at + step;
                         if chosen >= words {
                             return;
                         }
                         visit(chosen);
-                        next = chosen + 1;
+                        at = chosen + 1;
                     }
+                    next = Some(at);
                 }
             }
             batch = MAX_BATCH;
@@ -154,48 +167,75 @@ impl PartialMac {
     }
 }
 
-/// The exact probability that none of the word `positions` (sorted, distinct) is chosen by
-/// a walk with steps uniform in `[1, 2l]` starting before word 0.
+/// Where the walk lands first, from 64 uniform bits: word `k` in `[0, 2L)` with
+/// probability `(2L - k) / (L (2L + 1))`, the equilibrium distribution of a walk with steps
+/// uniform in `[1, 2L]`. Started this way, the walk covers *every* word, the first ones
+/// included, with the same probability `2 / (2L + 1)`; a walk started just before word 0
+/// would cover word 0 with only `1 / (2L)`.
 ///
-/// Dynamic programming over "where the walk stands": the walk chooses word `j` with
-/// probability `q[j]` = sum over `k` in `[1, 2l]` of `q[j - k] / (2l)`, with `q[-1] = 1`; a
-/// walk that avoids the given positions is computed the same way with those entries zeroed.
+/// The landing is the row of a point drawn uniformly from a triangle with rows of
+/// `2L, 2L - 1, ..., 1` points; the point comes from `x` by multiply-high, whose bias is at
+/// most `L (2L + 1) / 2^64`, below 2^-46.
+pub fn first_landing(x: u64, l: usize) -> usize {
+    let span = 2 * l as u64;
+    let points = l as u64 * (span + 1);
+    let r = ((u128::from(x) * u128::from(points)) >> 64) as u64; // uniform in [0, points)
+                                                                 // Points before row k: C(k) = k * 2L - k (k - 1) / 2. Find the largest k with C(k) <= r:
+                                                                 // start from the real root of C(k) = r and correct for rounding.
+    let before = |k: u64| k * span - k * k.saturating_sub(1) / 2;
+    let b = (2 * span + 1) as f64;
+    let mut k = ((b - (b * b - 8.0 * r as f64).max(0.0).sqrt()) / 2.0) as u64;
+    k = k.min(span - 1);
+    while k > 0 && before(k) > r {
+        k -= 1;
+    }
+    while k + 1 < span && before(k + 1) <= r {
+        k += 1;
+    }
+    k as usize
+}
+
+/// The exact probability that none of the words at `positions` is chosen by the walk of a
+/// partial MAC with parameter `l` (steps uniform in `[1, 2l]`, first landing as in
+/// [`first_landing`]), ignoring the first landing's bias of at most 2^-46.
+///
+/// Dynamic programming: `land[i]`, the probability that the walk lands on word `i` without
+/// having landed on any position before, is the first-landing probability of `i` plus
+/// `sum over k in [1, 2l] of land[i - k] / (2l)`. At a position that sum is the probability
+/// that the walk's first landing on a position is there; the walk escapes when that never
+/// happens. Positions may come in any order and repeat.
 pub fn escape_probability(positions: &[usize], l: u32) -> f64 {
-    let Some(&last) = positions.last() else {
+    let mut sorted = positions.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let (Some(&last), true) = (sorted.last(), l >= 1) else {
         return 1.0;
     };
     let span = 2 * l as usize;
-    // q[i + 1] is the probability that the walk, avoiding `positions`, lands on word i;
-    // q[0] stands for the start before word 0.
-    let mut q = vec![0.0f64; last + 2];
-    q[0] = 1.0;
-    let mut window = 1.0; // sum of q over the last `span` entries
-    let mut forbidden = positions.iter().peekable();
+    let norm = f64::from(l) * (span as f64 + 1.0);
+    let mut land = vec![0.0f64; last + 1];
+    let mut window = 0.0; // sum of land over the previous `span` words
+    let mut hit = 0.0;
+    let mut forbidden = sorted.iter().peekable();
     for i in 0..=last {
-        let mut land = window / span as f64;
+        let first = if i < span {
+            (span - i) as f64 / norm
+        } else {
+            0.0
+        };
+        let mut here = first + window / span as f64;
         if forbidden.peek() == Some(&&i) {
             forbidden.next();
-            land = 0.0;
+            hit += here;
+            here = 0.0;
         }
-        q[i + 1] = land;
-        window += land;
-        if i + 1 >= span {
-            window -= q[i + 1 - span];
-        }
-    }
-    // The walk escapes if it jumps past `last` from some landing point (or the start) without
-    // touching a position: sum over landing points j of q[j] * P(step carries past last).
-    let mut escape = 0.0;
-    for (j, &qj) in q.iter().enumerate() {
-        // Standing at word j - 1 (j = 0 is the start); the next landing is j - 1 + step.
-        let stand = j as isize - 1;
-        let need = last as isize - stand; // steps of at least `need + 1` clear the last word
-        if need < span as isize {
-            let over = span as isize - need;
-            escape += qj * over as f64 / span as f64;
+        land[i] = here;
+        window += here;
+        if i >= span {
+            window -= land[i - span];
         }
     }
-    escape
+    (1.0 - hit).max(0.0)
 }
 
 #[cfg(test)]
@@ -231,6 +271,28 @@ mod tests {
     }
 
     #[test]
+    fn first_landing_follows_the_equilibrium_distribution() {
+        for l in [1usize, 2, 4, 64, 256] {
+            let span = 2 * l;
+            let points = (l * (span + 1)) as u64;
+            // Sweep x over evenly spaced values (rounded up, so that x * points / 2^64 lands
+            // on i / 64 exactly): each row k must get (2L - k) * 64 of them.
+            let samples = points * 64;
+            let mut counts = vec![0u64; span];
+            for i in 0..samples {
+                let x = (((u128::from(i) << 64) + u128::from(samples) - 1) / u128::from(samples))
+                    as u64;
+                counts[first_landing(x, l)] += 1;
+            }
+            for (k, &c) in counts.iter().enumerate() {
+                assert_eq!(c, (span - k) as u64 * 64, "l={l} k={k}");
+            }
+            assert_eq!(first_landing(u64::MAX, l), span - 1);
+            assert_eq!(first_landing(0, l), 0);
+        }
+    }
+
+    #[test]
     fn walk_depends_on_sequence_number() {
         let pm = key(4);
         assert_ne!(pm.chosen_words(1, 1000), pm.chosen_words(2, 1000));
@@ -239,12 +301,20 @@ mod tests {
 
     #[test]
     fn exact_escape_probability_matches_simple_cases() {
-        // One word at position 0 with l = 2: chosen iff the first step is 1, p = 1/4.
-        assert!((escape_probability(&[0], 2) - 0.75).abs() < 1e-12);
-        // Far from the start, one word is chosen with probability 2 / (2l + 1).
-        let far = escape_probability(&[1000], 8);
-        assert!((far - (1.0 - 2.0 / 17.0)).abs() < 1e-9, "{far}");
+        // Every single word, the first included, is chosen with probability 2 / (2l + 1).
+        for l in [1u32, 2, 8, 64] {
+            let p = 2.0 / (2.0 * f64::from(l) + 1.0);
+            for word in [0usize, 1, 2, 2 * l as usize - 1, 1000] {
+                let e = escape_probability(&[word], l);
+                assert!((e - (1.0 - p)).abs() < 1e-9, "l={l} word={word}: {e}");
+            }
+        }
         assert_eq!(escape_probability(&[], 8), 1.0);
+        // Order and repeats do not matter.
+        assert_eq!(
+            escape_probability(&[9, 3, 3], 2),
+            escape_probability(&[3, 9], 2)
+        );
     }
 
     #[test]
