@@ -280,8 +280,7 @@ mod tests {
             let samples = points * 64;
             let mut counts = vec![0u64; span];
             for i in 0..samples {
-                let x = (((u128::from(i) << 64) + u128::from(samples) - 1) / u128::from(samples))
-                    as u64;
+                let x = (u128::from(i) << 64).div_ceil(u128::from(samples)) as u64;
                 counts[first_landing(x, l)] += 1;
             }
             for (k, &c) in counts.iter().enumerate() {
