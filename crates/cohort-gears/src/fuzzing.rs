@@ -34,6 +34,28 @@ pub fn unprotect_arbitrary(data: &[u8]) -> bool {
     accepted
 }
 
+/// Feeds `data` to the feedback parser of [`crate::link`]; returns whether it parsed. A
+/// report that parses must survive a round trip through its own encoding rules.
+pub fn parse_feedback_arbitrary(data: &[u8]) -> bool {
+    match crate::link::parse_feedback(data) {
+        Some(report) => {
+            assert!((0.0..=1.0).contains(&report.load));
+            assert_eq!(
+                data.len(),
+                19 + report.retired.iter().count() + duplicates(data)
+            );
+            true
+        }
+        None => false,
+    }
+}
+
+/// Repeated retired ids in a feedback body (they collapse in the set).
+fn duplicates(data: &[u8]) -> usize {
+    let ids = data.get(19..).unwrap_or(&[]);
+    ids.len() - ids.iter().collect::<std::collections::BTreeSet<_>>().len()
+}
+
 /// Uses `data` to pick gears, header, body and one bit to flip; protects, flips, and
 /// unprotects. Returns what happened, or `None` when `data` did not describe a protectable
 /// packet. A flipped packet must be refused unless [`FlipOutcome::acceptance_allowed`].

@@ -12,8 +12,16 @@
 //! * Data goes under the controller's current gear; with `companion_strong_tag`, a packet
 //!   under a fast gear also carries the strongest agreed tag, so a receiver with spare CPU
 //!   verifies that one instead (ACSA 3.4).
-//! * Feedback reports (the receiver's load and its count of failed verifications) always go
-//!   under the strongest agreed gear: control traffic is never weakened (ACSA 4.1).
+//! * Feedback reports (the receiver's load, its count of failed verifications and the gears
+//!   it retired) always go under the controller's strongest gear: control traffic is never
+//!   weakened (ACSA 4.1). Only a report newer than every earlier one counts, and a report
+//!   older than [`FEEDBACK_STALE_AFTER`] feedback intervals is forgotten, so reordering or
+//!   dropping reports cannot fake a failure burst or freeze an old load.
+//! * A gear the peer retired (it hit its integrity limit there) leaves this end's ladder.
+//!
+//! # Keys
+//! The shared secret must be fresh for every link (a new key exchange each time): sequence
+//! numbers start at 0, so two links under one secret would reuse AEAD and GMAC nonces.
 //! * The receiver verifies the strongest acceptable tag, or the cheapest while its own load
 //!   is above the controller's high-water mark.
 
@@ -31,7 +39,10 @@ use std::time::Duration;
 
 const KIND_DATA: u8 = 1;
 const KIND_FEEDBACK: u8 = 2;
-const FEEDBACK_LEN: usize = 2 + 8 + 8;
+/// Fixed part of a feedback body: load, failures, replays, number of retired gears.
+const FEEDBACK_FIXED_LEN: usize = 2 + 8 + 8 + 1;
+/// Feedback older than this many feedback intervals is forgotten.
+pub const FEEDBACK_STALE_AFTER: u32 = 4;
 /// Packets waiting to be sent before `send` refuses more (back-pressure).
 const MAX_OUTBOX: usize = 1024;
 
@@ -76,6 +87,8 @@ pub enum LinkError {
     Controller(crate::controller::ConfigError),
     /// Key derivation failed (secret shorter than 16 bytes, or a backend failure).
     Keys(CryptoError),
+    /// A link setting is unusable.
+    Config(&'static str),
 }
 
 impl std::fmt::Display for LinkError {
@@ -83,6 +96,7 @@ impl std::fmt::Display for LinkError {
         match self {
             LinkError::Controller(e) => write!(f, "controller configuration: {e:?}"),
             LinkError::Keys(e) => write!(f, "key derivation: {e}"),
+            LinkError::Config(what) => f.write_str(what),
         }
     }
 }
@@ -130,6 +144,8 @@ pub enum LinkEvent {
     },
     /// The controller changed the sending gear.
     GearShifted(Shift),
+    /// The peer retired the only gear this end could still send under: rekey.
+    PeerRetiredLastGear(GearId),
     /// The peer reported its load and failures.
     Feedback {
         /// Peer's load, 0.0 to 1.0.
@@ -161,6 +177,9 @@ pub struct GearLink {
     controller: Controller,
     local_load: f32,
     peer_feedback: Option<ReceiverFeedback>,
+    /// When the newest feedback arrived, and its sequence number.
+    peer_feedback_at: Timestamp,
+    peer_feedback_seq: Option<u64>,
     timers: TimerTable<LinkTimer, 2>,
     outbox: VecDeque<Vec<u8>>,
     events: VecDeque<LinkEvent>,
@@ -186,6 +205,11 @@ impl GearLink {
         config: LinkConfig,
         now: Timestamp,
     ) -> Result<GearLink, LinkError> {
+        if config.feedback_interval.is_zero() || config.control_interval.is_zero() {
+            return Err(LinkError::Config(
+                "feedback and control intervals must be above zero",
+            ));
+        }
         let gears = config.controller.gears;
         let controller =
             Controller::new(config.controller.clone()).map_err(LinkError::Controller)?;
@@ -204,7 +228,16 @@ impl GearLink {
             GearKeys::derive(provider, secret.expose(), gears)
         };
         let tx = Protector::new(direction(send_label).map_err(LinkError::Keys)?);
-        let policy = ReceivePolicy::new(gears, config.controller.floor_bits);
+        // A link that requires privacy accepts only encrypted packets, too.
+        let accepted: GearSet = if config.controller.require_privacy {
+            gears
+                .iter()
+                .filter(|g| g.info().kind == GearKind::Aead)
+                .collect()
+        } else {
+            gears
+        };
+        let policy = ReceivePolicy::new(accepted, config.controller.floor_bits);
         let rx = Unprotector::new(direction(recv_label).map_err(LinkError::Keys)?, policy);
         let mut timers = TimerTable::new();
         timers.set(LinkTimer::Feedback, now + config.feedback_interval);
@@ -217,6 +250,8 @@ impl GearLink {
             controller,
             local_load: 0.0,
             peer_feedback: None,
+            peer_feedback_at: now,
+            peer_feedback_seq: None,
             timers,
             outbox: VecDeque::new(),
             events: VecDeque::new(),
@@ -281,14 +316,17 @@ impl GearLink {
     }
 
     fn send_feedback(&mut self) {
-        let mut body = Vec::with_capacity(FEEDBACK_LEN);
+        let retired: Vec<u8> = self.rx.retired().iter().map(GearId::to_u8).collect();
+        let mut body = Vec::with_capacity(FEEDBACK_FIXED_LEN + retired.len());
         let load = (self.local_load.clamp(0.0, 1.0) * 1000.0) as u16;
         Writer::new(&mut body)
             .u16(load)
             .u64(self.rx.counters().auth_failed)
-            .u64(self.rx.counters().replayed);
+            .u64(self.rx.counters().replayed)
+            .u8(retired.len() as u8) // at most 256 gear ids exist, fewer are ever agreed
+            .bytes(&retired);
         let mut packet = Vec::new();
-        // Control traffic always goes under the strongest agreed gear.
+        // Control traffic always goes under the strongest gear the controller has.
         let strongest = self.controller.strongest();
         if self
             .tx
@@ -299,7 +337,38 @@ impl GearLink {
         }
     }
 
+    fn take_feedback(&mut self, now: Timestamp, seq: u64, report: FeedbackReport) {
+        self.peer_feedback_seq = Some(seq);
+        self.peer_feedback_at = now;
+        self.peer_feedback = Some(ReceiverFeedback {
+            load: report.load,
+            auth_failures: report.auth_failures,
+        });
+        self.events.push_back(LinkEvent::Feedback {
+            load: report.load,
+            auth_failures: report.auth_failures,
+        });
+        for gear in report.retired.iter() {
+            match self.controller.retire(gear) {
+                Ok(Some(shift)) => self.events.push_back(LinkEvent::GearShifted(shift)),
+                Ok(None) => {}
+                // The last gear cannot be retired; the link needs a new key (the caller
+                // sees every send dropped by the peer, and the retired gear in its events).
+                Err(_) => self.events.push_back(LinkEvent::PeerRetiredLastGear(gear)),
+            }
+        }
+        self.observe(now);
+    }
+
     fn observe(&mut self, now: Timestamp) {
+        let stale = now.saturating_duration_since(self.peer_feedback_at)
+            > self.config.feedback_interval * FEEDBACK_STALE_AFTER;
+        if stale {
+            // Keep the failure count (a baseline for the next report), forget the load.
+            if let Some(f) = self.peer_feedback.as_mut() {
+                f.load = f32::NAN;
+            }
+        }
         let obs = Observation {
             now,
             local_load: self.local_load,
@@ -312,15 +381,41 @@ impl GearLink {
     }
 }
 
-fn parse_feedback(body: &[u8]) -> Option<(f32, u64)> {
+/// A feedback report as it travels (see `docs/wire.md`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FeedbackReport {
+    /// The sender's load, 0.0 to 1.0.
+    pub load: f32,
+    /// Failed verifications at the sender of the report, cumulative.
+    pub auth_failures: u64,
+    /// Replayed packets it dropped, cumulative.
+    pub replayed: u64,
+    /// Gears it retired (integrity limit reached).
+    pub retired: GearSet,
+}
+
+/// Parses a feedback body; `None` if it is malformed (length, load above 1000 per mille,
+/// or an unknown gear id).
+pub fn parse_feedback(body: &[u8]) -> Option<FeedbackReport> {
     let mut r = Reader::new(body);
     let load = r.u16().ok()?;
-    let failures = r.u64().ok()?;
-    let _replayed = r.u64().ok()?;
+    let auth_failures = r.u64().ok()?;
+    let replayed = r.u64().ok()?;
+    let n = r.u8().ok()?;
+    let ids = r.bytes(usize::from(n)).ok()?;
     if !r.is_empty() || load > 1000 {
         return None;
     }
-    Some((f32::from(load) / 1000.0, failures))
+    let mut retired = GearSet::empty();
+    for &id in ids {
+        retired.insert(GearId::from_u8(id)?);
+    }
+    Some(FeedbackReport {
+        load: f32::from(load) / 1000.0,
+        auth_failures,
+        replayed,
+        retired,
+    })
 }
 
 impl Machine for GearLink {
@@ -344,22 +439,22 @@ impl Machine for GearLink {
                 payload: opened.body.to_vec(),
             }),
             [KIND_FEEDBACK] => {
-                // Feedback must come under a gear at least as strong as the strongest agreed.
+                // Feedback must come under a gear at least as strong as this end's strongest.
                 let strong_enough = opened.verified_by.info().forgery_bits
                     >= self.controller.strongest().info().forgery_bits;
+                // Only a report newer than every earlier one counts: a reordered old report
+                // would look like a counter reset, i.e. like a burst of failures.
+                let newer = self.peer_feedback_seq.is_none_or(|last| opened.seq > last);
+                let seq = opened.seq;
                 match parse_feedback(opened.body) {
-                    Some((load, auth_failures)) if strong_enough => {
-                        self.peer_feedback = Some(ReceiverFeedback {
-                            load,
-                            auth_failures,
-                        });
-                        self.events.push_back(LinkEvent::Feedback {
-                            load,
-                            auth_failures,
-                        });
-                        self.observe(now);
-                    }
-                    _ => self.events.push_back(LinkEvent::Dropped {
+                    _ if !strong_enough => self.events.push_back(LinkEvent::Dropped {
+                        reason: DropReason::NoAcceptableTag,
+                    }),
+                    Some(_) if !newer => self.events.push_back(LinkEvent::Dropped {
+                        reason: DropReason::Replayed,
+                    }),
+                    Some(report) => self.take_feedback(now, seq, report),
+                    None => self.events.push_back(LinkEvent::Dropped {
                         reason: DropReason::Malformed,
                     }),
                 }
@@ -403,5 +498,223 @@ impl Machine for GearLink {
 
     fn poll_event(&mut self) -> Option<LinkEvent> {
         self.events.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::ShiftReason;
+    use std::net::{Ipv4Addr, SocketAddr};
+
+    const A_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 1);
+    const B_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 2);
+
+    fn pair(gears: &[GearId], floor: f64) -> (GearLink, GearLink) {
+        let set: GearSet = gears.iter().copied().collect();
+        let mut config = LinkConfig::new(floor, set);
+        config.controller.dwell = Duration::from_millis(200);
+        let p = CryptoProvider::default_provider();
+        let a = GearLink::new(
+            &p,
+            &[7; 32],
+            Role::Initiator,
+            B_ADDR,
+            config.clone(),
+            Timestamp::ZERO,
+        )
+        .unwrap();
+        let b = GearLink::new(
+            &p,
+            &[7; 32],
+            Role::Responder,
+            A_ADDR,
+            config,
+            Timestamp::ZERO,
+        )
+        .unwrap();
+        (a, b)
+    }
+
+    /// Everything `from` wants to send.
+    fn drain(from: &mut GearLink, now: Timestamp) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        while let Some(t) = from.poll_transmit(now, &mut buf) {
+            out.push(buf[..t.size].to_vec());
+            buf.clear();
+        }
+        out
+    }
+
+    fn events(link: &mut GearLink) -> Vec<LinkEvent> {
+        std::iter::from_fn(|| link.poll_event()).collect()
+    }
+
+    fn forge(into: &mut GearLink, gear: GearId, n: u64, now: Timestamp) {
+        let set: GearSet = [gear].into_iter().collect();
+        let keys = GearKeys::derive(&CryptoProvider::default_provider(), &[9; 32], set).unwrap();
+        let mut forger = Protector::new(keys);
+        for i in 0..n {
+            let mut p = Vec::new();
+            forger
+                .protect_with_seq(1_000_000 + i, &[gear], &[KIND_DATA], b"x", &mut p)
+                .unwrap();
+            into.handle_datagram(now, A_ADDR, &p);
+        }
+    }
+
+    #[test]
+    fn zero_intervals_are_refused() {
+        let set: GearSet = [GearId::Umac64].into_iter().collect();
+        let mut config = LinkConfig::new(0.0, set);
+        config.feedback_interval = Duration::ZERO;
+        let p = CryptoProvider::default_provider();
+        let err = GearLink::new(
+            &p,
+            &[1; 32],
+            Role::Initiator,
+            B_ADDR,
+            config,
+            Timestamp::ZERO,
+        );
+        assert!(matches!(err, Err(LinkError::Config(_))));
+    }
+
+    #[test]
+    fn a_reordered_old_report_is_not_a_failure_burst() {
+        let (mut a, mut b) = pair(&[GearId::HmacSha256_128, GearId::Umac64], 0.0);
+        let t = |ms| Timestamp::from_millis(ms);
+        forge(&mut b, GearId::HmacSha256_128, 5, t(10));
+        b.handle_timeout(t(100)); // report 1: 5 failures
+        let first = drain(&mut b, t(100));
+        forge(&mut b, GearId::HmacSha256_128, 5, t(150));
+        b.handle_timeout(t(200)); // report 2: 10 failures
+        let second = drain(&mut b, t(200));
+        assert!(!first.is_empty() && !second.is_empty());
+        for p in second.iter().chain(&first) {
+            a.handle_datagram(t(210), B_ADDR, p);
+        }
+        let evs = events(&mut a);
+        assert!(
+            evs.contains(&LinkEvent::Dropped {
+                reason: DropReason::Replayed
+            }),
+            "{evs:?}"
+        );
+        // 10 failures in all, in two honest reports; the stale one must not add 5 more.
+        let feedback: Vec<_> = evs
+            .iter()
+            .filter(|e| matches!(e, LinkEvent::Feedback { .. }))
+            .collect();
+        assert_eq!(feedback.len(), 1);
+        assert_eq!(a.peer_feedback.map(|f| f.auth_failures), Some(10));
+    }
+
+    #[test]
+    fn a_gear_the_peer_retired_leaves_the_ladder() {
+        let (mut a, mut b) = pair(&[GearId::HmacSha256_128, GearId::Umac32], 0.0);
+        // Push A down to umac-32 with sustained load.
+        a.set_local_load(0.99);
+        let mut now = Timestamp::ZERO;
+        while a.current_gear() != GearId::Umac32 {
+            now += Duration::from_millis(50);
+            assert!(now < Timestamp::from_millis(10_000), "never shifted down");
+            a.handle_timeout(now);
+        }
+        // An attacker spends umac-32's integrity limit at B.
+        forge(
+            &mut b,
+            GearId::Umac32,
+            GearId::Umac32.info().integrity_limit,
+            now,
+        );
+        assert!(b.rx.retired().contains(GearId::Umac32));
+        // B's next report takes umac-32 off A's ladder, and A's data gets through again.
+        now += Duration::from_millis(100);
+        b.handle_timeout(now);
+        for p in drain(&mut b, now) {
+            a.handle_datagram(now, B_ADDR, &p);
+        }
+        let shifted = events(&mut a).into_iter().any(|e| {
+            matches!(e, LinkEvent::GearShifted(s)
+                if s.reason == ShiftReason::GearRetired { gear: GearId::Umac32 })
+        });
+        assert!(shifted);
+        assert_eq!(a.current_gear(), GearId::HmacSha256_128);
+        assert!(!a.controller().ladder().contains(&GearId::Umac32));
+        a.send(b"after").unwrap();
+        events(&mut b);
+        for p in drain(&mut a, now) {
+            b.handle_datagram(now, A_ADDR, &p);
+        }
+        assert!(events(&mut b)
+            .iter()
+            .any(|e| matches!(e, LinkEvent::Delivered { .. })));
+    }
+
+    #[test]
+    fn stale_feedback_stops_driving_the_controller() {
+        let gears = [
+            GearId::HmacSha256,
+            GearId::Umac128,
+            GearId::Umac96,
+            GearId::Umac64,
+            GearId::Umac32,
+        ];
+        let (mut a, mut b) = pair(&gears, 0.0);
+        b.set_local_load(0.99);
+        let t = |ms| Timestamp::from_millis(ms);
+        b.handle_timeout(t(100)); // one report of high load, then nothing more reaches A
+        for p in drain(&mut b, t(100)) {
+            a.handle_datagram(t(100), B_ADDR, &p);
+        }
+        let mut now = t(100);
+        while now < t(5_000) {
+            now += Duration::from_millis(50);
+            a.handle_timeout(now);
+        }
+        // The report counts for FEEDBACK_STALE_AFTER intervals (400 ms): enough for at most
+        // two 200 ms dwells. A frozen report would have walked A to the bottom; instead, once
+        // it is stale, A's own low load brings it back to the top.
+        let downs = events(&mut a)
+            .into_iter()
+            .filter(|e| matches!(e, LinkEvent::GearShifted(s) if matches!(s.reason, ShiftReason::HighLoad { .. })))
+            .count();
+        assert!((1..=2).contains(&downs), "{downs} downshifts");
+        assert_eq!(a.current_gear(), GearId::HmacSha256);
+    }
+
+    #[test]
+    fn privacy_links_refuse_clear_packets() {
+        let (_, mut b) = pair(&[GearId::Aes128Gcm, GearId::HmacSha256], 0.0);
+        let set: GearSet = [GearId::HmacSha256].into_iter().collect();
+        // Even a correctly keyed MAC-only packet is refused on a link that requires privacy.
+        let p = CryptoProvider::default_provider();
+        let mut secret = cohort_crypto::Secret::zeroed(32);
+        p.hkdf_sha256
+            .derive(
+                b"cohort-link/v1",
+                &[7; 32],
+                &[b"initiator to responder"],
+                secret.expose_mut(),
+            )
+            .unwrap();
+        let mut tx = Protector::new(GearKeys::derive(&p, secret.expose(), set).unwrap());
+        let mut packet = Vec::new();
+        tx.protect(
+            &[GearId::HmacSha256],
+            &[KIND_DATA],
+            b"in clear",
+            &mut packet,
+        )
+        .unwrap();
+        b.handle_datagram(Timestamp::ZERO, A_ADDR, &packet);
+        assert_eq!(
+            events(&mut b),
+            vec![LinkEvent::Dropped {
+                reason: DropReason::NoAcceptableTag
+            }]
+        );
     }
 }

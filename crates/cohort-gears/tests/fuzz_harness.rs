@@ -48,3 +48,31 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The feedback parser never panics; well-formed reports parse.
+    #[test]
+    fn feedback_parser_never_panics(data in prop::collection::vec(any::<u8>(), 0..64)) {
+        let _ = cohort_gears::fuzzing::parse_feedback_arbitrary(&data);
+    }
+
+    #[test]
+    fn well_formed_feedback_parses(load in 0u16..=1000, fails: u64, replays: u64,
+                                   retired in prop::collection::vec(0usize..ALL_GEARS.len(), 0..5)) {
+        let mut body = Vec::new();
+        body.extend_from_slice(&load.to_be_bytes());
+        body.extend_from_slice(&fails.to_be_bytes());
+        body.extend_from_slice(&replays.to_be_bytes());
+        body.push(retired.len() as u8);
+        body.extend(retired.iter().map(|&i| ALL_GEARS[i].id.to_u8()));
+        let report = cohort_gears::link::parse_feedback(&body).unwrap();
+        prop_assert_eq!(report.auth_failures, fails);
+        prop_assert_eq!(report.replayed, replays);
+        for &i in &retired {
+            prop_assert!(report.retired.contains(ALL_GEARS[i].id));
+        }
+        prop_assert!(cohort_gears::fuzzing::parse_feedback_arbitrary(&body));
+        body.push(0);
+        prop_assert!(cohort_gears::link::parse_feedback(&body).is_none());
+    }
+}

@@ -31,7 +31,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     gears: Vec<String>,
     /// Check the project's speed goals instead: ratios to hmac-sha256 in this run.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["json", "svg", "gears", "sizes"])]
     goals: bool,
 }
 
@@ -214,7 +214,8 @@ fn baseline(points: &[Point], size: usize) -> Option<f64> {
         .map(|p| p.bytes_per_sec)
 }
 
-/// The nominal clock from /proc/cpuinfo, for an approximate cycles-per-byte column.
+/// The clock rate /proc/cpuinfo reports (the first core's, at the time of reading), for an
+/// approximate cycles-per-byte column.
 fn cpu_mhz() -> Option<f64> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     info.lines()
@@ -225,7 +226,7 @@ fn cpu_mhz() -> Option<f64> {
 
 fn print_table(points: &[Point], mhz: Option<f64>) {
     match mhz {
-        Some(m) => println!("cycles/byte assume the nominal {m:.0} MHz from /proc/cpuinfo"),
+        Some(m) => println!("cycles/byte assume {m:.0} MHz, the clock /proc/cpuinfo reports"),
         None => println!("cycles/byte unavailable (no clock rate in /proc/cpuinfo)"),
     }
     println!(

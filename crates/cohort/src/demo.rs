@@ -140,8 +140,9 @@ pub fn run(args: &DemoArgs) -> Result<(), UsageError> {
         }
         if sim.now() >= next_send {
             let payload = vec![0x42u8; 1200];
-            let _ = sim.with_node(ALICE, |m, _| m.send(&payload));
-            stats.sent += 1;
+            if sim.with_node(ALICE, |m, _| m.send(&payload)).is_ok() {
+                stats.sent += 1;
+            }
             next_send = sim.now() + SEND_EVERY;
         }
         let until = next_send.min(
@@ -277,6 +278,11 @@ fn narrate(at: Timestamp, node: NodeId, event: &LinkEvent, verbose: bool, stats:
             } else if stats.auth_drops_shown == 4 {
                 println!("{at}  {who} ... (further auth-failed drops counted in the summary)");
             }
+        }
+        LinkEvent::PeerRetiredLastGear(gear) => {
+            println!(
+                "{at}  {who} peer retired {gear}, the last gear left: the link needs a new key"
+            );
         }
         LinkEvent::Feedback {
             load,

@@ -198,3 +198,18 @@ fn demo_tells_the_story_and_no_forgery_gets_through() {
         "the forgery burst should shift up:\n{stdout}"
     );
 }
+
+#[test]
+fn a_closed_pipe_is_not_a_crash() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["gears", "list"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read nothing and close our end, like `| head -0`.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+}
