@@ -8,9 +8,9 @@
 //! rounded up to a power of two. The walk comes from a per-packet secondary key, an AES-128
 //! keystream under the gear's selection key and the packet's sequence number (ACSA 2.4), so
 //! neither the adversary nor a replay of another packet's walk tells which words count.
-//! Block `i` of the keystream is `AES(seq ‖ i)` (both big-endian u64). Its first 64-bit half
-//! (read little-endian) places the first landing; every later half gives
-//! `floor(64 / log2(2L))` steps, lowest bits first.
+//! Block `i` of the keystream is `AES(seq ‖ i)` (both big-endian u64). Block 0 (its two
+//! 64-bit halves, read little-endian) places the first landing; every half of every later
+//! block gives `floor(64 / log2(2L))` steps, lowest bits first.
 //!
 //! The covered bytes (header, body length, chosen words in order) are then authenticated with
 //! UMAC-64 under the gear's own UMAC key and the sequence number as nonce: NH is the fast
@@ -83,18 +83,13 @@ impl PartialMac {
             covered.reserve(header.len() + 8 + (self.expected_steps(words) + 16) * 8);
             covered.extend_from_slice(header);
             covered.extend_from_slice(&(body.len() as u64).to_le_bytes());
-            self.walk(seq, words, |index| {
-                if index < full_words {
-                    covered.extend_from_slice(&body[index * 8..index * 8 + 8]);
-                } else {
-                    // The zero-padded last word.
-                    let mut last = [0u8; 8];
-                    let tail = &body[index * 8..];
-                    last[..tail.len()].copy_from_slice(tail);
-                    covered.extend_from_slice(&last);
-                }
-            });
-            self.umac.tag(&seq.to_be_bytes(), covered, out)
+            let mut gather = Gather {
+                body,
+                full_words,
+                covered,
+            };
+            self.walk(seq, words, &mut gather);
+            self.umac.tag(&seq.to_be_bytes(), gather.covered, out)
         })
     }
 
@@ -104,7 +99,8 @@ impl PartialMac {
     }
 
     /// Calls `visit` with the index of every chosen word below `words`, in order.
-    fn walk(&self, seq: u64, words: usize, mut visit: impl FnMut(usize)) {
+    #[inline]
+    fn walk(&self, seq: u64, words: usize, visitor: &mut impl Visit) {
         let bits = self.step_bits;
         let mask = (1u64 << bits) - 1;
         // Each 64-bit half of a keystream block gives floor(64 / bits) steps, low bits first.
@@ -112,49 +108,54 @@ impl PartialMac {
         let steps_per_block = 2 * steps_per_half;
         // Encrypt only as many keystream blocks as the walk will probably need, then more
         // in batches if it runs long.
-        let need = (self.expected_steps(words) + 8) / steps_per_block as usize + 1;
+        let need = (self.expected_steps(words) + 8) / steps_per_block as usize + 2;
         let mut batch = need.min(MAX_BATCH);
         let mut blocks = [[0u8; 16]; MAX_BATCH];
         let mut counter = 0u64;
-        // `next` is the index of the word after the last chosen one; `None` until the
-        // first landing is drawn.
-        let mut next: Option<usize> = None;
-        loop {
-            for (i, block) in blocks[..batch].iter_mut().enumerate() {
+        let fill = |blocks: &mut [[u8; 16]], counter: &mut u64| {
+            for (i, block) in blocks.iter_mut().enumerate() {
                 block[..8].copy_from_slice(&seq.to_be_bytes());
-                block[8..].copy_from_slice(&(counter + i as u64).to_be_bytes());
+                block[8..].copy_from_slice(&(*counter + i as u64).to_be_bytes());
             }
-            counter += batch as u64;
-            self.select.encrypt_blocks(&mut blocks[..batch]);
+            *counter += blocks.len() as u64;
+            self.select.encrypt_blocks(blocks);
+        };
+        fill(&mut blocks[..batch], &mut counter);
+        // The first block places the first landing (see `first_landing`); the steps start
+        // with the second block.
+        let first = first_landing(
+            half_u64(&blocks[0], 0),
+            half_u64(&blocks[0], 1),
+            1 << (bits - 1),
+        );
+        if first >= words {
+            return;
+        }
+        visitor.visit(first);
+        // `next` is the index of the word after the last chosen one.
+        let mut next = first + 1;
+        let mut skip_first_block = true;
+        loop {
             for block in &blocks[..batch] {
-                for half in block.chunks_exact(8) {
-                    let mut reservoir = u64::from_le_bytes([
-                        half[0], half[1], half[2], half[3], half[4], half[5], half[6], half[7],
-                    ]);
-                    let Some(mut at) = next else {
-                        // The first 64 bits place the first landing (see `first_landing`).
-                        let first = first_landing(reservoir, 1 << (bits - 1));
-                        if first >= words {
-                            return;
-                        }
-                        visit(first);
-                        next = Some(first + 1);
-                        continue;
-                    };
+                if std::mem::take(&mut skip_first_block) {
+                    continue;
+                }
+                for h in 0..2 {
+                    let mut reservoir = half_u64(block, h);
                     for _ in 0..steps_per_half {
                         let step = (reservoir & mask) as usize; // in [0, 2L - 1]: step - 1
                         reservoir >>= bits;
-                        let chosen = at + step;
+                        let chosen = next + step;
                         if chosen >= words {
                             return;
                         }
-                        visit(chosen);
-                        at = chosen + 1;
+                        visitor.visit(chosen);
+                        next = chosen + 1;
                     }
-                    next = Some(at);
                 }
             }
             batch = MAX_BATCH;
+            fill(&mut blocks[..batch], &mut counter);
         }
     }
 
@@ -162,42 +163,75 @@ impl PartialMac {
     /// for tools that show the walk).
     pub fn chosen_words(&self, seq: u64, words: usize) -> Vec<usize> {
         let mut out = Vec::new();
-        self.walk(seq, words, |i| out.push(i));
+        self.walk(seq, words, &mut out);
         out
     }
 }
 
-/// Where the walk lands first, from 64 uniform bits: word `k` in `[0, 2L)` with
+/// Receives the walk's chosen word indices. A trait rather than a closure so that the
+/// gather is forced inline into the walk's loop (it is the hot path).
+trait Visit {
+    fn visit(&mut self, index: usize);
+}
+
+impl Visit for Vec<usize> {
+    fn visit(&mut self, index: usize) {
+        self.push(index);
+    }
+}
+
+/// Appends each chosen body word (the last one zero-padded) to the covered bytes.
+struct Gather<'a> {
+    body: &'a [u8],
+    full_words: usize,
+    covered: &'a mut Vec<u8>,
+}
+
+impl Visit for Gather<'_> {
+    #[inline(always)]
+    fn visit(&mut self, index: usize) {
+        if index < self.full_words {
+            self.covered
+                .extend_from_slice(&self.body[index * 8..index * 8 + 8]);
+        } else {
+            let mut last = [0u8; 8];
+            let tail = &self.body[index * 8..];
+            last[..tail.len()].copy_from_slice(tail);
+            self.covered.extend_from_slice(&last);
+        }
+    }
+}
+
+/// Half `h` (0 or 1) of a keystream block, read little-endian.
+fn half_u64(block: &[u8; 16], h: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&block[h * 8..h * 8 + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// Where the walk lands first, from 128 uniform bits: word `k` in `[0, 2L)` with
 /// probability `(2L - k) / (L (2L + 1))`, the equilibrium distribution of a walk with steps
 /// uniform in `[1, 2L]`. Started this way, the walk covers *every* word, the first ones
 /// included, with the same probability `2 / (2L + 1)`; a walk started just before word 0
 /// would cover word 0 with only `1 / (2L)`.
 ///
-/// The landing is the row of a point drawn uniformly from a triangle with rows of
-/// `2L, 2L - 1, ..., 1` points; the point comes from `x` by multiply-high, whose bias is at
-/// most `L (2L + 1) / 2^64`, below 2^-46.
-pub fn first_landing(x: u64, l: usize) -> usize {
-    let span = 2 * l as u64;
-    let points = l as u64 * (span + 1);
-    let r = ((u128::from(x) * u128::from(points)) >> 64) as u64; // uniform in [0, points)
-                                                                 // Points before row k: C(k) = k * 2L - k (k - 1) / 2. Find the largest k with C(k) <= r:
-                                                                 // start from the real root of C(k) = r and correct for rounding.
-    let before = |k: u64| k * span - k * k.saturating_sub(1) / 2;
-    let b = (2 * span + 1) as f64;
-    let mut k = ((b - (b * b - 8.0 * r as f64).max(0.0).sqrt()) / 2.0) as u64;
-    k = k.min(span - 1);
-    while k > 0 && before(k) > r {
-        k -= 1;
-    }
-    while k + 1 < span && before(k + 1) <= r {
-        k += 1;
-    }
-    k as usize
+/// That distribution is the smaller of two distinct values drawn from `[0, 2L]`: of the
+/// `L (2L + 1)` unordered pairs, `2L - k` have `k` as their smaller value. The pair is
+/// `u` and `u + d` (mod `2L + 1`), `u` uniform in `[0, 2L]` and `d` in `[1, 2L]`, each from
+/// 64 bits by multiply-high, so the distribution is off by at most `2 (2L + 1) / 2^64`,
+/// below 2^-54.
+pub fn first_landing(x0: u64, x1: u64, l: usize) -> usize {
+    let m = 2 * l as u64 + 1;
+    let below = |x: u64, n: u64| ((u128::from(x) * u128::from(n)) >> 64) as u64;
+    let u = below(x0, m);
+    let d = 1 + below(x1, m - 1);
+    let v = if u + d >= m { u + d - m } else { u + d };
+    u.min(v) as usize
 }
 
 /// The exact probability that none of the words at `positions` is chosen by the walk of a
 /// partial MAC with parameter `l` (steps uniform in `[1, 2l]`, first landing as in
-/// [`first_landing`]), ignoring the first landing's bias of at most 2^-46.
+/// [`first_landing`]), ignoring the first landing's bias of at most 2^-54.
 ///
 /// Dynamic programming: `land[i]`, the probability that the walk lands on word `i` without
 /// having landed on any position before, is the first-landing probability of `i` plus
@@ -272,22 +306,22 @@ mod tests {
 
     #[test]
     fn first_landing_follows_the_equilibrium_distribution() {
+        // x -> the value multiply-high gives exactly i out of n.
+        let exact = |i: u64, n: u64| (u128::from(i) << 64).div_ceil(u128::from(n)) as u64;
         for l in [1usize, 2, 4, 64, 256] {
             let span = 2 * l;
-            let points = (l * (span + 1)) as u64;
-            // Sweep x over evenly spaced values (rounded up, so that x * points / 2^64 lands
-            // on i / 64 exactly): each row k must get (2L - k) * 64 of them.
-            let samples = points * 64;
+            let m = span as u64 + 1;
             let mut counts = vec![0u64; span];
-            for i in 0..samples {
-                let x = (u128::from(i) << 64).div_ceil(u128::from(samples)) as u64;
-                counts[first_landing(x, l)] += 1;
+            for u in 0..m {
+                for d in 0..m - 1 {
+                    counts[first_landing(exact(u, m), exact(d, m - 1), l)] += 1;
+                }
             }
+            // Every ordered pair once: row k gets both orders of its 2L - k unordered pairs.
             for (k, &c) in counts.iter().enumerate() {
-                assert_eq!(c, (span - k) as u64 * 64, "l={l} k={k}");
+                assert_eq!(c, 2 * (span - k) as u64, "l={l} k={k}");
             }
-            assert_eq!(first_landing(u64::MAX, l), span - 1);
-            assert_eq!(first_landing(0, l), 0);
+            assert!(first_landing(u64::MAX, u64::MAX, l) < span);
         }
     }
 
