@@ -196,7 +196,8 @@ impl std::fmt::Debug for GearLink {
 
 impl GearLink {
     /// One end of a link to `peer`, keyed from `shared_secret` (16 bytes or more, from a key
-    /// exchange), started at `now`.
+    /// exchange), started at `now`. The secret must be fresh for this link: sequence numbers
+    /// start at 0, so a reused secret would reuse AEAD and GMAC nonces.
     pub fn new(
         provider: &CryptoProvider,
         shared_secret: &[u8],

@@ -22,13 +22,17 @@ pub enum GearsCommand {
 }
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("key").required(true).args(["key_hex", "key_file"])))]
 pub struct TagArgs {
     /// Gear name, as `cohort gears list` prints it.
     #[arg(long)]
     gear: String,
-    /// Key in hex.
+    /// Key in hex (visible to other users in the process list; see --key-file).
     #[arg(long)]
-    key_hex: String,
+    key_hex: Option<String>,
+    /// File holding the key in hex (surrounding whitespace ignored).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
     /// Nonce in hex (UMAC: 1 to 16 bytes; GMAC and AEADs: 12 bytes; ifg and partial: the
     /// sequence number, up to 8 bytes).
     #[arg(long)]
@@ -109,7 +113,15 @@ fn tag(args: &TagArgs) -> Result<(), UsageError> {
             args.gear
         ))
     })?;
-    let key = decode_hex("key-hex", &args.key_hex)?;
+    let key = match (&args.key_hex, &args.key_file) {
+        (Some(hex), _) => decode_hex("key-hex", hex)?,
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
+            decode_hex("key-file", &text)?
+        }
+        (None, None) => return Err(UsageError("give --key-hex or --key-file".into())),
+    };
     let nonce = match &args.nonce_hex {
         Some(n) => decode_hex("nonce-hex", n)?,
         None => Vec::new(),

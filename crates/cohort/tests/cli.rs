@@ -213,3 +213,28 @@ fn a_closed_pipe_is_not_a_crash() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
 }
+
+#[test]
+fn gears_tag_reads_the_key_from_a_file() {
+    let path = std::env::temp_dir().join(format!("cohort-key-{}", std::process::id()));
+    std::fs::write(&path, format!("{}\n", hex::encode("abcdefghijklmnop"))).unwrap();
+    let out = cohort(
+        &[
+            "gears",
+            "tag",
+            "--gear",
+            "umac-32",
+            "--key-file",
+            path.to_str().unwrap(),
+            "--nonce-hex",
+            &hex::encode("bcdefghi"),
+        ],
+        Some("abc".as_bytes()),
+    );
+    std::fs::remove_file(&path).unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "abf3a3a0");
+    // Neither key option: a usage error (clap's own, status 2).
+    let out = cohort(&["gears", "tag", "--gear", "umac-32"], Some(b"x"));
+    assert_eq!(out.status.code(), Some(2));
+}
