@@ -245,7 +245,7 @@ fn run(seed: u64) -> Result<(), SimFailure> {
 
 #[test]
 fn protected_exchange_under_every_fault_rule() {
-    sweep(64, run);
+    sweep(1000, run);
 }
 
 #[test]
