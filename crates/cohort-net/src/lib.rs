@@ -1,0 +1,131 @@
+//! The tokio driver: runs any sans-IO [`Machine`] over a real UDP socket. The simulator
+//! (`cohort-sim`) runs the same machines in virtual time; this runs them in real time.
+//!
+//! ```text
+//!   UdpSocket ──recv_from──▶ handle_datagram(now, from, bytes) ─┐
+//!   sleep_until(deadline) ─▶ handle_timeout(now)                 ├─▶ Machine
+//!   Command (mpsc) ────────▶ f(&mut machine, now)               ─┘
+//!                                                                 │ after each input:
+//!   UdpSocket ◀──send_to─── poll_transmit   (until None)          │
+//!   events (mpsc) ◀──────── poll_event      (until None)        ◀─┘
+//!   next deadline ◀──────── poll_timeout
+//! ```
+//!
+//! `now` is the time since the driver started, as a [`Timestamp`]. The driver stops when the
+//! command channel closes and hands the machine back.
+//!
+//! # Example
+//! ```no_run
+//! use cohort_core::Machine;
+//!
+//! async fn serve<M>(machine: M) -> std::io::Result<M>
+//! where
+//!     M: Machine + Send + 'static,
+//!     M::Event: Send + std::fmt::Debug + 'static,
+//! {
+//!     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
+//!     let cohort_net::Driver { commands, mut events, task } = cohort_net::spawn(machine, socket);
+//!     // Application commands run against the machine inside the driver.
+//!     let _ = commands.send(Box::new(|_machine: &mut M, _now| {})).await;
+//!     if let Some(event) = events.recv().await {
+//!         println!("{event:?}");
+//!     }
+//!     drop(commands); // closing the command channel stops the driver
+//!     task.await.map_err(std::io::Error::other)?
+//! }
+//! ```
+#![forbid(unsafe_code)]
+
+use cohort_core::{Machine, Timestamp};
+use std::io;
+use std::time::Duration;
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// An application command: runs against the machine at `now`.
+pub type Command<M> = Box<dyn FnOnce(&mut M, Timestamp) + Send>;
+
+/// Largest datagram the driver receives.
+pub const MAX_DATAGRAM: usize = 65_536;
+
+/// Runs `machine` on `socket` until `commands` closes; sends its events to `events`
+/// (dropping them if nobody listens any more). Returns the machine.
+pub async fn run<M: Machine>(
+    mut machine: M,
+    socket: UdpSocket,
+    mut commands: mpsc::Receiver<Command<M>>,
+    events: mpsc::Sender<M::Event>,
+) -> io::Result<M> {
+    let epoch = Instant::now();
+    let now =
+        || Timestamp::from_nanos(u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    let mut recv_buf = vec![0u8; MAX_DATAGRAM];
+    let mut send_buf = Vec::with_capacity(MAX_DATAGRAM);
+    loop {
+        // Drain in the order the Machine trait documents.
+        let t = now();
+        while let Some(transmit) = machine.poll_transmit(t, &mut send_buf) {
+            // A full socket buffer or an unreachable peer loses the datagram, as a network
+            // would; the protocols above recover.
+            let _ = socket
+                .send_to(&send_buf[..transmit.size], transmit.destination)
+                .await;
+            send_buf.clear();
+        }
+        while let Some(event) = machine.poll_event() {
+            let _ = events.send(event).await;
+        }
+        let deadline = machine
+            .poll_timeout()
+            .map(|at| epoch + Duration::from_nanos(at.as_nanos()));
+        tokio::select! {
+            received = socket.recv_from(&mut recv_buf) => {
+                match received {
+                    Ok((len, from)) => machine.handle_datagram(now(), from, &recv_buf[..len]),
+                    // ICMP errors surface here on some systems; they are not fatal.
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            () = sleep_until(deadline) => machine.handle_timeout(now()),
+            command = commands.recv() => match command {
+                Some(f) => f(&mut machine, now()),
+                None => return Ok(machine),
+            },
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A machine running on its own task: send it commands, read its events, await its end.
+pub struct Driver<M: Machine> {
+    /// Application commands; dropping every sender stops the driver.
+    pub commands: mpsc::Sender<Command<M>>,
+    /// The machine's events.
+    pub events: mpsc::Receiver<M::Event>,
+    /// The task; it returns the machine when the driver stops.
+    pub task: tokio::task::JoinHandle<io::Result<M>>,
+}
+
+/// Spawns [`run`] on the current tokio runtime.
+pub fn spawn<M>(machine: M, socket: UdpSocket) -> Driver<M>
+where
+    M: Machine + Send + 'static,
+    M::Event: Send + 'static,
+{
+    let (commands, command_rx) = mpsc::channel(1024);
+    let (event_tx, events) = mpsc::channel(4096);
+    let task = tokio::spawn(run(machine, socket, command_rx, event_tx));
+    Driver {
+        commands,
+        events,
+        task,
+    }
+}
