@@ -4,7 +4,7 @@ use crate::provider::*;
 use crate::Secret;
 use aws_lc_rs::encoding::AsBigEndian;
 use aws_lc_rs::signature::KeyPair;
-use aws_lc_rs::{aead, agreement, hkdf, hmac, kem, rand, signature};
+use aws_lc_rs::{aead, agreement, digest, hkdf, hmac, kem, rand, signature};
 
 pub(crate) const PROVIDER: CryptoProvider = CryptoProvider {
     name: "aws-lc-rs",
@@ -13,6 +13,7 @@ pub(crate) const PROVIDER: CryptoProvider = CryptoProvider {
     keyed_blake3: &Blake3,
     aes_block: &RustCryptoAes,
     hkdf_sha256: &AwsLcHkdf,
+    sha256: &AwsLcSha256,
     random: &AwsLcRandom,
     kems: &[&X25519MlKem768Kem, &MlKem768Kem, &X25519Kem],
     ed25519: &AwsLcEd25519,
@@ -176,6 +177,22 @@ impl Hkdf for AwsLcHkdf {
             .expand(info, OkmLen(out.len()))
             .map_err(|_| CryptoError::InvalidInput)?;
         okm.fill(out).map_err(|_| CryptoError::InvalidInput)
+    }
+}
+
+// ---- SHA-256 ----------------------------------------------------------------------------
+
+struct AwsLcSha256;
+
+impl Digest for AwsLcSha256 {
+    fn sha256(&self, parts: &[&[u8]]) -> [u8; 32] {
+        let mut ctx = digest::Context::new(&digest::SHA256);
+        for part in parts {
+            ctx.update(part);
+        }
+        let mut out = [0u8; 32];
+        out.copy_from_slice(ctx.finish().as_ref());
+        out
     }
 }
 

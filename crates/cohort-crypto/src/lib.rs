@@ -34,7 +34,7 @@ mod secret;
 
 pub use provider::{
     AeadAlgorithm, AeadFactory, AeadKey, BlockCipher, BlockCipherFactory, CryptoError,
-    CryptoProvider, Hkdf, KemAlgorithm, KemFactory, KeyedHash, MacFactory, MacKey, SecureRandom,
-    SignatureScheme, AEAD_NONCE_LEN, AEAD_TAG_LEN,
+    CryptoProvider, Digest, Hkdf, KemAlgorithm, KemFactory, KeyedHash, MacFactory, MacKey,
+    SecureRandom, SignatureScheme, AEAD_NONCE_LEN, AEAD_TAG_LEN,
 };
 pub use secret::{ct_eq, Secret};

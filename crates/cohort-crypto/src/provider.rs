@@ -142,6 +142,12 @@ pub trait Hkdf: Send + Sync {
     ) -> Result<(), CryptoError>;
 }
 
+/// SHA-256, for transcript hashes and Merkle trees.
+pub trait Digest: Send + Sync {
+    /// The SHA-256 hash of the concatenation of `parts`.
+    fn sha256(&self, parts: &[&[u8]]) -> [u8; 32];
+}
+
 /// Randomness from the operating system. Protocol cores take an injected RNG instead; this
 /// is for drivers and key generation.
 pub trait SecureRandom: Send + Sync {
@@ -191,6 +197,8 @@ pub struct CryptoProvider {
     pub aes_block: &'static dyn BlockCipherFactory,
     /// HKDF-SHA256.
     pub hkdf_sha256: &'static dyn Hkdf,
+    /// SHA-256.
+    pub sha256: &'static dyn Digest,
     /// Operating-system randomness.
     pub random: &'static dyn SecureRandom,
     /// KEMs, in preference order.

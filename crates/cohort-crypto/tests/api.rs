@@ -429,3 +429,21 @@ fn provider_debug_shows_only_the_name() {
         "CryptoProvider { name: \"aws-lc-rs\", .. }"
     );
 }
+
+#[test]
+fn sha256_matches_fips_180_vectors_and_splits_anywhere() {
+    // FIPS 180-2 appendix B.1 and the empty string.
+    let p = provider();
+    assert_eq!(
+        hex::encode(p.sha256.sha256(&[b"abc"])),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    assert_eq!(
+        hex::encode(p.sha256.sha256(&[])),
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
+    assert_eq!(
+        p.sha256.sha256(&[b"a", b"", b"bc"]),
+        p.sha256.sha256(&[b"abc"])
+    );
+}
