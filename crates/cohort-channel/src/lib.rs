@@ -1,0 +1,2 @@
+//! Secure channels in the tcpcrypt shape.
+#![forbid(unsafe_code)]
