@@ -1,2 +1,19 @@
 //! Secure channels in the tcpcrypt shape.
 #![forbid(unsafe_code)]
+
+pub mod batch;
+pub mod config;
+pub mod connection;
+pub mod endpoint;
+pub mod identity;
+pub mod messages;
+pub mod pake;
+pub mod record;
+pub mod schedule;
+pub mod suite;
+
+pub use config::{ClientAuth, ClientConfig, ServerConfig};
+pub use connection::{AuthResult, ChannelError, Connection, Event, SessionInfo};
+pub use endpoint::{Client, Server};
+pub use schedule::SessionId;
+pub use suite::{AuthMode, KemSuite};

@@ -36,6 +36,8 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod stream;
+
 use cohort_core::{Machine, Timestamp};
 use std::io;
 use std::time::Duration;

@@ -1,0 +1,1009 @@
+//! One connection, client or server: the handshake, then records. Sans-IO: bytes from the
+//! transport go in with [`Connection::handle_input`], bytes for the transport come out of
+//! [`Connection::output`]; plaintext goes in with [`Connection::send`] and comes out with
+//! [`Connection::recv`]. Time and the nonce's randomness are passed in.
+//!
+//! ```text
+//!  client                                         server
+//!  ClientHello  (offers, nonce, key share,  ───►  choose suites; encapsulate (cheap);
+//!                [resume id], [SPAKE2 msg])       derive keys
+//!               ◄───  ServerHello (choices, nonce, ciphertext, finished, [auth tag])
+//!  decapsulate (expensive); derive keys;
+//!  check finished and auth tag
+//!  ClientFinished (finished, [auth tag])    ───►  check; cache the next-session key
+//!               ◄───  ServerAuth (batch signature + Merkle path)   [signature mode]
+//!  records  ◄──────────────────────────────────►  records
+//! ```
+
+use crate::batch::BatchProof;
+use crate::config::ClientAuth;
+use crate::endpoint::{Client, Server, Ticket};
+use crate::identity::PublicKey;
+use crate::messages::{
+    decode_alert, peek_frame, write_frame, AlertCode, ClientFinished, ClientHello, FrameType,
+    MessageError, ServerHello, MAX_OFFERS,
+};
+use crate::pake::{self, PakeState};
+use crate::record::{RecordError, RecordReceiver, RecordSender, MAX_RECORD_PLAINTEXT};
+use crate::schedule::{
+    auth_tag, derive_session, finished_mac, resume_id, transcript_hash, SessionId, SessionKeys,
+};
+use crate::suite::{AuthMode, KemSuite};
+use cohort_core::wire::{Reader, Writer};
+use cohort_core::Timestamp;
+use cohort_crypto::{ct_eq, CryptoProvider, Secret};
+use cohort_gears::controller::{Controller, ControllerConfig, Observation, Shift};
+use cohort_gears::{GearId, GearKeys, GearSet};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+const CLIENT_ROLE: &[u8] = b"client";
+const SERVER_ROLE: &[u8] = b"server";
+
+/// Why a connection failed. Every error is final: the connection sends nothing more
+/// (except, where it helps the peer, one alert already queued).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChannelError {
+    /// The peer's first bytes are not a cohort message: it does not speak cohort.
+    NotCohort,
+    /// A message did not parse.
+    Message(MessageError),
+    /// A frame of a type not allowed in the current state.
+    UnexpectedFrame(u8),
+    /// The peer refused the handshake.
+    PeerAlert(AlertCode),
+    /// No KEM suite, gear or authentication mode in common.
+    NoCommonSuite,
+    /// The peer chose something the client did not offer (a downgrade or a broken peer).
+    BadChoice(&'static str),
+    /// The KEM key share or ciphertext was malformed.
+    BadKeyShare,
+    /// A finished MAC did not verify: the two ends do not share a transcript and keys.
+    KeyConfirmationFailed,
+    /// The peer did not prove what the authentication mode requires.
+    AuthenticationFailed,
+    /// A record failed.
+    Record(RecordError),
+    /// The transport ended without the peer's close record: the stream was truncated.
+    Truncated,
+    /// Data was sent after a close, or before the handshake finished.
+    NotReady,
+    /// The crypto provider failed.
+    Crypto,
+}
+
+impl From<MessageError> for ChannelError {
+    fn from(e: MessageError) -> Self {
+        match e {
+            MessageError::BadMagic => ChannelError::NotCohort,
+            e => ChannelError::Message(e),
+        }
+    }
+}
+
+impl From<RecordError> for ChannelError {
+    fn from(e: RecordError) -> Self {
+        ChannelError::Record(e)
+    }
+}
+
+impl std::fmt::Display for ChannelError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChannelError::NotCohort => f.write_str("the peer does not speak cohort"),
+            ChannelError::Message(e) => write!(f, "bad message: {e}"),
+            ChannelError::UnexpectedFrame(t) => write!(f, "unexpected frame type {t:#04x}"),
+            ChannelError::PeerAlert(a) => write!(f, "peer refused: {a}"),
+            ChannelError::NoCommonSuite => f.write_str("no suite in common"),
+            ChannelError::BadChoice(what) => write!(f, "peer chose a {what} that was not offered"),
+            ChannelError::BadKeyShare => f.write_str("malformed key share or ciphertext"),
+            ChannelError::KeyConfirmationFailed => f.write_str("key confirmation failed"),
+            ChannelError::AuthenticationFailed => f.write_str("authentication failed"),
+            ChannelError::Record(e) => write!(f, "record: {e}"),
+            ChannelError::Truncated => f.write_str("stream truncated (no close from peer)"),
+            ChannelError::NotReady => f.write_str("connection not ready for data"),
+            ChannelError::Crypto => f.write_str("crypto provider failed"),
+        }
+    }
+}
+
+impl std::error::Error for ChannelError {}
+
+/// How the connection was authenticated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AuthResult {
+    /// The mode used.
+    pub mode: AuthMode,
+    /// For `ServerSignature`: the server key that signed.
+    pub server_key: Option<PublicKey>,
+    /// Whether this connection resumed an earlier one (it then inherits that one's
+    /// authentication: only the two ends of it hold the next-session key).
+    pub resumed: bool,
+}
+
+impl std::fmt::Display for AuthResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.mode, self.server_key) {
+            (AuthMode::None, _) => f.write_str("unauthenticated (compare session IDs)")?,
+            (AuthMode::ServerSignature, Some(k)) => write!(f, "server signature by {k}")?,
+            (mode, _) => write!(f, "{mode} verified")?,
+        }
+        if self.resumed {
+            f.write_str(", resumed")?;
+        }
+        Ok(())
+    }
+}
+
+/// What was agreed, available once the handshake is done.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionInfo {
+    /// The public session ID.
+    pub session_id: SessionId,
+    /// The KEM used (`None` when resumed: no public-key operation took place).
+    pub kem: Option<KemSuite>,
+    /// The record gears allowed, in the server's preference order.
+    pub gears: Vec<GearId>,
+    /// The authentication result.
+    pub auth: AuthResult,
+}
+
+/// Something the driver must act on.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// The handshake is done; [`Connection::session`] has the details.
+    Established,
+    /// Server, signature mode: pass this session ID to the batch signer and the proof
+    /// back to [`Connection::handle_batch_proof`].
+    BatchSignatureNeeded(SessionId),
+    /// The peer closed cleanly; no more data will arrive.
+    PeerClosed,
+}
+
+/// Which side, and its long-lived half.
+enum Side {
+    Client { client: Client, server_name: String },
+    Server { server: Server },
+}
+
+/// Handshake progress.
+enum State {
+    ClientAwaitHello(Box<ClientPending>),
+    ClientAwaitAuth(Box<Established>),
+    ServerAwaitHello,
+    ServerAwaitFinished(Box<ServerPending>),
+    Open,
+    Failed(ChannelError),
+}
+
+struct ClientPending {
+    hello_body: Vec<u8>,
+    nonce: [u8; 32],
+    share_suite: KemSuite,
+    share_secret: Arc<Secret>,
+    ticket: Option<Ticket>,
+    pake: Option<PakeState>,
+}
+
+struct ServerPending {
+    transcript: [u8; 32],
+    keys: Option<SessionKeys>,
+    auth: AuthResult,
+    /// PSK or PAKE key, to check the client's tag.
+    auth_secret: Option<Secret>,
+    gears: Vec<GearId>,
+}
+
+/// Keys and details for a handshake that has finished its crypto.
+struct Established {
+    info: SessionInfo,
+    keys: SessionKeys,
+}
+
+/// One secure channel connection (client or server side).
+pub struct Connection {
+    provider: CryptoProvider,
+    side: Side,
+    state: State,
+    now: Timestamp,
+    inbuf: Vec<u8>,
+    in_start: usize,
+    outbuf: Vec<u8>,
+    plain: Vec<u8>,
+    plain_start: usize,
+    events: VecDeque<Event>,
+    info: Option<SessionInfo>,
+    sender: Option<RecordSender>,
+    receiver: Option<RecordReceiver>,
+    datagram: Option<(Secret, Secret)>,
+    controller: Option<Controller>,
+    proof_pending: bool,
+    handshake_done: bool,
+    peer_closed: bool,
+    local_closed: bool,
+    server_nonce_rng: Option<[u8; 32]>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("client", &matches!(self.side, Side::Client { .. }))
+            .field("info", &self.info)
+            .field("established", &self.is_established())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    fn new(provider: CryptoProvider, side: Side, state: State, now: Timestamp) -> Self {
+        Connection {
+            provider,
+            side,
+            state,
+            now,
+            inbuf: Vec::new(),
+            in_start: 0,
+            outbuf: Vec::new(),
+            plain: Vec::new(),
+            plain_start: 0,
+            events: VecDeque::new(),
+            info: None,
+            sender: None,
+            receiver: None,
+            datagram: None,
+            controller: None,
+            proof_pending: false,
+            handshake_done: false,
+            peer_closed: false,
+            local_closed: false,
+            server_nonce_rng: None,
+        }
+    }
+
+    pub(crate) fn client(
+        client: Client,
+        now: Timestamp,
+        rng: &mut dyn rand_core::RngCore,
+        server_name: &str,
+    ) -> Result<Connection, ChannelError> {
+        let provider = client.inner.provider;
+        let config = &client.inner.config;
+        let mut nonce = [0u8; 32];
+        rng.fill_bytes(&mut nonce);
+        let (share_suite, share_secret, share_public) = client.ephemeral(now)?;
+        let ticket = client.take_ticket(now, server_name);
+        let (pake, pake_msg) = match &config.auth {
+            ClientAuth::Password(pw) => {
+                let (state, msg) = pake::start_client(pw);
+                (Some(state), msg)
+            }
+            _ => (None, Vec::new()),
+        };
+        let hello = ClientHello {
+            nonce,
+            kems: config.kems.iter().take(MAX_OFFERS).map(|k| k.to_u8()).collect(),
+            gears: config.gears.iter().take(MAX_OFFERS).map(|g| g.to_u8()).collect(),
+            auths: vec![config.auth.mode().to_u8()],
+            share_kem: share_suite.to_u8(),
+            key_share: share_public.to_vec(),
+            resume: ticket.as_ref().map(|t| t.resume_id),
+            pake: pake_msg,
+        };
+        let mut hello_body = Vec::new();
+        hello.encode(&mut hello_body);
+        let pending = ClientPending {
+            hello_body,
+            nonce,
+            share_suite,
+            share_secret,
+            ticket,
+            pake,
+        };
+        let mut conn = Connection::new(
+            provider,
+            Side::Client {
+                client,
+                server_name: server_name.to_owned(),
+            },
+            State::ClientAwaitHello(Box::new(pending)),
+            now,
+        );
+        if let State::ClientAwaitHello(p) = &conn.state {
+            write_frame(&mut conn.outbuf, FrameType::ClientHello, &p.hello_body)
+                .ok_or(ChannelError::Crypto)?;
+        }
+        Ok(conn)
+    }
+
+    pub(crate) fn server(server: Server) -> Connection {
+        let provider = server.inner.provider;
+        Connection::new(
+            provider,
+            Side::Server { server },
+            State::ServerAwaitHello,
+            Timestamp::ZERO,
+        )
+    }
+
+    /// Supplies the server's nonce for the coming ServerHello (by default it comes from
+    /// the provider's randomness). For deterministic tests and simulations.
+    pub fn set_server_nonce(&mut self, nonce: [u8; 32]) {
+        self.server_nonce_rng = Some(nonce);
+    }
+
+    /// Whether this is the client side.
+    pub fn is_client(&self) -> bool {
+        matches!(self.side, Side::Client { .. })
+    }
+
+    /// Whether the handshake (including authentication) is done and data may flow.
+    pub fn is_established(&self) -> bool {
+        matches!(self.state, State::Open) && self.handshake_done && !self.proof_pending
+    }
+
+    /// Whether the handshake is still running (neither established nor failed).
+    pub fn is_handshaking(&self) -> bool {
+        !matches!(self.state, State::Open | State::Failed(_))
+            || (matches!(self.state, State::Open) && self.proof_pending)
+    }
+
+    /// The error that ended this connection, if any.
+    pub fn error(&self) -> Option<ChannelError> {
+        match self.state {
+            State::Failed(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Details of the session once the handshake's crypto is done.
+    pub fn session(&self) -> Option<&SessionInfo> {
+        self.info.as_ref()
+    }
+
+    /// The session ID, once known.
+    pub fn session_id(&self) -> Option<SessionId> {
+        self.info.as_ref().map(|i| i.session_id)
+    }
+
+    /// The next event for the driver.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Bytes waiting to be written to the transport.
+    pub fn output(&self) -> &[u8] {
+        &self.outbuf
+    }
+
+    /// Marks the first `n` bytes of [`output`](Self::output) as written.
+    pub fn consume_output(&mut self, n: usize) {
+        let n = n.min(self.outbuf.len());
+        self.outbuf.drain(..n);
+    }
+
+    /// Moves all pending output into `out`.
+    pub fn take_output(&mut self, out: &mut Vec<u8>) {
+        if out.is_empty() {
+            std::mem::swap(out, &mut self.outbuf);
+        } else {
+            out.append(&mut self.outbuf);
+        }
+    }
+
+    /// Whether the peer closed cleanly.
+    pub fn peer_closed(&self) -> bool {
+        self.peer_closed
+    }
+
+    /// Plaintext received and not yet read.
+    pub fn readable(&self) -> usize {
+        self.plain.len() - self.plain_start
+    }
+
+    /// Copies received plaintext into `buf`; returns how many bytes (0 if none is waiting).
+    pub fn recv(&mut self, buf: &mut [u8]) -> usize {
+        let avail = &self.plain[self.plain_start..];
+        let n = avail.len().min(buf.len());
+        buf[..n].copy_from_slice(&avail[..n]);
+        self.plain_start += n;
+        if self.plain_start == self.plain.len() {
+            self.plain.clear();
+            self.plain_start = 0;
+        }
+        n
+    }
+
+    /// Protects `data` into records (up to 16 KiB each) queued for output.
+    pub fn send(&mut self, data: &[u8]) -> Result<(), ChannelError> {
+        if !self.is_established() || self.local_closed {
+            return Err(ChannelError::NotReady);
+        }
+        let sender = self.sender.as_mut().ok_or(ChannelError::NotReady)?;
+        for chunk in data.chunks(MAX_RECORD_PLAINTEXT) {
+            sender.seal(FrameType::Data, chunk, &mut self.outbuf)?;
+        }
+        Ok(())
+    }
+
+    /// Queues the close record: the peer can then tell a clean end from a truncation.
+    pub fn close(&mut self) -> Result<(), ChannelError> {
+        if self.local_closed {
+            return Ok(());
+        }
+        let sender = self.sender.as_mut().ok_or(ChannelError::NotReady)?;
+        sender.seal(FrameType::Close, &[], &mut self.outbuf)?;
+        self.local_closed = true;
+        Ok(())
+    }
+
+    /// The transport reached its end. Clean only if the peer's close record came first.
+    pub fn handle_eof(&mut self) -> Result<(), ChannelError> {
+        if self.peer_closed {
+            Ok(())
+        } else {
+            let e = match self.state {
+                // A cohort server answers a ClientHello with a ServerHello or an alert,
+                // never by hanging up (perhaps after a partial frame).
+                State::ClientAwaitHello(_) => ChannelError::NotCohort,
+                State::Failed(e) => e,
+                _ => ChannelError::Truncated,
+            };
+            Err(self.fail(e))
+        }
+    }
+
+    /// The gear the next outgoing record uses.
+    pub fn send_gear(&self) -> Option<GearId> {
+        self.sender.as_ref().map(|s| s.gear())
+    }
+
+    /// Switches the outgoing gear (one of the negotiated set).
+    pub fn set_send_gear(&mut self, gear: GearId) -> Result<(), ChannelError> {
+        let sender = self.sender.as_mut().ok_or(ChannelError::NotReady)?;
+        sender.set_gear(gear)?;
+        Ok(())
+    }
+
+    /// Reports this host's load (0 to 1) to the gear controller (ACSA's IPsec case): under
+    /// sustained load the sender shifts to a cheaper negotiated gear, and back when the load
+    /// falls. Returns the shift, if one happened.
+    pub fn observe_load(&mut self, now: Timestamp, load: f32) -> Option<Shift> {
+        let controller = self.controller.as_mut()?;
+        let shift = controller.observe(&Observation {
+            now,
+            local_load: load,
+            local_auth_failures: 0,
+            receiver: None,
+        })?;
+        if let Some(sender) = self.sender.as_mut() {
+            // The controller only chooses among the negotiated gears.
+            let _ = sender.set_gear(shift.to);
+        }
+        Some(shift)
+    }
+
+    /// Keys for datagrams inside other cohort protocols: (send, receive), over the
+    /// negotiated gears, for `cohort_gears::Protector` and `Unprotector` (explicit sequence
+    /// numbers and a replay window, so loss and reordering are tolerated). Derived from the
+    /// session's own datagram secrets, independent of the stream keys.
+    pub fn datagram_keys(&self) -> Result<(GearKeys, GearKeys), ChannelError> {
+        let (send, recv) = self.datagram.as_ref().ok_or(ChannelError::NotReady)?;
+        let info = self.info.as_ref().ok_or(ChannelError::NotReady)?;
+        let set: GearSet = info.gears.iter().copied().collect();
+        let p = &self.provider;
+        let keys = |s: &Secret| GearKeys::derive(p, s.expose(), set).map_err(|_| ChannelError::Crypto);
+        Ok((keys(send)?, keys(recv)?))
+    }
+
+    /// Server, signature mode: the batch signer's proof for this session; queues the
+    /// ServerAuth message.
+    pub fn handle_batch_proof(&mut self, proof: &BatchProof) -> Result<(), ChannelError> {
+        if !self.proof_pending {
+            return Err(ChannelError::NotReady);
+        }
+        let mut body = Vec::new();
+        proof.encode(&mut Writer::new(&mut body));
+        write_frame(&mut self.outbuf, FrameType::ServerAuth, &body).ok_or(ChannelError::Crypto)?;
+        self.proof_pending = false;
+        self.maybe_established();
+        Ok(())
+    }
+
+    /// Feeds bytes read from the transport. On error the connection is dead; an alert may
+    /// have been queued for the peer.
+    pub fn handle_input(&mut self, now: Timestamp, data: &[u8]) -> Result<(), ChannelError> {
+        if let State::Failed(e) = self.state {
+            return Err(e);
+        }
+        self.now = now;
+        if self.in_start > 0 && self.in_start == self.inbuf.len() {
+            self.inbuf.clear();
+            self.in_start = 0;
+        }
+        self.inbuf.extend_from_slice(data);
+        let result = self.process_frames();
+        if self.in_start > 64 * 1024 && self.in_start * 2 > self.inbuf.len() {
+            self.inbuf.drain(..self.in_start);
+            self.in_start = 0;
+        }
+        result.map_err(|e| self.fail(e))
+    }
+
+    fn fail(&mut self, e: ChannelError) -> ChannelError {
+        if !matches!(self.state, State::Failed(_)) {
+            let alert = match e {
+                ChannelError::NoCommonSuite => Some(AlertCode::NoCommonSuite),
+                ChannelError::Message(_) | ChannelError::UnexpectedFrame(_) => {
+                    Some(AlertCode::DecodeError)
+                }
+                ChannelError::KeyConfirmationFailed | ChannelError::AuthenticationFailed
+                | ChannelError::BadKeyShare => Some(AlertCode::HandshakeFailure),
+                _ => None,
+            };
+            if let (Some(a), false) = (alert, self.handshake_done) {
+                write_frame(&mut self.outbuf, FrameType::Alert, &[a.to_u8()]);
+            }
+            self.state = State::Failed(e);
+            self.sender = None;
+            self.receiver = None;
+            self.datagram = None;
+        }
+        e
+    }
+
+    fn process_frames(&mut self) -> Result<(), ChannelError> {
+        loop {
+            let buf = &self.inbuf[self.in_start..];
+            if let State::ClientAwaitHello(_) | State::ServerAwaitHello = self.state {
+                // A peer that does not speak cohort: its first byte is no hello or alert.
+                if let Some(&b) = buf.first() {
+                    let expected = if self.is_client() {
+                        [FrameType::ServerHello as u8, FrameType::Alert as u8]
+                    } else {
+                        [FrameType::ClientHello as u8, FrameType::ClientHello as u8]
+                    };
+                    if !expected.contains(&b) {
+                        return Err(ChannelError::NotCohort);
+                    }
+                }
+            }
+            let Some((ty, len)) = peek_frame(buf) else {
+                return Ok(());
+            };
+            let start = self.in_start;
+            self.in_start += len;
+            if self.peer_closed {
+                return Err(ChannelError::UnexpectedFrame(ty));
+            }
+            let frame_type = FrameType::from_u8(ty).ok_or(ChannelError::UnexpectedFrame(ty))?;
+            if frame_type.is_record() {
+                self.handle_record(start, len)?;
+                continue;
+            }
+            let body = self.inbuf[start + 3..start + len].to_vec();
+            match frame_type {
+                FrameType::Alert => {
+                    return Err(ChannelError::PeerAlert(decode_alert(&body)?));
+                }
+                FrameType::ClientHello if matches!(self.state, State::ServerAwaitHello) => {
+                    self.server_on_hello(&body)?;
+                }
+                FrameType::ServerHello if matches!(self.state, State::ClientAwaitHello(_)) => {
+                    self.client_on_hello(&body)?;
+                }
+                FrameType::ClientFinished
+                    if matches!(self.state, State::ServerAwaitFinished(_)) =>
+                {
+                    self.server_on_finished(&body)?;
+                }
+                FrameType::ServerAuth if matches!(self.state, State::ClientAwaitAuth(_)) => {
+                    self.client_on_auth(&body)?;
+                }
+                _ => return Err(ChannelError::UnexpectedFrame(ty)),
+            }
+        }
+    }
+
+    fn handle_record(&mut self, start: usize, len: usize) -> Result<(), ChannelError> {
+        if !matches!(self.state, State::Open) {
+            return Err(ChannelError::UnexpectedFrame(self.inbuf[start]));
+        }
+        let receiver = self.receiver.as_mut().ok_or(ChannelError::NotReady)?;
+        let frame = &mut self.inbuf[start..start + len];
+        let (ty, _gear, range) = receiver.open(frame)?;
+        match ty {
+            FrameType::Data => {
+                let plain = &self.inbuf[start + range.start..start + range.end];
+                self.plain.extend_from_slice(plain);
+            }
+            FrameType::Close => {
+                self.peer_closed = true;
+                self.events.push_back(Event::PeerClosed);
+            }
+            _ => {} // KeyUpdate: the receiver already moved to the next keys.
+        }
+        Ok(())
+    }
+
+    // ---- client ---------------------------------------------------------------------
+
+    fn client_on_hello(&mut self, body: &[u8]) -> Result<(), ChannelError> {
+        let State::ClientAwaitHello(pending) = std::mem::replace(&mut self.state, State::Open)
+        else {
+            return Err(ChannelError::NotReady);
+        };
+        let Side::Client {
+            client,
+            server_name,
+        } = &self.side
+        else {
+            return Err(ChannelError::NotReady);
+        };
+        let client = client.clone();
+        let server_name = server_name.clone();
+        let config = &client.inner.config;
+        let p = self.provider;
+        let (sh, core_len) = ServerHello::decode(body)?;
+
+        // Everything the server chose must have been offered.
+        let mode = AuthMode::from_u8(sh.auth)
+            .filter(|m| *m == config.auth.mode())
+            .ok_or(ChannelError::BadChoice("authentication mode"))?;
+        let mut gears = Vec::new();
+        for &g in &sh.gears {
+            let gear = GearId::from_u8(g)
+                .filter(|g| config.gears.contains(g) && g.info().forgery_bits >= config.floor_bits)
+                .ok_or(ChannelError::BadChoice("gear"))?;
+            if gears.contains(&gear) {
+                return Err(ChannelError::BadChoice("gear"));
+            }
+            gears.push(gear);
+        }
+        if gears.is_empty() {
+            return Err(ChannelError::BadChoice("gear"));
+        }
+        let (shared, kem, ticket_auth) = if sh.resumed {
+            let ticket = pending.ticket.ok_or(ChannelError::BadChoice("resumption"))?;
+            if sh.kem != 0 || !sh.ciphertext.is_empty() || !sh.pake.is_empty() || !sh.auth_tag.is_empty() {
+                return Err(ChannelError::BadChoice("resumption"));
+            }
+            (ticket.next, None, Some(ticket.auth))
+        } else {
+            if sh.kem != pending.share_suite.to_u8() {
+                return Err(ChannelError::BadChoice("KEM"));
+            }
+            let kem = p
+                .kem(pending.share_suite.algorithm())
+                .ok_or(ChannelError::NoCommonSuite)?;
+            // The expensive step, on the client (tcpcrypt slide 9).
+            let shared = kem
+                .decapsulate(&pending.share_secret, &sh.ciphertext)
+                .map_err(|_| ChannelError::BadKeyShare)?;
+            (shared, Some(pending.share_suite), None)
+        };
+        let transcript = transcript_hash(&p, &pending.hello_body, &body[..core_len]);
+        let keys = derive_session(&p, &shared, &pending.nonce, &sh.nonce, &transcript)
+            .map_err(|_| ChannelError::Crypto)?;
+        drop(shared);
+        let expected = finished_mac(&p, &keys.server_finished, &transcript);
+        if !ct_eq(&expected, &sh.finished) {
+            return Err(ChannelError::KeyConfirmationFailed);
+        }
+
+        // Authentication of the session ID (full handshakes; resumption inherits).
+        let auth_secret = match (&config.auth, sh.resumed) {
+            (_, true) => None,
+            (ClientAuth::Psk(psk), false) => Some(Secret::from_slice(psk.expose())),
+            (ClientAuth::Password(_), false) => {
+                let state = pending.pake.ok_or(ChannelError::AuthenticationFailed)?;
+                Some(state.finish(&sh.pake).ok_or(ChannelError::AuthenticationFailed)?)
+            }
+            _ => None,
+        };
+        if let Some(secret) = &auth_secret {
+            let tag = auth_tag(&p, secret.expose(), SERVER_ROLE, &keys.session_id)
+                .map_err(|_| ChannelError::Crypto)?;
+            if !ct_eq(&tag, &sh.auth_tag) {
+                return Err(ChannelError::AuthenticationFailed);
+            }
+        } else if !sh.resumed && !sh.auth_tag.is_empty() {
+            return Err(ChannelError::BadChoice("authentication tag"));
+        }
+        let finished = ClientFinished {
+            finished: finished_mac(&p, &keys.client_finished, &transcript),
+            auth_tag: match &auth_secret {
+                Some(s) => auth_tag(&p, s.expose(), CLIENT_ROLE, &keys.session_id)
+                    .map_err(|_| ChannelError::Crypto)?
+                    .to_vec(),
+                None => Vec::new(),
+            },
+        };
+        let mut cf = Vec::new();
+        finished.encode(&mut cf);
+        write_frame(&mut self.outbuf, FrameType::ClientFinished, &cf).ok_or(ChannelError::Crypto)?;
+
+        let auth = match ticket_auth {
+            Some(a) => AuthResult { resumed: true, ..a },
+            None => AuthResult {
+                mode,
+                server_key: match &config.auth {
+                    ClientAuth::ServerSignature { pinned } => Some(*pinned),
+                    _ => None,
+                },
+                resumed: false,
+            },
+        };
+        let info = SessionInfo {
+            session_id: keys.session_id,
+            kem,
+            gears,
+            auth,
+        };
+        let est = Established { info, keys };
+        if mode == AuthMode::ServerSignature && !sh.resumed {
+            self.info = Some(est.info.clone());
+            self.state = State::ClientAwaitAuth(Box::new(est));
+            return Ok(());
+        }
+        self.client_open(est, &client, &server_name)
+    }
+
+    fn client_on_auth(&mut self, body: &[u8]) -> Result<(), ChannelError> {
+        let State::ClientAwaitAuth(est) = std::mem::replace(&mut self.state, State::Open) else {
+            return Err(ChannelError::NotReady);
+        };
+        let Side::Client {
+            client,
+            server_name,
+        } = &self.side
+        else {
+            return Err(ChannelError::NotReady);
+        };
+        let (client, server_name) = (client.clone(), server_name.clone());
+        let ClientAuth::ServerSignature { pinned } = &client.inner.config.auth else {
+            return Err(ChannelError::UnexpectedFrame(FrameType::ServerAuth as u8));
+        };
+        let mut r = Reader::new(body);
+        let proof = BatchProof::decode(&mut r)
+            .map_err(|_| ChannelError::Message(MessageError::Truncated))?;
+        if !r.is_empty() {
+            return Err(ChannelError::Message(MessageError::TrailingBytes));
+        }
+        if !proof.verify(&self.provider, pinned, &est.keys.session_id.0) {
+            return Err(ChannelError::AuthenticationFailed);
+        }
+        self.client_open(*est, &client, &server_name)
+    }
+
+    fn client_open(
+        &mut self,
+        est: Established,
+        client: &Client,
+        server_name: &str,
+    ) -> Result<(), ChannelError> {
+        let config = &client.inner.config;
+        let Established { info, keys } = est;
+        let p = self.provider;
+        let set: GearSet = info.gears.iter().copied().collect();
+        // The controller's choice (its strongest rung) if there is one, else the server's
+        // first preference.
+        self.controller = controller_for(config.floor_bits, set);
+        let first = self
+            .controller
+            .as_ref()
+            .map_or(info.gears[0], Controller::current);
+        self.sender = Some(RecordSender::new(
+            p,
+            keys.c2s_stream,
+            set,
+            first,
+            config.key_update_after,
+        )?);
+        self.receiver = Some(RecordReceiver::new(
+            p,
+            keys.s2c_stream,
+            set,
+            config.floor_bits,
+            config.key_update_after,
+        )?);
+        self.datagram = Some((keys.c2s_datagram, keys.s2c_datagram));
+        let rid = resume_id(&p, &keys.next_session).map_err(|_| ChannelError::Crypto)?;
+        client.store_ticket(self.now, server_name, rid, keys.next_session, info.auth);
+        self.info = Some(info);
+        self.state = State::Open;
+        self.handshake_done = true;
+        self.events.push_back(Event::Established);
+        Ok(())
+    }
+
+    // ---- server ---------------------------------------------------------------------
+
+    fn server_on_hello(&mut self, body: &[u8]) -> Result<(), ChannelError> {
+        let Side::Server { server } = &self.side else {
+            return Err(ChannelError::NotReady);
+        };
+        let server = server.clone();
+        let config = &server.inner.config;
+        let p = self.provider;
+        let ch = ClientHello::decode(body)?;
+
+        let mode = ch
+            .auths
+            .iter()
+            .filter_map(|&a| AuthMode::from_u8(a))
+            .find(|&m| config.supports(m))
+            .ok_or(ChannelError::NoCommonSuite)?;
+        let gears: Vec<GearId> = config
+            .gears
+            .iter()
+            .copied()
+            .filter(|g| ch.gears.contains(&g.to_u8()) && g.info().forgery_bits >= config.floor_bits)
+            .collect();
+        if gears.is_empty() {
+            return Err(ChannelError::NoCommonSuite);
+        }
+        let cached = ch
+            .resume
+            .and_then(|id| server.take_session(self.now, &id, mode));
+
+        let mut nonce = [0u8; 32];
+        match self.server_nonce_rng.take() {
+            Some(n) => nonce = n,
+            None => p.random.fill(&mut nonce).map_err(|_| ChannelError::Crypto)?,
+        }
+        let (shared, kem, ciphertext, resumed_auth) = match cached {
+            Some(session) => (session.next, None, Vec::new(), Some(session.auth)),
+            None => {
+                let suite = KemSuite::from_u8(ch.share_kem)
+                    .filter(|s| config.kems.contains(s) && ch.kems.contains(&s.to_u8()))
+                    .ok_or(ChannelError::NoCommonSuite)?;
+                let kem = p.kem(suite.algorithm()).ok_or(ChannelError::NoCommonSuite)?;
+                // The cheap step, on the server.
+                let (ciphertext, shared) = kem
+                    .encapsulate(&ch.key_share)
+                    .map_err(|_| ChannelError::BadKeyShare)?;
+                (shared, Some(suite), ciphertext, None)
+            }
+        };
+        let resumed = resumed_auth.is_some();
+        let (pake_msg, auth_secret) = match (mode, resumed) {
+            (AuthMode::Psk, false) => (
+                Vec::new(),
+                config.psk.as_ref().map(|k| Secret::from_slice(k.expose())),
+            ),
+            (AuthMode::Password, false) => {
+                let pw = config.password.as_ref().ok_or(ChannelError::NoCommonSuite)?;
+                let (state, msg) = pake::start_server(pw);
+                let key = state.finish(&ch.pake).ok_or(ChannelError::AuthenticationFailed)?;
+                (msg, Some(key))
+            }
+            _ => (Vec::new(), None),
+        };
+        let mut sh = ServerHello {
+            nonce,
+            kem: kem.map_or(0, |k| k.to_u8()),
+            gears: gears.iter().map(|g| g.to_u8()).collect(),
+            auth: mode.to_u8(),
+            resumed,
+            ciphertext,
+            pake: pake_msg,
+            finished: [0; 32],
+            auth_tag: Vec::new(),
+        };
+        let mut core = Vec::new();
+        sh.encode_core(&mut core);
+        let transcript = transcript_hash(&p, body, &core);
+        let keys = derive_session(&p, &shared, &ch.nonce, &nonce, &transcript)
+            .map_err(|_| ChannelError::Crypto)?;
+        drop(shared);
+        sh.finished = finished_mac(&p, &keys.server_finished, &transcript);
+        if let Some(secret) = &auth_secret {
+            sh.auth_tag = auth_tag(&p, secret.expose(), SERVER_ROLE, &keys.session_id)
+                .map_err(|_| ChannelError::Crypto)?
+                .to_vec();
+        }
+        let mut out = Vec::new();
+        sh.encode(&mut out);
+        write_frame(&mut self.outbuf, FrameType::ServerHello, &out).ok_or(ChannelError::Crypto)?;
+
+        let auth = match resumed_auth {
+            Some(a) => AuthResult { resumed: true, ..a },
+            None => AuthResult {
+                mode,
+                server_key: (mode == AuthMode::ServerSignature)
+                    .then_some(config.identity)
+                    .flatten(),
+                resumed: false,
+            },
+        };
+        if mode == AuthMode::ServerSignature && !resumed {
+            self.proof_pending = true;
+            self.events
+                .push_back(Event::BatchSignatureNeeded(keys.session_id));
+        }
+        self.info = Some(SessionInfo {
+            session_id: keys.session_id,
+            kem,
+            gears: gears.clone(),
+            auth,
+        });
+        self.state = State::ServerAwaitFinished(Box::new(ServerPending {
+            transcript,
+            keys: Some(keys),
+            auth,
+            auth_secret,
+            gears,
+        }));
+        Ok(())
+    }
+
+    fn server_on_finished(&mut self, body: &[u8]) -> Result<(), ChannelError> {
+        let State::ServerAwaitFinished(mut pending) =
+            std::mem::replace(&mut self.state, State::Open)
+        else {
+            return Err(ChannelError::NotReady);
+        };
+        let Side::Server { server } = &self.side else {
+            return Err(ChannelError::NotReady);
+        };
+        let server = server.clone();
+        let config = &server.inner.config;
+        let p = self.provider;
+        let cf = ClientFinished::decode(body)?;
+        let keys = pending.keys.take().ok_or(ChannelError::NotReady)?;
+        let expected = finished_mac(&p, &keys.client_finished, &pending.transcript);
+        if !ct_eq(&expected, &cf.finished) {
+            return Err(ChannelError::KeyConfirmationFailed);
+        }
+        match &pending.auth_secret {
+            Some(secret) => {
+                let tag = auth_tag(&p, secret.expose(), CLIENT_ROLE, &keys.session_id)
+                    .map_err(|_| ChannelError::Crypto)?;
+                if !ct_eq(&tag, &cf.auth_tag) {
+                    return Err(ChannelError::AuthenticationFailed);
+                }
+            }
+            None if !cf.auth_tag.is_empty() => {
+                return Err(ChannelError::Message(MessageError::BadField("auth tag")));
+            }
+            None => {}
+        }
+        let set: GearSet = pending.gears.iter().copied().collect();
+        self.controller = controller_for(config.floor_bits, set);
+        let first = self
+            .controller
+            .as_ref()
+            .map_or(pending.gears[0], Controller::current);
+        self.sender = Some(RecordSender::new(
+            p,
+            keys.s2c_stream,
+            set,
+            first,
+            config.key_update_after,
+        )?);
+        self.receiver = Some(RecordReceiver::new(
+            p,
+            keys.c2s_stream,
+            set,
+            config.floor_bits,
+            config.key_update_after,
+        )?);
+        self.datagram = Some((keys.s2c_datagram, keys.c2s_datagram));
+        let rid = resume_id(&p, &keys.next_session).map_err(|_| ChannelError::Crypto)?;
+        server.store_session(self.now, rid, keys.next_session, pending.auth);
+        self.handshake_done = true;
+        self.maybe_established();
+        Ok(())
+    }
+
+    fn maybe_established(&mut self) {
+        if self.is_established() {
+            self.events.push_back(Event::Established);
+        }
+    }
+}
+
+fn controller_for(floor_bits: f64, set: GearSet) -> Option<Controller> {
+    Controller::new(ControllerConfig::new(floor_bits, set)).ok()
+}
