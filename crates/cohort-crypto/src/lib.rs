@@ -5,8 +5,9 @@
 //!   protocol crate ── CryptoProvider { aead, hmac_sha256, keyed_blake3, aes_block, hkdf, ... }
 //!                           │  (trait objects; one backend per provider)
 //!                           ▼
-//!                    aws-lc-rs (AEAD, HMAC, HKDF, X25519, ML-KEM, Ed25519, randomness)
-//!                    RustCrypto `aes` (single AES blocks for UMAC's KDF/PDF), `blake3`
+//!                    aws-lc-rs (AEAD, HMAC, HKDF, X25519, ML-KEM, RSA-OAEP, Ed25519, randomness)
+//!                    RustCrypto `aes` (single AES blocks for UMAC's KDF/PDF), `blake3`,
+//!                    `rsa` (only to generate RSA keys with e = 3)
 //! ```
 //!
 //! Algorithm *choices* ([`AeadAlgorithm`], [`KemAlgorithm`]) are plain data apart from
