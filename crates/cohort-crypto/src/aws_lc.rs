@@ -514,8 +514,8 @@ impl KemFactory for Rsa2048E3OaepKem {
 }
 
 /// RSAES-OAEP decryption with SHA-256 and MGF1-SHA256 under `label`: the one decryption
-/// routine of the RSA KEM.
-fn rsa_oaep_sha256_decrypt_with(
+/// routine of the RSA KEM, shared with [`crate::hazmat::rsa_oaep_sha256_decrypt`].
+pub(crate) fn rsa_oaep_sha256_decrypt_with(
     key: aws_lc_rs::rsa::PrivateDecryptingKey,
     label: &[u8],
     ciphertext: &[u8],
@@ -532,6 +532,18 @@ fn rsa_oaep_sha256_decrypt_with(
         .decrypt(&OAEP_SHA256_MGF1SHA256, ciphertext, &mut buf, Some(label))
         .map_err(|_| CryptoError::Failed)?;
     Ok(Secret::from_slice(plaintext))
+}
+
+/// Parses a PKCS#8 RSA private key (2048 to 8192 bits, any valid public exponent) and
+/// OAEP-decrypts `ciphertext` with it; see [`crate::hazmat::rsa_oaep_sha256_decrypt`].
+pub(crate) fn rsa_oaep_sha256_decrypt(
+    private_key_pkcs8: &[u8],
+    label: &[u8],
+    ciphertext: &[u8],
+) -> Result<Secret, CryptoError> {
+    let key = aws_lc_rs::rsa::PrivateDecryptingKey::from_pkcs8(private_key_pkcs8)
+        .map_err(|_| CryptoError::InvalidInput)?;
+    rsa_oaep_sha256_decrypt_with(key, label, ciphertext)
 }
 
 fn concat_secrets(a: &Secret, b: &Secret) -> Secret {
