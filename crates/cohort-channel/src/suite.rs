@@ -59,7 +59,7 @@ impl KemSuite {
             KemSuite::X25519 => KemAlgorithm::X25519,
             KemSuite::MlKem768 => KemAlgorithm::MlKem768,
             KemSuite::X25519MlKem768 => KemAlgorithm::X25519MlKem768,
-            KemSuite::Rsa2048E3Oaep => KemAlgorithm::X25519, // RSA-MERGE placeholder until the rsa branch lands
+            KemSuite::Rsa2048E3Oaep => KemAlgorithm::Rsa2048E3Oaep,
         }
     }
 }

@@ -1,10 +1,12 @@
-//! The default backend: aws-lc-rs, plus RustCrypto `aes` for single AES blocks and `blake3`.
+//! The default backend: aws-lc-rs, plus RustCrypto `aes` for single AES blocks and `blake3`,
+//! and RustCrypto `rsa` only to generate RSA primes with e = 3.
 
 use crate::provider::*;
 use crate::Secret;
-use aws_lc_rs::encoding::AsBigEndian;
+use aws_lc_rs::encoding::{AsBigEndian, AsDer};
 use aws_lc_rs::signature::KeyPair;
 use aws_lc_rs::{aead, agreement, digest, hkdf, hmac, kem, rand, signature};
+use zeroize::Zeroizing;
 
 pub(crate) const PROVIDER: CryptoProvider = CryptoProvider {
     name: "aws-lc-rs",
@@ -15,7 +17,13 @@ pub(crate) const PROVIDER: CryptoProvider = CryptoProvider {
     hkdf_sha256: &AwsLcHkdf,
     sha256: &AwsLcSha256,
     random: &AwsLcRandom,
-    kems: &[&X25519MlKem768Kem, &MlKem768Kem, &X25519Kem],
+    // RSA comes last: it is there for tcpcrypt, never preferred.
+    kems: &[
+        &X25519MlKem768Kem,
+        &MlKem768Kem,
+        &X25519Kem,
+        &Rsa2048E3OaepKem,
+    ],
     ed25519: &AwsLcEd25519,
 };
 
@@ -356,6 +364,186 @@ impl KemFactory for X25519MlKem768Kem {
         let mk = MlKem768Kem.decapsulate(&Secret::from_slice(ms), &ciphertext[X25519_LEN..])?;
         Ok(concat_secrets(&xk, &mk))
     }
+}
+
+/// tcpcrypt's RSA KEM: RSA-2048 with e = 3, RSAES-OAEP with SHA-256, MGF1-SHA256 and an
+/// empty label, encrypting a fresh random 32-byte secret.
+///
+/// * The public key is the 256-byte big-endian modulus `n` alone (e is always 3).
+/// * The decapsulation secret is the private key as a PKCS#8 v1 DER document.
+/// * Encapsulation (one cube mod n) is cheap; decapsulation (a full private-key operation)
+///   is the expensive side, as tcpcrypt intends.
+///
+/// Implementations: aws-lc-rs cannot *generate* keys with e = 3, so the primes come from
+/// RustCrypto `rsa` (`RsaPrivateKey::new_with_exp`), and the key is imported into aws-lc-rs
+/// with [`aws_lc_rs::rsa::KeyPair::from_components`], which runs aws-lc's `RSA_check_key`.
+/// All OAEP encryption and decryption is done by aws-lc-rs: RustCrypto `rsa`'s decryption
+/// is not constant time (RUSTSEC-2023-0071, the Marvin attack), so it never sees a
+/// ciphertext. Key generation is slow: RustCrypto's prime search took 0.06 to 1.4 s per key
+/// (mean about 0.3 to 0.6 s) in a release build on a 2-core machine, against about 30 us to
+/// encapsulate and 1 ms to decapsulate. The small exponent is safe here because OAEP pads
+/// with fresh randomness: the small-e attacks (Håstad's broadcast attack, Coppersmith's
+/// stereotyped messages) need unpadded or deterministically padded messages.
+struct Rsa2048E3OaepKem;
+
+const RSA2048_LEN: usize = 256;
+const RSA_KEM_SECRET_LEN: usize = 32;
+
+impl Rsa2048E3OaepKem {
+    /// A fresh RSA-2048 key with e = 3, checked by aws-lc and encoded as PKCS#8, and its
+    /// modulus.
+    fn generate_key() -> Result<(Secret, Vec<u8>), CryptoError> {
+        use rsa::traits::{PrivateKeyParts, PublicKeyParts};
+        use rsa::BigUint;
+
+        let key = rsa::RsaPrivateKey::new_with_exp(
+            &mut rand_core::OsRng,
+            RSA2048_LEN * 8,
+            &BigUint::from(3u32),
+        )
+        .map_err(|_| CryptoError::Failed)?;
+        let n = key.n().to_bytes_be();
+        let e = key.e().to_bytes_be();
+        if n.len() != RSA2048_LEN || e != [3] {
+            return Err(CryptoError::Failed);
+        }
+        let [p, q] = key.primes() else {
+            return Err(CryptoError::Failed);
+        };
+        // The CRT values, computed here rather than taken from `rsa`'s precomputation (whose
+        // q^-1 is a signed integer). q^-1 mod p = q^(p-2) mod p, as p is prime.
+        let p_1 = Zeroizing::new(p - BigUint::from(1u32));
+        let q_1 = Zeroizing::new(q - BigUint::from(1u32));
+        let p_2 = Zeroizing::new(p - BigUint::from(2u32));
+        let dp = Zeroizing::new(key.d() % &*p_1);
+        let dq = Zeroizing::new(key.d() % &*q_1);
+        let qinv = Zeroizing::new(q.modpow(&p_2, p));
+        let be = |x: &BigUint| Zeroizing::new(x.to_bytes_be());
+        let (d, p, q, dp, dq, qinv) = (be(key.d()), be(p), be(q), be(&dp), be(&dq), be(&qinv));
+        let components = aws_lc_rs::rsa::KeyPairComponents {
+            public_key: aws_lc_rs::rsa::PublicKeyComponents {
+                n: n.as_slice(),
+                e: e.as_slice(),
+            },
+            d: d.as_slice(),
+            p: p.as_slice(),
+            q: q.as_slice(),
+            dP: dp.as_slice(),
+            dQ: dq.as_slice(),
+            qInv: qinv.as_slice(),
+        };
+        // Checks n = pq, the exponents and the CRT values (RSA_check_key).
+        let pair = aws_lc_rs::rsa::KeyPair::from_components(&components)
+            .map_err(|_| CryptoError::Failed)?;
+        let pkcs8 = pair.as_der().map_err(|_| CryptoError::Failed)?;
+        let secret = Secret::from_slice(pkcs8.as_ref());
+        // The decapsulation path must accept what we hand out.
+        let check = Self::decrypting_key(&secret)?;
+        if check.key_size_bits() != RSA2048_LEN * 8 {
+            return Err(CryptoError::Failed);
+        }
+        Ok((secret, n))
+    }
+
+    fn decrypting_key(
+        secret: &Secret,
+    ) -> Result<aws_lc_rs::rsa::PrivateDecryptingKey, CryptoError> {
+        aws_lc_rs::rsa::PrivateDecryptingKey::from_pkcs8(secret.expose())
+            .map_err(|_| CryptoError::InvalidInput)
+    }
+}
+
+impl KemFactory for Rsa2048E3OaepKem {
+    fn algorithm(&self) -> KemAlgorithm {
+        KemAlgorithm::Rsa2048E3Oaep
+    }
+
+    fn generate(&self) -> Result<(Secret, Vec<u8>), CryptoError> {
+        Self::generate_key()
+    }
+
+    fn encapsulate(&self, public: &[u8]) -> Result<(Vec<u8>, Secret), CryptoError> {
+        use aws_lc_rs::rsa::{
+            OaepPublicEncryptingKey, PublicEncryptingKey, PublicKeyComponents,
+            OAEP_SHA256_MGF1SHA256,
+        };
+        // Exactly 2048 bits (top bit set) and odd: anything else is not an RSA-2048 modulus.
+        if public.len() != RSA2048_LEN || public[0] & 0x80 == 0 || public[RSA2048_LEN - 1] & 1 == 0
+        {
+            return Err(CryptoError::InvalidInput);
+        }
+        let key: PublicEncryptingKey = PublicKeyComponents {
+            n: public,
+            e: &[3u8][..],
+        }
+        .try_into()
+        .map_err(|_| CryptoError::InvalidInput)?;
+        let key = OaepPublicEncryptingKey::new(key).map_err(|_| CryptoError::InvalidInput)?;
+        let mut shared = Secret::zeroed(RSA_KEM_SECRET_LEN);
+        AwsLcRandom.fill(shared.expose_mut())?;
+        let mut ciphertext = vec![0u8; RSA2048_LEN];
+        let written = key
+            .encrypt(
+                &OAEP_SHA256_MGF1SHA256,
+                shared.expose(),
+                &mut ciphertext,
+                Some(&[]),
+            )
+            .map_err(|_| CryptoError::Failed)?
+            .len();
+        if written != RSA2048_LEN {
+            return Err(CryptoError::Failed);
+        }
+        Ok((ciphertext, shared))
+    }
+
+    fn decapsulate(&self, secret: &Secret, ciphertext: &[u8]) -> Result<Secret, CryptoError> {
+        if ciphertext.len() != RSA2048_LEN {
+            return Err(CryptoError::InvalidInput);
+        }
+        let key = Self::decrypting_key(secret)?;
+        if key.key_size_bits() != RSA2048_LEN * 8 {
+            return Err(CryptoError::InvalidInput);
+        }
+        let shared = rsa_oaep_sha256_decrypt_with(key, &[], ciphertext)?;
+        if shared.len() != RSA_KEM_SECRET_LEN {
+            return Err(CryptoError::Failed);
+        }
+        Ok(shared)
+    }
+}
+
+/// RSAES-OAEP decryption with SHA-256 and MGF1-SHA256 under `label`: the one decryption
+/// routine of the RSA KEM, shared with [`crate::hazmat::rsa_oaep_sha256_decrypt`].
+pub(crate) fn rsa_oaep_sha256_decrypt_with(
+    key: aws_lc_rs::rsa::PrivateDecryptingKey,
+    label: &[u8],
+    ciphertext: &[u8],
+) -> Result<Secret, CryptoError> {
+    use aws_lc_rs::rsa::{OaepPrivateDecryptingKey, OAEP_SHA256_MGF1SHA256};
+    if ciphertext.len() != key.key_size_bytes() {
+        return Err(CryptoError::InvalidInput);
+    }
+    let key = OaepPrivateDecryptingKey::new(key).map_err(|_| CryptoError::InvalidInput)?;
+    let mut buf = Zeroizing::new(vec![0u8; key.min_output_size()]);
+    // One error for every decryption failure (bad padding, wrong label, c >= n): telling them
+    // apart is what Manger's attack needs.
+    let plaintext = key
+        .decrypt(&OAEP_SHA256_MGF1SHA256, ciphertext, &mut buf, Some(label))
+        .map_err(|_| CryptoError::Failed)?;
+    Ok(Secret::from_slice(plaintext))
+}
+
+/// Parses a PKCS#8 RSA private key (2048 to 8192 bits, any valid public exponent) and
+/// OAEP-decrypts `ciphertext` with it; see [`crate::hazmat::rsa_oaep_sha256_decrypt`].
+pub(crate) fn rsa_oaep_sha256_decrypt(
+    private_key_pkcs8: &[u8],
+    label: &[u8],
+    ciphertext: &[u8],
+) -> Result<Secret, CryptoError> {
+    let key = aws_lc_rs::rsa::PrivateDecryptingKey::from_pkcs8(private_key_pkcs8)
+        .map_err(|_| CryptoError::InvalidInput)?;
+    rsa_oaep_sha256_decrypt_with(key, label, ciphertext)
 }
 
 fn concat_secrets(a: &Secret, b: &Secret) -> Secret {

@@ -5,8 +5,9 @@
 //!   protocol crate ── CryptoProvider { aead, hmac_sha256, keyed_blake3, aes_block, hkdf, ... }
 //!                           │  (trait objects; one backend per provider)
 //!                           ▼
-//!                    aws-lc-rs (AEAD, HMAC, HKDF, X25519, ML-KEM, Ed25519, randomness)
-//!                    RustCrypto `aes` (single AES blocks for UMAC's KDF/PDF), `blake3`
+//!                    aws-lc-rs (AEAD, HMAC, HKDF, X25519, ML-KEM, RSA-OAEP, Ed25519, randomness)
+//!                    RustCrypto `aes` (single AES blocks for UMAC's KDF/PDF), `blake3`,
+//!                    `rsa` (only to generate RSA keys with e = 3)
 //! ```
 //!
 //! Algorithm *choices* ([`AeadAlgorithm`], [`KemAlgorithm`]) are plain data apart from
@@ -38,3 +39,28 @@ pub use provider::{
     SecureRandom, SignatureScheme, AEAD_NONCE_LEN, AEAD_TAG_LEN,
 };
 pub use secret::{ct_eq, Secret};
+
+/// Raw primitives behind the provider's algorithms, exposed only so that published test
+/// vectors can be run through exactly the code the provider uses. Not a stable API; protocol
+/// crates must go through [`CryptoProvider`].
+#[doc(hidden)]
+pub mod hazmat {
+    use crate::{CryptoError, Secret};
+
+    /// RSAES-OAEP decryption (RFC 8017 §7.1.2) with SHA-256 and MGF1-SHA256 under `label`,
+    /// by aws-lc-rs: the same routine [`crate::KemAlgorithm::Rsa2048E3Oaep`] decapsulates
+    /// with (there with an empty label).
+    ///
+    /// `private_key_pkcs8` is an RSA private key as PKCS#8 v1 DER, 2048 to 8192 bits, any
+    /// valid public exponent. Errors: [`CryptoError::InvalidInput`] for a key that does not
+    /// parse or a ciphertext whose length is not the modulus length;
+    /// [`CryptoError::Failed`] for every decryption failure (one error, so that callers cannot
+    /// leak which check failed).
+    pub fn rsa_oaep_sha256_decrypt(
+        private_key_pkcs8: &[u8],
+        label: &[u8],
+        ciphertext: &[u8],
+    ) -> Result<Secret, CryptoError> {
+        crate::aws_lc::rsa_oaep_sha256_decrypt(private_key_pkcs8, label, ciphertext)
+    }
+}

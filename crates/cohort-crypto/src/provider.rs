@@ -59,6 +59,12 @@ pub enum KemAlgorithm {
     MlKem768,
     /// X25519 and ML-KEM-768 together; the shared secret is both outputs concatenated.
     X25519MlKem768,
+    /// tcpcrypt's RSA KEM: RSA-2048 with public exponent 3 and RSAES-OAEP (SHA-256,
+    /// MGF1-SHA256, empty label) encrypting a random 32-byte shared secret. The public key
+    /// is the 256-byte big-endian modulus, the ciphertext 256 bytes. Encapsulation is cheap
+    /// and decapsulation expensive. Not post-quantum and slow to generate: the default
+    /// provider lists it last.
+    Rsa2048E3Oaep,
 }
 
 /// An AEAD key ready for use.
@@ -155,7 +161,7 @@ pub trait SecureRandom: Send + Sync {
     fn fill(&self, out: &mut [u8]) -> Result<(), CryptoError>;
 }
 
-/// A key-encapsulation mechanism (X25519 as a KEM, ML-KEM-768, or both).
+/// A key-encapsulation mechanism (X25519 as a KEM, ML-KEM-768, both, or tcpcrypt's RSA).
 pub trait KemFactory: Send + Sync {
     /// Which KEM this is.
     fn algorithm(&self) -> KemAlgorithm;

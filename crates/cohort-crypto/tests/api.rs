@@ -1,10 +1,14 @@
 //! Round trips and edge cases of the provider API that published vectors do not cover:
 //! KEM generate/encapsulate/decapsulate, Ed25519 signing, input-length checks, and the
 //! `Secret` / `ct_eq` basics.
+//!
+//! RSA-2048 key generation is slow, so the RSA tests share two generated keys
+//! ([`rsa_keys`]).
 
 use cohort_crypto::{
     ct_eq, AeadAlgorithm, CryptoError, CryptoProvider, KemAlgorithm, Secret, AEAD_NONCE_LEN,
 };
+use std::sync::OnceLock;
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
 fn provider() -> CryptoProvider {
@@ -12,12 +16,37 @@ fn provider() -> CryptoProvider {
 }
 
 /// (public key, ciphertext, shared secret) lengths, and where the ML-KEM ciphertext starts
-/// (`None` for X25519 alone).
+/// (`None` for X25519 and RSA).
 fn sizes(alg: KemAlgorithm) -> (usize, usize, usize, Option<usize>) {
     match alg {
         KemAlgorithm::X25519 => (32, 32, 32, None),
         KemAlgorithm::MlKem768 => (1184, 1088, 32, Some(0)),
         KemAlgorithm::X25519MlKem768 => (32 + 1184, 32 + 1088, 64, Some(32)),
+        KemAlgorithm::Rsa2048E3Oaep => (256, 256, 32, None),
+    }
+}
+
+/// Two RSA-2048 (e = 3) key pairs from the provider, generated once for all tests.
+fn rsa_keys() -> &'static [(Secret, Vec<u8>); 2] {
+    static KEYS: OnceLock<[(Secret, Vec<u8>); 2]> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let kem = provider()
+            .kem(KemAlgorithm::Rsa2048E3Oaep)
+            .expect("provider has RSA");
+        [
+            kem.generate().expect("generate"),
+            kem.generate().expect("generate"),
+        ]
+    })
+}
+
+/// Key pair number `i` (0 or 1 within a round): fresh, except for RSA, whose two shared key
+/// pairs are reused.
+fn key_pair(kem: &dyn cohort_crypto::KemFactory, i: usize) -> (Secret, Vec<u8>) {
+    if kem.algorithm() == KemAlgorithm::Rsa2048E3Oaep {
+        rsa_keys()[i].clone()
+    } else {
+        kem.generate().expect("generate")
     }
 }
 
@@ -30,7 +59,8 @@ fn kems_are_listed_in_preference_order() {
         [
             KemAlgorithm::X25519MlKem768,
             KemAlgorithm::MlKem768,
-            KemAlgorithm::X25519
+            KemAlgorithm::X25519,
+            KemAlgorithm::Rsa2048E3Oaep,
         ]
     );
     for alg in algs {
@@ -45,8 +75,14 @@ fn kem_round_trips() {
     for kem in p.kems {
         let alg = kem.algorithm();
         let (pk_len, ct_len, ss_len, mlkem_offset) = sizes(alg);
-        for _ in 0..4 {
-            let (sk, pk) = kem.generate().expect("generate");
+        // RSA reuses its two shared keys: more rounds would repeat the same checks.
+        let rounds = if alg == KemAlgorithm::Rsa2048E3Oaep {
+            1
+        } else {
+            4
+        };
+        for _ in 0..rounds {
+            let (sk, pk) = key_pair(*kem, 0);
             assert_eq!(pk.len(), pk_len, "{alg:?} public key length");
             let (ct, ss) = kem.encapsulate(&pk).expect("encapsulate");
             assert_eq!(ct.len(), ct_len, "{alg:?} ciphertext length");
@@ -107,8 +143,20 @@ fn kem_round_trips() {
                     assert_eq!(other.expose()[..32], ss.expose()[..32]);
                 }
             }
+            // RSA-OAEP has no implicit rejection: a tampered ciphertext fails.
+            if alg == KemAlgorithm::Rsa2048E3Oaep {
+                for at in [0, 100, 255] {
+                    let mut tampered = ct.clone();
+                    tampered[at] ^= 0x01;
+                    assert_eq!(
+                        kem.decapsulate(&sk, &tampered).map(|_| ()),
+                        Err(CryptoError::Failed),
+                        "RSA: ciphertext tampered at byte {at}"
+                    );
+                }
+            }
             // Tampering with the X25519 part (an ephemeral public key) changes that half.
-            if alg != KemAlgorithm::MlKem768 {
+            if matches!(alg, KemAlgorithm::X25519 | KemAlgorithm::X25519MlKem768) {
                 let mut tampered = ct.clone();
                 tampered[0] ^= 0x02;
                 if let Ok(other) = kem.decapsulate(&sk, &tampered) {
@@ -117,7 +165,7 @@ fn kem_round_trips() {
             }
 
             // Another key pair cannot decapsulate.
-            let (sk_other, _) = kem.generate().expect("generate");
+            let (sk_other, _) = key_pair(*kem, 1);
             if let Ok(wrong) = kem.decapsulate(&sk_other, &ct) {
                 assert_ne!(
                     wrong, ss,
@@ -127,7 +175,7 @@ fn kem_round_trips() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 12);
+    assert_eq!(checked, 3 * 4 + 1);
 }
 
 #[test]
@@ -182,6 +230,143 @@ fn mlkem_rejects_malformed_decapsulation_key() {
         assert!(
             kem.decapsulate(&bad, &ct).is_err(),
             "dk tampered at byte {at}"
+        );
+    }
+}
+
+#[test]
+fn rsa_keys_are_2048_bit_with_e_3() {
+    use rsa::pkcs8::DecodePrivateKey;
+    use rsa::traits::{PrivateKeyParts, PublicKeyParts};
+    use rsa::BigUint;
+
+    let kem = provider()
+        .kem(KemAlgorithm::Rsa2048E3Oaep)
+        .expect("provider has RSA");
+    let three = BigUint::from(3u32);
+    let [(sk0, pk0), (_, pk1)] = rsa_keys();
+    assert_ne!(pk0, pk1, "two generated keys are the same");
+    for (sk, pk) in rsa_keys() {
+        assert_eq!(pk.len(), 256);
+        assert!(pk[0] & 0x80 != 0, "top bit of the modulus");
+        assert!(pk[255] & 1 == 1, "the modulus is odd");
+        // The decapsulation secret is PKCS#8 for the same modulus, with e = 3.
+        let key = rsa::RsaPrivateKey::from_pkcs8_der(sk.expose()).expect("PKCS#8");
+        let n = key.n();
+        assert_eq!(n.bits(), 2048);
+        assert_eq!(n.to_bytes_be(), *pk);
+        assert_eq!(*key.e(), three);
+
+        // Encapsulation cubes: c = EM^3 mod n, where EM = c^d (textbook RSA, computed here
+        // only to look at it) starts with OAEP's zero byte.
+        let (ct, _) = kem.encapsulate(pk).expect("encapsulate");
+        let c = BigUint::from_bytes_be(&ct);
+        assert!(c < *n);
+        let em = c.modpow(key.d(), n);
+        assert_eq!(em.modpow(&three, n), c, "ciphertext is not EM^3 mod n");
+        assert!(em.bits() <= 2040, "EM does not start with a zero byte");
+    }
+
+    // An independent implementation (RustCrypto `rsa`, encryption only) with (n, e = 3),
+    // OAEP-SHA256, MGF1-SHA256 and an empty label encapsulates to our keys.
+    let mut rng = rand_core::OsRng;
+    let public = rsa::RsaPublicKey::new(BigUint::from_bytes_be(pk0), three.clone())
+        .expect("RustCrypto accepts the public key");
+    let oaep = || rsa::Oaep::new::<rsa::sha2::Sha256>();
+    let msg = [0x5a; 32];
+    let ct = public.encrypt(&mut rng, oaep(), &msg).expect("encrypt");
+    let ss = kem.decapsulate(sk0, &ct).expect("decapsulate");
+    assert_eq!(ss.expose(), msg);
+    // Not 32 bytes, a label, or e = 65537 instead of 3: decapsulation fails.
+    for len in [0, 31, 33] {
+        let ct = public
+            .encrypt(&mut rng, oaep(), &vec![7; len])
+            .expect("encrypt");
+        assert_eq!(
+            kem.decapsulate(sk0, &ct).map(|_| ()),
+            Err(CryptoError::Failed),
+            "{len}-byte plaintext"
+        );
+    }
+    let labelled = rsa::Oaep::new_with_label::<rsa::sha2::Sha256, _>("tcpcrypt");
+    let ct = public.encrypt(&mut rng, labelled, &msg).expect("encrypt");
+    assert_eq!(
+        kem.decapsulate(sk0, &ct).map(|_| ()),
+        Err(CryptoError::Failed)
+    );
+    let e65537 = rsa::RsaPublicKey::new(BigUint::from_bytes_be(pk0), BigUint::from(65537u32))
+        .expect("public key");
+    let ct = e65537.encrypt(&mut rng, oaep(), &msg).expect("encrypt");
+    assert_eq!(
+        kem.decapsulate(sk0, &ct).map(|_| ()),
+        Err(CryptoError::Failed)
+    );
+}
+
+#[test]
+fn rsa_rejects_bad_public_keys() {
+    let kem = provider()
+        .kem(KemAlgorithm::Rsa2048E3Oaep)
+        .expect("provider has RSA");
+    let pk = &rsa_keys()[0].1;
+    let mut even = pk.clone();
+    even[255] ^= 1;
+    let mut top_bit_clear = pk.clone();
+    top_bit_clear[0] &= 0x7f;
+    let mut leading_zero = vec![0u8];
+    leading_zero.extend_from_slice(&pk[..255]);
+    let long = [pk.as_slice(), &[1]].concat();
+    let bad: [(&str, &[u8]); 7] = [
+        ("empty", &[]),
+        ("255 bytes", &pk[..255]),
+        ("257 bytes", &long),
+        ("128 bytes", &pk[..128]),
+        ("even", &even),
+        ("top bit clear", &top_bit_clear),
+        ("leading zero byte", &leading_zero),
+    ];
+    for (what, public) in bad {
+        assert_eq!(
+            kem.encapsulate(public).map(|_| ()),
+            Err(CryptoError::InvalidInput),
+            "{what}"
+        );
+    }
+    assert!(kem.encapsulate(pk).is_ok());
+}
+
+#[test]
+fn rsa_decapsulation_failures() {
+    let kem = provider()
+        .kem(KemAlgorithm::Rsa2048E3Oaep)
+        .expect("provider has RSA");
+    let [(sk0, pk0), (sk1, _)] = rsa_keys();
+    let (ct, ss) = kem.encapsulate(pk0).expect("encapsulate");
+    assert_eq!(kem.decapsulate(sk0, &ct).expect("decapsulate"), ss);
+    // The other key.
+    assert_eq!(
+        kem.decapsulate(sk1, &ct).map(|_| ()),
+        Err(CryptoError::Failed)
+    );
+    // 0 (EM = 0, bad padding) and a value >= n.
+    for c in [[0u8; 256], [0xff; 256]] {
+        assert_eq!(
+            kem.decapsulate(sk0, &c).map(|_| ()),
+            Err(CryptoError::Failed)
+        );
+    }
+    // A decapsulation secret that is not an RSA PKCS#8 key.
+    let truncated = Secret::from_slice(&sk0.expose()[..sk0.len() - 1]);
+    let x25519 = provider()
+        .kem(KemAlgorithm::X25519)
+        .expect("X25519")
+        .generate()
+        .expect("generate")
+        .0;
+    for bad in [truncated, x25519, Secret::new(Vec::new())] {
+        assert_eq!(
+            kem.decapsulate(&bad, &ct).map(|_| ()),
+            Err(CryptoError::InvalidInput)
         );
     }
 }
