@@ -1,2 +1,4 @@
 //! Secure channels in the tcpcrypt shape.
 #![forbid(unsafe_code)]
+
+pub mod identity;
