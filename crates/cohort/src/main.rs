@@ -3,11 +3,13 @@
 //! ```text
 //!   cohort gears list|tag|bench  ──▶ cohort-gears (registry, plain MACs, GearKey timing)
 //!   cohort demo                  ──▶ cohort-sim running two cohort-gears GearLinks
+//!   cohort keygen                ──▶ cohort-channel identity (Ed25519 identity file)
 //! ```
 
 mod bench;
 mod demo;
 mod gears_cmd;
+mod keygen_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -31,6 +33,8 @@ enum Command {
     /// Two in-process peers exchange protected packets while the gear controller reacts to
     /// load and to a forgery burst, in the deterministic simulator.
     Demo(demo::DemoArgs),
+    /// Write a new Ed25519 identity file (owner-only) and print its public key.
+    Keygen(keygen_cmd::KeygenArgs),
 }
 
 /// An error the user can fix: printed as one line, exit status 2.
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Gears { command } => gears_cmd::run(command),
         Command::Demo(args) => demo::run(&args),
+        Command::Keygen(args) => keygen_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -13,7 +13,12 @@ fn cohort(args: &[&str], stdin: Option<&[u8]>) -> Output {
         .spawn()
         .expect("run cohort");
     if let Some(input) = stdin {
-        child.stdin.take().unwrap().write_all(input).unwrap();
+        // A command that fails before reading its input (a usage error) may exit first; the
+        // write then meets a closed pipe, which is not what the test is about.
+        match child.stdin.take().unwrap().write_all(input) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            result => result.unwrap(),
+        }
     }
     drop(child.stdin.take());
     child.wait_with_output().unwrap()
@@ -237,4 +242,120 @@ fn gears_tag_reads_the_key_from_a_file() {
     // Neither key option: a usage error (clap's own, status 2).
     let out = cohort(&["gears", "tag", "--gear", "umac-32"], Some(b"x"));
     assert_eq!(out.status.code(), Some(2));
+}
+
+#[cfg(unix)]
+mod keygen {
+    use super::{cohort, text};
+    use cohort_channel::identity::Identity;
+    use cohort_crypto::CryptoProvider;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cohort-keygen-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    fn loaded_key(path: &Path) -> String {
+        let file = std::fs::read_to_string(path).unwrap();
+        Identity::from_file_text(&CryptoProvider::default_provider(), &file)
+            .unwrap()
+            .public()
+            .to_string()
+    }
+
+    /// Runs `cohort keygen --out PATH [extra...]` and returns the printed key.
+    fn keygen(path: &Path, extra: &[&str]) -> String {
+        let out = cohort(
+            &[&["keygen", "--out", path.to_str().unwrap()], extra].concat(),
+            None,
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert_eq!(stdout.lines().count(), 1, "{stdout}");
+        stdout.trim_end().to_string()
+    }
+
+    #[test]
+    fn writes_an_owner_only_file_and_prints_its_public_key() {
+        let dir = scratch("new");
+        let path = dir.join("server.id");
+        let printed = keygen(&path, &[]);
+        assert!(
+            printed.starts_with("ed25519:") && printed.len() == 8 + 64,
+            "{printed}"
+        );
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(loaded_key(&path), printed);
+        // Nothing else was left in the directory.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn refuses_to_overwrite_without_force() {
+        let dir = scratch("refuse");
+        let path = dir.join("server.id");
+        let first = keygen(&path, &[]);
+        let before = std::fs::read(&path).unwrap();
+        let out = cohort(&["keygen", "--out", path.to_str().unwrap()], None);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+        let stderr = text(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("already exists"), "{stderr}");
+        assert!(stderr.contains("--force"), "{stderr}");
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        assert_eq!(loaded_key(&path), first);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn force_replaces_the_key_and_the_permissions() {
+        let dir = scratch("force");
+        let path = dir.join("server.id");
+        let first = keygen(&path, &[]);
+        let second = keygen(&path, &["--force"]);
+        assert_ne!(first, second);
+        assert_eq!(loaded_key(&path), second);
+        assert_eq!(mode(&path), 0o600);
+        // A world-readable file in the way ends up owner-only too: it is replaced, not
+        // rewritten in place.
+        std::fs::write(&path, "not a key").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let third = keygen(&path, &["--force"]);
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(loaded_key(&path), third);
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "no temp file left"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_unwritable_path_is_a_one_line_error() {
+        let dir = scratch("missing");
+        let path = dir.join("no-such-dir").join("server.id");
+        for extra in [&[][..], &["--force"][..]] {
+            let out = cohort(
+                &[&["keygen", "--out", path.to_str().unwrap()], extra].concat(),
+                None,
+            );
+            assert_eq!(out.status.code(), Some(2), "{extra:?}");
+            let stderr = text(&out.stderr);
+            assert_eq!(stderr.lines().count(), 1, "{stderr}");
+            assert!(stderr.contains("cannot write"), "{stderr}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
