@@ -4,12 +4,14 @@
 //!   cohort gears list|tag|bench  ──▶ cohort-gears (registry, plain MACs, GearKey timing)
 //!   cohort demo                  ──▶ cohort-sim running two cohort-gears GearLinks
 //!   cohort keygen                ──▶ cohort-channel identity (Ed25519 identity file)
+//!   cohort tunnel server|client  ──▶ cohort-net TCP driver ──▶ cohort-channel
 //! ```
 
 mod bench;
 mod demo;
 mod gears_cmd;
 mod keygen_cmd;
+mod tunnel_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -35,6 +37,11 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Write a new Ed25519 identity file (owner-only) and print its public key.
     Keygen(keygen_cmd::KeygenArgs),
+    /// Protect unmodified TCP applications: a cohort channel between two tunnel ends.
+    Tunnel {
+        #[command(subcommand)]
+        command: tunnel_cmd::TunnelCommand,
+    },
 }
 
 /// An error the user can fix: printed as one line, exit status 2.
@@ -48,6 +55,7 @@ fn main() -> ExitCode {
         Command::Gears { command } => gears_cmd::run(command),
         Command::Demo(args) => demo::run(&args),
         Command::Keygen(args) => keygen_cmd::run(&args),
+        Command::Tunnel { command } => tunnel_cmd::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

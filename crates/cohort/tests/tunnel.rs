@@ -1,0 +1,281 @@
+//! End to end: `curl` (a client nobody here wrote) fetches a multi-megabyte file from a real
+//! HTTP server (Python's `http.server`) through `cohort tunnel client` and `cohort tunnel
+//! server` on loopback, byte for byte; and a tunnel client pointed at a server that does
+//! not speak cohort refuses, unless told `--allow-plaintext`.
+//!
+//! Needs `curl` and `python3` on the PATH (`.ci/run` installs them on a fresh machine).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Kills its child when the test ends, however it ends.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cohort-tunnel-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn need(tool: &str) {
+    let ok = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "this test needs `{tool}` on the PATH (install it; .ci/run does)");
+}
+
+fn wait_for_port(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn wait_for_log(path: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never said {needle:?}; it said:\n{text}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn cohort(args: &[&str], log: &Path) -> Guard {
+    let file = std::fs::File::create(log).unwrap();
+    Guard(
+        Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// A real HTTP server serving `dir`, and its port.
+fn http_server(dir: &Path) -> (Guard, u16) {
+    need("python3");
+    let port = free_port();
+    let child = Command::new("python3")
+        .args(["-m", "http.server", "--bind", "127.0.0.1", &port.to_string()])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let guard = Guard(child);
+    wait_for_port(port);
+    (guard, port)
+}
+
+/// Pseudo-random bytes (xorshift), so that no compression or pattern hides a bug.
+fn random_file(path: &Path, len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let bytes: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    std::fs::write(path, &bytes).unwrap();
+    bytes
+}
+
+fn curl(port: u16, out: &Path) -> std::process::Output {
+    need("curl");
+    Command::new("curl")
+        .args(["--silent", "--show-error", "--max-time", "60", "--output"])
+        .arg(out)
+        .arg(format!("http://127.0.0.1:{port}/big.bin"))
+        .output()
+        .unwrap()
+}
+
+fn session_ids(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| l.split(" session ").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .filter(|id| id.len() == 64)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn curl_fetches_a_file_through_the_tunnel_byte_for_byte() {
+    let dir = tempdir("fetch");
+    let served = dir.join("www");
+    std::fs::create_dir_all(&served).unwrap();
+    let original = random_file(&served.join("big.bin"), 8 << 20);
+    let (_http, http_port) = http_server(&served);
+
+    // A server identity; the client pins its key (signature authentication).
+    let key = dir.join("server.key");
+    let keygen = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["keygen", "--out"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(keygen.status.success());
+    let public = String::from_utf8(keygen.stdout).unwrap().trim().to_owned();
+    assert!(public.starts_with("ed25519:"));
+
+    let (server_port, client_port) = (free_port(), free_port());
+    let server_log = dir.join("server.log");
+    let client_log = dir.join("client.log");
+    let _server = cohort(
+        &[
+            "tunnel",
+            "server",
+            "--listen",
+            &format!("127.0.0.1:{server_port}"),
+            "--forward",
+            &format!("127.0.0.1:{http_port}"),
+            "--key",
+            key.to_str().unwrap(),
+        ],
+        &server_log,
+    );
+    wait_for_log(&server_log, "listening");
+    let _client = cohort(
+        &[
+            "tunnel",
+            "client",
+            "--listen",
+            &format!("127.0.0.1:{client_port}"),
+            "--connect",
+            &format!("127.0.0.1:{server_port}"),
+            "--pin",
+            &public,
+        ],
+        &client_log,
+    );
+    wait_for_log(&client_log, "listening");
+
+    for round in 0..2 {
+        let out = dir.join(format!("fetched-{round}.bin"));
+        let result = curl(client_port, &out);
+        assert!(
+            result.status.success(),
+            "curl failed: {}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        let fetched = std::fs::read(&out).unwrap();
+        assert_eq!(fetched.len(), original.len());
+        assert!(fetched == original, "round {round}: bytes differ");
+    }
+    let client_text = wait_for_log(&client_log, "closed cleanly");
+    let server_text = wait_for_log(&server_log, "closed cleanly");
+    // Both ends log the same session IDs, the suites and the authentication result.
+    let client_ids = session_ids(&client_text);
+    let server_ids = session_ids(&server_text);
+    assert!(client_ids.len() >= 2, "client log:\n{client_text}");
+    for id in &client_ids {
+        assert!(server_ids.contains(id), "{id} not in server log:\n{server_text}");
+    }
+    assert!(client_text.contains("kem x25519-mlkem768"), "{client_text}");
+    assert!(client_text.contains(&format!("server signature by {public}")), "{client_text}");
+    assert!(client_text.contains("resumed"), "the second fetch resumes:\n{client_text}");
+}
+
+#[test]
+fn a_server_that_does_not_speak_cohort_is_refused_unless_plaintext_is_allowed() {
+    let dir = tempdir("refuse");
+    let served = dir.join("www");
+    std::fs::create_dir_all(&served).unwrap();
+    let original = random_file(&served.join("big.bin"), 2 << 20);
+    let (_http, http_port) = http_server(&served);
+
+    // Pointed straight at the HTTP server: refuse.
+    let client_port = free_port();
+    let log = dir.join("refusing.log");
+    let _client = cohort(
+        &[
+            "tunnel",
+            "client",
+            "--listen",
+            &format!("127.0.0.1:{client_port}"),
+            "--connect",
+            &format!("127.0.0.1:{http_port}"),
+        ],
+        &log,
+    );
+    wait_for_log(&log, "listening");
+    let out = dir.join("refused.bin");
+    let result = curl(client_port, &out);
+    assert!(!result.status.success(), "curl got through a refusing tunnel");
+    let text = wait_for_log(&log, "REFUSED");
+    assert!(text.contains("does not speak cohort"), "{text}");
+    assert!(std::fs::read(&out).map_or(true, |b| b != original));
+
+    // With --allow-plaintext: it works, with a loud warning.
+    let client_port = free_port();
+    let log = dir.join("plaintext.log");
+    let _client = cohort(
+        &[
+            "tunnel",
+            "client",
+            "--listen",
+            &format!("127.0.0.1:{client_port}"),
+            "--connect",
+            &format!("127.0.0.1:{http_port}"),
+            "--allow-plaintext",
+        ],
+        &log,
+    );
+    wait_for_log(&log, "listening");
+    let out = dir.join("plain.bin");
+    let result = curl(client_port, &out);
+    assert!(result.status.success());
+    assert!(std::fs::read(&out).unwrap() == original);
+    wait_for_log(&log, "NOT ENCRYPTED");
+
+    // Never when an authentication mode was asked for.
+    let refused = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args([
+            "tunnel",
+            "client",
+            "--listen",
+            "127.0.0.1:0",
+            "--connect",
+            &format!("127.0.0.1:{http_port}"),
+            "--allow-plaintext",
+            "--pin",
+            "ed25519:0000000000000000000000000000000000000000000000000000000000000000",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--allow-plaintext"));
+}
