@@ -271,7 +271,8 @@ impl Connection {
         let config = &client.inner.config;
         let mut nonce = [0u8; 32];
         rng.fill_bytes(&mut nonce);
-        let (share_suite, share_secret, share_public) = client.ephemeral(now)?;
+        let share = client.ephemeral(now)?;
+        let (share_suite, share_secret, share_public) = (share.suite, share.secret, share.public);
         let ticket = client.take_ticket(now, server_name);
         let (pake, pake_msg) = match &config.auth {
             ClientAuth::Password(pw) => {
@@ -282,8 +283,18 @@ impl Connection {
         };
         let hello = ClientHello {
             nonce,
-            kems: config.kems.iter().take(MAX_OFFERS).map(|k| k.to_u8()).collect(),
-            gears: config.gears.iter().take(MAX_OFFERS).map(|g| g.to_u8()).collect(),
+            kems: config
+                .kems
+                .iter()
+                .take(MAX_OFFERS)
+                .map(|k| k.to_u8())
+                .collect(),
+            gears: config
+                .gears
+                .iter()
+                .take(MAX_OFFERS)
+                .map(|g| g.to_u8())
+                .collect(),
             auths: vec![config.auth.mode().to_u8()],
             share_kem: share_suite.to_u8(),
             key_share: share_public.to_vec(),
@@ -492,8 +503,35 @@ impl Connection {
         let info = self.info.as_ref().ok_or(ChannelError::NotReady)?;
         let set: GearSet = info.gears.iter().copied().collect();
         let p = &self.provider;
-        let keys = |s: &Secret| GearKeys::derive(p, s.expose(), set).map_err(|_| ChannelError::Crypto);
+        let keys =
+            |s: &Secret| GearKeys::derive(p, s.expose(), set).map_err(|_| ChannelError::Crypto);
         Ok((keys(send)?, keys(recv)?))
+    }
+
+    /// A secret both ends derive alike from this session, for another protocol keyed by it
+    /// (as a TLS exporter): HKDF over both datagram secrets with `label`. Different labels
+    /// give independent secrets; none reveals the channel's own keys.
+    pub fn export_secret(&self, label: &[u8], len: usize) -> Result<Secret, ChannelError> {
+        let (mine, theirs) = self.datagram.as_ref().ok_or(ChannelError::NotReady)?;
+        let (c2s, s2c) = if self.is_client() {
+            (mine, theirs)
+        } else {
+            (theirs, mine)
+        };
+        let mut ikm = Secret::zeroed(64);
+        ikm.expose_mut()[..32].copy_from_slice(c2s.expose());
+        ikm.expose_mut()[32..].copy_from_slice(s2c.expose());
+        let mut out = Secret::zeroed(len);
+        self.provider
+            .hkdf_sha256
+            .derive(
+                b"cohort-channel/v1 exporter",
+                ikm.expose(),
+                &[label],
+                out.expose_mut(),
+            )
+            .map_err(|_| ChannelError::Crypto)?;
+        Ok(out)
     }
 
     /// Server, signature mode: the batch signer's proof for this session; queues the
@@ -537,7 +575,8 @@ impl Connection {
                 ChannelError::Message(_) | ChannelError::UnexpectedFrame(_) => {
                     Some(AlertCode::DecodeError)
                 }
-                ChannelError::KeyConfirmationFailed | ChannelError::AuthenticationFailed
+                ChannelError::KeyConfirmationFailed
+                | ChannelError::AuthenticationFailed
                 | ChannelError::BadKeyShare => Some(AlertCode::HandshakeFailure),
                 _ => None,
             };
@@ -664,8 +703,14 @@ impl Connection {
             return Err(ChannelError::BadChoice("gear"));
         }
         let (shared, kem, ticket_auth) = if sh.resumed {
-            let ticket = pending.ticket.ok_or(ChannelError::BadChoice("resumption"))?;
-            if sh.kem != 0 || !sh.ciphertext.is_empty() || !sh.pake.is_empty() || !sh.auth_tag.is_empty() {
+            let ticket = pending
+                .ticket
+                .ok_or(ChannelError::BadChoice("resumption"))?;
+            if sh.kem != 0
+                || !sh.ciphertext.is_empty()
+                || !sh.pake.is_empty()
+                || !sh.auth_tag.is_empty()
+            {
                 return Err(ChannelError::BadChoice("resumption"));
             }
             (ticket.next, None, Some(ticket.auth))
@@ -697,7 +742,11 @@ impl Connection {
             (ClientAuth::Psk(psk), false) => Some(Secret::from_slice(psk.expose())),
             (ClientAuth::Password(_), false) => {
                 let state = pending.pake.ok_or(ChannelError::AuthenticationFailed)?;
-                Some(state.finish(&sh.pake).ok_or(ChannelError::AuthenticationFailed)?)
+                Some(
+                    state
+                        .finish(&sh.pake)
+                        .ok_or(ChannelError::AuthenticationFailed)?,
+                )
             }
             _ => None,
         };
@@ -721,7 +770,8 @@ impl Connection {
         };
         let mut cf = Vec::new();
         finished.encode(&mut cf);
-        write_frame(&mut self.outbuf, FrameType::ClientFinished, &cf).ok_or(ChannelError::Crypto)?;
+        write_frame(&mut self.outbuf, FrameType::ClientFinished, &cf)
+            .ok_or(ChannelError::Crypto)?;
 
         let auth = match ticket_auth {
             Some(a) => AuthResult { resumed: true, ..a },
@@ -850,7 +900,10 @@ impl Connection {
         let mut nonce = [0u8; 32];
         match self.server_nonce_rng.take() {
             Some(n) => nonce = n,
-            None => p.random.fill(&mut nonce).map_err(|_| ChannelError::Crypto)?,
+            None => p
+                .random
+                .fill(&mut nonce)
+                .map_err(|_| ChannelError::Crypto)?,
         }
         let (shared, kem, ciphertext, resumed_auth) = match cached {
             Some(session) => (session.next, None, Vec::new(), Some(session.auth)),
@@ -858,7 +911,9 @@ impl Connection {
                 let suite = KemSuite::from_u8(ch.share_kem)
                     .filter(|s| config.kems.contains(s) && ch.kems.contains(&s.to_u8()))
                     .ok_or(ChannelError::NoCommonSuite)?;
-                let kem = p.kem(suite.algorithm()).ok_or(ChannelError::NoCommonSuite)?;
+                let kem = p
+                    .kem(suite.algorithm())
+                    .ok_or(ChannelError::NoCommonSuite)?;
                 // The cheap step, on the server.
                 let (ciphertext, shared) = kem
                     .encapsulate(&ch.key_share)
@@ -873,9 +928,14 @@ impl Connection {
                 config.psk.as_ref().map(|k| Secret::from_slice(k.expose())),
             ),
             (AuthMode::Password, false) => {
-                let pw = config.password.as_ref().ok_or(ChannelError::NoCommonSuite)?;
+                let pw = config
+                    .password
+                    .as_ref()
+                    .ok_or(ChannelError::NoCommonSuite)?;
                 let (state, msg) = pake::start_server(pw);
-                let key = state.finish(&ch.pake).ok_or(ChannelError::AuthenticationFailed)?;
+                let key = state
+                    .finish(&ch.pake)
+                    .ok_or(ChannelError::AuthenticationFailed)?;
                 (msg, Some(key))
             }
             _ => (Vec::new(), None),

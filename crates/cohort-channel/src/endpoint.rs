@@ -15,11 +15,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A client's ephemeral KEM key pair, reused for `ephemeral_lifetime`.
-pub(crate) struct Ephemeral {
+/// A client's ephemeral KEM key pair. Shared by the connections that use it.
+#[derive(Clone)]
+pub(crate) struct KeyShare {
     pub suite: KemSuite,
     pub secret: Arc<Secret>,
     pub public: Arc<Vec<u8>>,
+}
+
+/// The cached key pair, reused for `ephemeral_lifetime`.
+struct Ephemeral {
+    share: KeyShare,
     created: Timestamp,
 }
 
@@ -98,7 +104,7 @@ impl Client {
 
     /// The ephemeral key pair for the preferred suite: the cached one if still fresh, else
     /// a new one (the expensive step for RSA, done by the client as tcpcrypt intends).
-    pub(crate) fn ephemeral(&self, now: Timestamp) -> Result<(KemSuite, Arc<Secret>, Arc<Vec<u8>>), ChannelError> {
+    pub(crate) fn ephemeral(&self, now: Timestamp) -> Result<KeyShare, ChannelError> {
         let suite = *self
             .inner
             .config
@@ -108,8 +114,8 @@ impl Client {
         let lifetime = self.inner.config.ephemeral_lifetime;
         let mut slot = lock(&self.inner.ephemeral);
         if let Some(e) = slot.as_ref() {
-            if e.suite == suite && now.saturating_duration_since(e.created) < lifetime {
-                return Ok((e.suite, e.secret.clone(), e.public.clone()));
+            if e.share.suite == suite && now.saturating_duration_since(e.created) < lifetime {
+                return Ok(e.share.clone());
             }
         }
         let kem = self
@@ -118,15 +124,18 @@ impl Client {
             .kem(suite.algorithm())
             .ok_or(ChannelError::NoCommonSuite)?;
         let (secret, public) = kem.generate().map_err(|_| ChannelError::Crypto)?;
-        let e = Ephemeral {
+        let share = KeyShare {
             suite,
             secret: Arc::new(secret),
             public: Arc::new(public),
-            created: now,
         };
-        let out = (e.suite, e.secret.clone(), e.public.clone());
-        *slot = (!lifetime.is_zero()).then_some(e);
-        Ok(out)
+        if !lifetime.is_zero() {
+            *slot = Some(Ephemeral {
+                share: share.clone(),
+                created: now,
+            });
+        }
+        Ok(share)
     }
 
     /// Takes (single use) the ticket for `server_name` if it suits the configured mode.
@@ -234,7 +243,13 @@ impl Server {
         (entry.auth.mode == mode).then_some(entry)
     }
 
-    pub(crate) fn store_session(&self, now: Timestamp, resume_id: [u8; 32], next: Secret, auth: AuthResult) {
+    pub(crate) fn store_session(
+        &self,
+        now: Timestamp,
+        resume_id: [u8; 32],
+        next: Secret,
+        auth: AuthResult,
+    ) {
         let cap = self.inner.config.resumption_capacity;
         if cap == 0 {
             return;

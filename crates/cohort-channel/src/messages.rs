@@ -431,10 +431,7 @@ mod tests {
             assert!(ClientHello::decode(&body[..n]).is_err(), "prefix {n}");
         }
         body.push(0);
-        assert_eq!(
-            ClientHello::decode(&body),
-            Err(MessageError::TrailingBytes)
-        );
+        assert_eq!(ClientHello::decode(&body), Err(MessageError::TrailingBytes));
     }
 
     #[test]

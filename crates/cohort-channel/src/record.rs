@@ -301,7 +301,10 @@ impl RecordReceiver {
             plain.len()
         } else {
             let tag_len = key.info().tag_len;
-            let body_len = rest.len().checked_sub(tag_len).ok_or(RecordError::Truncated)?;
+            let body_len = rest
+                .len()
+                .checked_sub(tag_len)
+                .ok_or(RecordError::Truncated)?;
             let (body, tag) = rest.split_at(body_len);
             self.scratch.clear();
             self.scratch.extend_from_slice(&prefix);
@@ -329,8 +332,8 @@ mod tests {
         let set: GearSet = gears.iter().copied().collect();
         let s = RecordSender::new(p, Secret::from_slice(&[3; 32]), set, gears[0], update_after)
             .unwrap();
-        let r = RecordReceiver::new(p, Secret::from_slice(&[3; 32]), set, 0.0, update_after)
-            .unwrap();
+        let r =
+            RecordReceiver::new(p, Secret::from_slice(&[3; 32]), set, 0.0, update_after).unwrap();
         (s, r)
     }
 
@@ -361,7 +364,8 @@ mod tests {
         let mut wire = Vec::new();
         for (i, g) in gears.iter().enumerate() {
             s.set_gear(*g).unwrap();
-            s.seal(FrameType::Data, &vec![i as u8; 1000 + i], &mut wire).unwrap();
+            s.seal(FrameType::Data, &vec![i as u8; 1000 + i], &mut wire)
+                .unwrap();
         }
         let got = open_all(&mut r, wire).unwrap();
         assert_eq!(got.len(), gears.len());

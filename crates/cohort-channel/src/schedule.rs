@@ -87,7 +87,11 @@ fn expand(provider: &CryptoProvider, master: &Secret, what: &[u8]) -> Result<Sec
 }
 
 /// The transcript hash of a ClientHello body and a ServerHello core, each length-prefixed.
-pub fn transcript_hash(provider: &CryptoProvider, client_hello: &[u8], server_core: &[u8]) -> [u8; 32] {
+pub fn transcript_hash(
+    provider: &CryptoProvider,
+    client_hello: &[u8],
+    server_core: &[u8],
+) -> [u8; 32] {
     let ch_len = (client_hello.len() as u32).to_be_bytes();
     let sh_len = (server_core.len() as u32).to_be_bytes();
     provider.sha256.sha256(&[
@@ -132,7 +136,10 @@ pub fn derive_session(
 
 /// The public name of a cached session: derived from its next-session key, so it links to
 /// nothing an observer saw (not the old session ID).
-pub fn resume_id(provider: &CryptoProvider, next_session: &Secret) -> Result<[u8; 32], CryptoError> {
+pub fn resume_id(
+    provider: &CryptoProvider,
+    next_session: &Secret,
+) -> Result<[u8; 32], CryptoError> {
     let id = expand(provider, next_session, label::RESUME_ID)?;
     let mut out = [0u8; 32];
     out.copy_from_slice(id.expose());
@@ -140,14 +147,20 @@ pub fn resume_id(provider: &CryptoProvider, next_session: &Secret) -> Result<[u8
 }
 
 /// The record secret after a key update.
-pub fn next_record_secret(provider: &CryptoProvider, secret: &Secret) -> Result<Secret, CryptoError> {
+pub fn next_record_secret(
+    provider: &CryptoProvider,
+    secret: &Secret,
+) -> Result<Secret, CryptoError> {
     expand(provider, secret, label::KEY_UPDATE)
 }
 
 /// A finished MAC: HMAC-SHA256 over the transcript hash with a finished key.
 pub fn finished_mac(provider: &CryptoProvider, key: &Secret, transcript: &[u8; 32]) -> [u8; 32] {
     let mut out = [0u8; 32];
-    provider.hmac_sha256.new_key(key.expose()).sign(&[transcript], &mut out);
+    provider
+        .hmac_sha256
+        .new_key(key.expose())
+        .sign(&[transcript], &mut out);
     out
 }
 
@@ -196,7 +209,13 @@ mod tests {
             }
         }
         let others = [
-            derive_session(&p, &Secret::from_slice(&[9; 32]), &[2; 32], &[3; 32], &[4; 32]),
+            derive_session(
+                &p,
+                &Secret::from_slice(&[9; 32]),
+                &[2; 32],
+                &[3; 32],
+                &[4; 32],
+            ),
             derive_session(&p, &shared, &[9; 32], &[3; 32], &[4; 32]),
             derive_session(&p, &shared, &[2; 32], &[9; 32], &[4; 32]),
             derive_session(&p, &shared, &[2; 32], &[3; 32], &[9; 32]),

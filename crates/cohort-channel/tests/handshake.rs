@@ -7,8 +7,8 @@ use cohort_channel::batch::{BatchConfig, BatchSigner};
 use cohort_channel::identity::Identity;
 use cohort_channel::messages::{peek_frame, FrameType};
 use cohort_channel::{
-    AuthMode, ChannelError, Client, ClientAuth, ClientConfig, Connection, Event, KemSuite,
-    Server, ServerConfig,
+    AuthMode, ChannelError, Client, ClientAuth, ClientConfig, Connection, Event, KemSuite, Server,
+    ServerConfig,
 };
 use cohort_core::Timestamp;
 use cohort_crypto::{CryptoProvider, Secret};
@@ -37,9 +37,9 @@ fn identity() -> Identity {
 
 impl World {
     fn new(client: ClientConfig, server: ServerConfig) -> World {
-        let signer = server.identity.map(|_| {
-            BatchSigner::new(provider(), identity(), BatchConfig::default())
-        });
+        let signer = server
+            .identity
+            .map(|_| BatchSigner::new(provider(), identity(), BatchConfig::default()));
         World {
             client: Client::new(provider(), client),
             server: Server::new(provider(), server),
@@ -56,7 +56,10 @@ impl World {
     }
 
     fn connect(&mut self) -> (Connection, Connection) {
-        let c = self.client.connect(self.now, &mut self.rng, "server").unwrap();
+        let c = self
+            .client
+            .connect(self.now, &mut self.rng, "server")
+            .unwrap();
         (c, self.server.accept())
     }
 
@@ -206,7 +209,9 @@ fn clean_flights(mode: AuthMode, kem: KemSuite) -> Vec<(bool, Vec<u8>)> {
     let mut w = World::new(cc.with_kem(kem), sc);
     let (mut c, mut s) = w.connect();
     let mut flights = Vec::new();
-    let (cr, sr) = w.pump_with(&mut c, &mut s, &mut |dir, buf| flights.push((dir, buf.clone())));
+    let (cr, sr) = w.pump_with(&mut c, &mut s, &mut |dir, buf| {
+        flights.push((dir, buf.clone()))
+    });
     cr.unwrap();
     sr.unwrap();
     flights
@@ -317,7 +322,11 @@ fn mitm(mode: AuthMode) -> (Result<(), ChannelError>, Option<(Connection, Connec
     };
     let mut evil = World::new(ClientConfig::new(evil_auth), evil_sc);
     if mode == AuthMode::ServerSignature {
-        evil.signer = Some(BatchSigner::new(provider(), evil_id, BatchConfig::default()));
+        evil.signer = Some(BatchSigner::new(
+            provider(),
+            evil_id,
+            BatchConfig::default(),
+        ));
     }
     // client <-> evil server
     let (mut c, _) = w.connect();
@@ -346,7 +355,10 @@ fn a_man_in_the_middle_shows_as_different_session_ids_or_fails_authentication() 
 
     for mode in [AuthMode::ServerSignature, AuthMode::Psk, AuthMode::Password] {
         let (r, ends) = mitm(mode);
-        assert!(ends.is_none(), "{mode}: the client connected through the attacker");
+        assert!(
+            ends.is_none(),
+            "{mode}: the client connected through the attacker"
+        );
         assert!(r.is_err(), "{mode}");
     }
 }
@@ -370,7 +382,10 @@ fn wrong_credentials_and_missing_modes_fail() {
     assert_eq!(cr, Err(ChannelError::AuthenticationFailed));
     assert!(!s.is_established());
     // The client wants a signature; the server offers only None.
-    let mut w = World::new(configs(AuthMode::ServerSignature).0, configs(AuthMode::None).1);
+    let mut w = World::new(
+        configs(AuthMode::ServerSignature).0,
+        configs(AuthMode::None).1,
+    );
     let (mut c, mut s) = w.connect();
     let (cr, sr) = w.pump_with(&mut c, &mut s, &mut |_, _| {});
     assert_eq!(sr, Err(ChannelError::NoCommonSuite));
@@ -407,7 +422,11 @@ fn resumption_needs_no_public_key_step_and_old_keys_cannot_read_the_new_session(
         assert_eq!(i2.auth.mode, mode);
         assert_eq!(c2.session_id(), s2.session_id());
         assert_ne!(i1.session_id, i2.session_id);
-        assert_eq!(w.server.cached_sessions(), 1, "spent entry erased, new one cached");
+        assert_eq!(
+            w.server.cached_sessions(),
+            1,
+            "spent entry erased, new one cached"
+        );
         exchange(&mut w, &mut c2, &mut s2, 1000);
 
         // Records of the new session mean nothing under the spent session's keys.
@@ -562,7 +581,11 @@ fn gears_shift_at_run_time_within_the_negotiated_set() {
     let mut w = World::new(cc, sc);
     let (mut c, mut s) = w.connect();
     w.pump(&mut c, &mut s);
-    assert_eq!(c.send_gear(), Some(GearId::HmacSha256), "starts at the strongest");
+    assert_eq!(
+        c.send_gear(),
+        Some(GearId::HmacSha256),
+        "starts at the strongest"
+    );
     let t0 = Timestamp::from_millis(10_000);
     let mut shifts = Vec::new();
     for step in 0..40u64 {
@@ -591,7 +614,10 @@ fn keys_update_before_their_limit_through_the_connection() {
     w.pump(&mut c, &mut s);
     let mut got = vec![0u8; 4000];
     assert_eq!(s.recv(&mut got), 4000);
-    assert!(got.chunks(100).enumerate().all(|(i, ch)| ch.iter().all(|&b| b == i as u8)));
+    assert!(got
+        .chunks(100)
+        .enumerate()
+        .all(|(i, ch)| ch.iter().all(|&b| b == i as u8)));
     assert_eq!(c.recv(&mut got), 400);
 }
 
@@ -624,4 +650,22 @@ fn datagram_keys_from_the_handshake_protect_packets_both_ways() {
     assert!(Unprotector::new(c_recv, ReceivePolicy::new(gears, 64.0))
         .unprotect(&mut pkt)
         .is_err());
+}
+
+#[test]
+fn exported_secrets_agree_across_ends_and_differ_by_label() {
+    let mut w = World::with_auth(AuthMode::None);
+    let (mut c, mut s) = w.connect();
+    assert_eq!(
+        c.export_secret(b"x", 32).err(),
+        Some(ChannelError::NotReady)
+    );
+    w.pump(&mut c, &mut s);
+    let a = c.export_secret(b"gears", 32).unwrap();
+    let b = s.export_secret(b"gears", 32).unwrap();
+    assert_eq!(a.expose(), b.expose());
+    assert_ne!(a.expose(), c.export_secret(b"other", 32).unwrap().expose());
+    let (mut c2, mut s2) = w.connect();
+    w.pump(&mut c2, &mut s2);
+    assert_ne!(a.expose(), c2.export_secret(b"gears", 32).unwrap().expose());
 }

@@ -70,7 +70,10 @@ impl BatchService {
     /// Starts the signing task.
     pub fn spawn(provider: CryptoProvider, identity: Identity, config: BatchConfig) -> Self {
         let (tx, rx) = mpsc::channel(1024);
-        tokio::spawn(run_batches(BatchSigner::new(provider, identity, config), rx));
+        tokio::spawn(run_batches(
+            BatchSigner::new(provider, identity, config),
+            rx,
+        ));
         BatchService { requests: tx }
     }
 
@@ -142,9 +145,8 @@ async fn handshake(
         loop {
             while let Some(event) = conn.poll_event() {
                 if let Event::BatchSignatureNeeded(sid) = event {
-                    let signer = signer.ok_or_else(|| {
-                        io::Error::other("signature mode needs a batch signer")
-                    })?;
+                    let signer = signer
+                        .ok_or_else(|| io::Error::other("signature mode needs a batch signer"))?;
                     let proof = signer.sign(sid).await?;
                     conn.handle_batch_proof(&proof).map_err(channel_error)?;
                 }
@@ -159,7 +161,9 @@ async fn handshake(
             }
             let n = tcp.read(&mut buf).await?;
             if n == 0 {
-                return Err(channel_error(conn.handle_eof().err().unwrap_or(ChannelError::Truncated)));
+                return Err(channel_error(
+                    conn.handle_eof().err().unwrap_or(ChannelError::Truncated),
+                ));
             }
             if let Err(e) = conn.handle_input(now(), &buf[..n]) {
                 // Let the peer see our alert, if one was queued.
@@ -176,13 +180,20 @@ async fn handshake(
             eof: false,
         }),
         Ok(Err(e)) => Err(e),
-        Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "handshake timed out")),
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "handshake timed out",
+        )),
     }
 }
 
 /// Connects as a client over an established TCP connection to the server known as
 /// `server_name` (the key for its cached session).
-pub async fn connect(client: &Client, tcp: TcpStream, server_name: &str) -> io::Result<SecureStream> {
+pub async fn connect(
+    client: &Client,
+    tcp: TcpStream,
+    server_name: &str,
+) -> io::Result<SecureStream> {
     let mut rng = OsRng;
     let conn = client
         .connect(now(), &mut rng, server_name)

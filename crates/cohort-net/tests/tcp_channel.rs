@@ -4,7 +4,9 @@
 
 use cohort_channel::batch::BatchConfig;
 use cohort_channel::identity::Identity;
-use cohort_channel::{AuthMode, ChannelError, Client, ClientAuth, ClientConfig, Server, ServerConfig};
+use cohort_channel::{
+    AuthMode, ChannelError, Client, ClientAuth, ClientConfig, Server, ServerConfig,
+};
 use cohort_crypto::{CryptoProvider, Secret};
 use cohort_net::stream::{self, as_channel_error, BatchService};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,7 +26,11 @@ fn data(n: usize) -> Vec<u8> {
 
 /// An echo server: reads everything until the client's close, then echoes it back and
 /// closes. Returns each connection's session ID.
-async fn echo_server(server: Server, signer: Option<BatchService>, connections: usize) -> (std::net::SocketAddr, tokio::task::JoinHandle<Vec<String>>) {
+async fn echo_server(
+    server: Server,
+    signer: Option<BatchService>,
+    connections: usize,
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<Vec<String>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
@@ -50,7 +56,11 @@ async fn echo_server(server: Server, signer: Option<BatchService>, connections: 
     (addr, task)
 }
 
-async fn round_trip(client: &Client, addr: std::net::SocketAddr, payload: &[u8]) -> (String, bool, Vec<u8>) {
+async fn round_trip(
+    client: &Client,
+    addr: std::net::SocketAddr,
+    payload: &[u8],
+) -> (String, bool, Vec<u8>) {
     let tcp = TcpStream::connect(addr).await.unwrap();
     let mut c = stream::connect(client, tcp, "echo").await.unwrap();
     let resumed = c.session().unwrap().auth.resumed;
@@ -132,7 +142,10 @@ async fn signature_mode_signs_concurrent_sessions_in_batches() {
     let err = stream::connect(&client, TcpStream::connect(addr).await.unwrap(), "x")
         .await
         .unwrap_err();
-    assert_eq!(as_channel_error(&err), Some(ChannelError::AuthenticationFailed));
+    assert_eq!(
+        as_channel_error(&err),
+        Some(ChannelError::AuthenticationFailed)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,7 +168,11 @@ async fn a_cut_stream_reads_as_truncated_not_as_the_end() {
     let err = c.read_to_end(&mut got).await.unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
     assert_eq!(as_channel_error(&err), Some(ChannelError::Truncated));
-    assert_eq!(got.len(), 100_000, "everything before the cut was delivered");
+    assert_eq!(
+        got.len(),
+        100_000,
+        "everything before the cut was delivered"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,7 @@
-//! `cohort demo`: two in-process peers exchange gear-protected packets in the deterministic
-//! simulator while the controller reacts to a CPU spike and to a forgery burst.
+//! `cohort demo`: first a secure channel (handshake, resumption, a man in the middle; see
+//! `demo_channel`), then two in-process peers, keyed by that channel, exchange gear-protected
+//! packets in the deterministic simulator while the controller reacts to a CPU spike and to
+//! a forgery burst.
 
 use crate::UsageError;
 use clap::Args;
@@ -64,7 +66,9 @@ const END_MS: u64 = 19_000;
 
 pub fn run(args: &DemoArgs) -> Result<(), UsageError> {
     let provider = CryptoProvider::default_provider();
-    let secret = [0x17u8; 32]; // would come from a key exchange (cohort-channel, next issue)
+    // The gears story runs on a secret exported from the channel of part 1.
+    let exported = crate::demo_channel::run(args.seed)?;
+    let secret = exported.expose();
     let gears: GearSet = [
         GearId::HmacSha256,
         GearId::Umac128,
@@ -85,7 +89,7 @@ pub fn run(args: &DemoArgs) -> Result<(), UsageError> {
     let link = |role, peer: NodeId| {
         GearLink::new(
             &provider,
-            &secret,
+            secret,
             role,
             peer.addr(),
             config.clone(),
@@ -101,7 +105,7 @@ pub fn run(args: &DemoArgs) -> Result<(), UsageError> {
     sim.add_node(link(Role::Responder, ALICE)?);
 
     println!(
-        "cohort demo: ACSA authentication gears between two peers (seed {})",
+        "cohort demo, part 2: ACSA authentication gears between two peers (seed {})",
         args.seed
     );
     println!();

@@ -9,6 +9,7 @@
 
 mod bench;
 mod demo;
+mod demo_channel;
 mod gears_cmd;
 mod keygen_cmd;
 mod tunnel_cmd;

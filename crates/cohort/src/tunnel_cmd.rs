@@ -249,11 +249,11 @@ async fn run_client(args: ClientArgs) -> Result<(), UsageError> {
                 .as_deref()
                 .ok_or_else(|| UsageError("--auth psk needs --psk-file".into()))?,
         )?),
-        AuthMode::Password => ClientAuth::Password(load_password(
-            args.password_file
-                .as_deref()
-                .ok_or_else(|| UsageError("--auth password needs --password-file".into()))?,
-        )?),
+        AuthMode::Password => {
+            ClientAuth::Password(load_password(args.password_file.as_deref().ok_or_else(
+                || UsageError("--auth password needs --password-file".into()),
+            )?)?)
+        }
     };
     if args.allow_plaintext && mode != AuthMode::None {
         return Err(UsageError(format!(

@@ -194,6 +194,29 @@ fn demo_tells_the_story_and_no_forgery_gets_through() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("forged packets accepted:   0"), "{stdout}");
+    // The channel part: equal session IDs on both ends, a resumption, and a man in the
+    // middle seen as different IDs and refused with a PSK.
+    let id = |prefix: &str| {
+        stdout
+            .lines()
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix(prefix)
+                    .map(|r| r.split_whitespace().next().unwrap().to_owned())
+            })
+            .unwrap_or_else(|| panic!("no {prefix:?} line:\n{stdout}"))
+    };
+    let (at_alice, at_bob) = (id("session ID at alice:"), id("session ID at bob:"));
+    assert_eq!(at_alice.len(), 64);
+    assert_eq!(at_alice, at_bob);
+    assert!(stdout.contains("resumed: true; kem: none"), "{stdout}");
+    assert!(
+        stdout.contains("alice refuses: authentication failed"),
+        "{stdout}"
+    );
+    // The record shown on the wire does not carry the plaintext.
+    assert!(stdout.contains("on the wire, alice's"), "{stdout}");
+    assert!(!stdout.contains(&hex::encode("meet at the")), "{stdout}");
     assert!(
         stdout.contains("high load"),
         "the controller should shift down under load:\n{stdout}"

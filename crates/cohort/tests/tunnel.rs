@@ -43,7 +43,10 @@ fn need(tool: &str) {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    assert!(ok, "this test needs `{tool}` on the PATH (install it; .ci/run does)");
+    assert!(
+        ok,
+        "this test needs `{tool}` on the PATH (install it; .ci/run does)"
+    );
 }
 
 fn wait_for_port(port: u16) {
@@ -87,7 +90,13 @@ fn http_server(dir: &Path) -> (Guard, u16) {
     need("python3");
     let port = free_port();
     let child = Command::new("python3")
-        .args(["-m", "http.server", "--bind", "127.0.0.1", &port.to_string()])
+        .args([
+            "-m",
+            "http.server",
+            "--bind",
+            "127.0.0.1",
+            &port.to_string(),
+        ])
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -202,11 +211,20 @@ fn curl_fetches_a_file_through_the_tunnel_byte_for_byte() {
     let server_ids = session_ids(&server_text);
     assert!(client_ids.len() >= 2, "client log:\n{client_text}");
     for id in &client_ids {
-        assert!(server_ids.contains(id), "{id} not in server log:\n{server_text}");
+        assert!(
+            server_ids.contains(id),
+            "{id} not in server log:\n{server_text}"
+        );
     }
     assert!(client_text.contains("kem x25519-mlkem768"), "{client_text}");
-    assert!(client_text.contains(&format!("server signature by {public}")), "{client_text}");
-    assert!(client_text.contains("resumed"), "the second fetch resumes:\n{client_text}");
+    assert!(
+        client_text.contains(&format!("server signature by {public}")),
+        "{client_text}"
+    );
+    assert!(
+        client_text.contains("resumed"),
+        "the second fetch resumes:\n{client_text}"
+    );
 }
 
 #[test]
@@ -234,7 +252,10 @@ fn a_server_that_does_not_speak_cohort_is_refused_unless_plaintext_is_allowed() 
     wait_for_log(&log, "listening");
     let out = dir.join("refused.bin");
     let result = curl(client_port, &out);
-    assert!(!result.status.success(), "curl got through a refusing tunnel");
+    assert!(
+        !result.status.success(),
+        "curl got through a refusing tunnel"
+    );
     let text = wait_for_log(&log, "REFUSED");
     assert!(text.contains("does not speak cohort"), "{text}");
     assert!(std::fs::read(&out).map_or(true, |b| b != original));
