@@ -6,6 +6,10 @@
 //! | `handshake/server/rustls-x25519`| server side of a full TLS 1.3 handshake                 |
 //! | `handshake/resume/rustls`       | server side of a TLS 1.3 resumption (PSK + X25519)      |
 //! | `records/rustls/16384`          | 16 KiB application-data chunks, server encrypts, client decrypts |
+//! | `handshake/server/cohort-<kem>` | server side of a full cohort-channel handshake, per KEM |
+//! | `handshake/server/cohort-x25519-mlkem768-batchsig64` | the same with batch signing, 64 sessions per signature |
+//! | `handshake/resume/cohort`       | server side of a cohort-channel resumption (no public-key step) |
+//! | `records/cohort-<gear>/16384`   | as rustls's records benchmark, per record gear          |
 //!
 //! Handshake benchmarks time only the server's calls (`ServerConnection::new`, `read_tls`,
 //! `process_new_packets`, `write_tls`, for both of the server's flights) with
@@ -20,7 +24,22 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 fn handshake(c: &mut Criterion) {
     let mut group = c.benchmark_group("handshake");
     group.bench_function("server/rustls-x25519", rustls_side::full_handshake_server);
+    for kem in cohort_channel::suite::ALL_KEM_SUITES {
+        group.bench_function(format!("server/cohort-{}", kem.name()), |b| {
+            cohort_side::full_handshake_server(b, kem, cohort_side::Auth::None)
+        });
+    }
+    // Signature mode, with the batch signer's cost shared by a batch of 64 sessions (the
+    // default batch size; one Ed25519 signature per batch).
+    group.bench_function("server/cohort-x25519-mlkem768-batchsig64", |b| {
+        cohort_side::full_handshake_server(
+            b,
+            cohort_channel::KemSuite::X25519MlKem768,
+            cohort_side::Auth::BatchSignature(64),
+        )
+    });
     group.bench_function("resume/rustls", rustls_side::resumed_handshake_server);
+    group.bench_function("resume/cohort", cohort_side::resumed_handshake_server);
     group.finish();
 }
 
@@ -31,7 +50,203 @@ fn records(c: &mut Criterion) {
         BenchmarkId::new("rustls", rustls_side::CHUNK),
         rustls_side::records,
     );
+    for gear in [
+        cohort_gears::GearId::Aes256Gcm,
+        cohort_gears::GearId::Aes128Gcm,
+        cohort_gears::GearId::ChaCha20Poly1305,
+        cohort_gears::GearId::Umac64,
+    ] {
+        group.bench_function(
+            BenchmarkId::new(format!("cohort-{}", gear.name()), rustls_side::CHUNK),
+            |b| cohort_side::records(b, gear),
+        );
+    }
     group.finish();
+}
+
+/// cohort-channel's side, configured to match: no client authentication, the same
+/// measurement boundaries (server calls only, client work untimed in between), and for the
+/// records the same 64 chunks of 16 KiB per iteration, sealed by one end and opened by the
+/// other.
+mod cohort_side {
+    use cohort_channel::batch::{BatchConfig, BatchSigner};
+    use cohort_channel::identity::Identity;
+    use cohort_channel::{
+        AuthMode, Client, ClientAuth, ClientConfig, Connection, KemSuite, Server, ServerConfig,
+    };
+    use cohort_core::Timestamp;
+    use cohort_crypto::{CryptoProvider, Secret};
+    use criterion::Bencher;
+    use rand_core::SeedableRng;
+    use std::hint::black_box;
+    use std::time::{Duration, Instant};
+
+    /// How the server authenticates.
+    #[derive(Clone, Copy)]
+    pub enum Auth {
+        /// Opportunistic (tcpcrypt's default).
+        None,
+        /// Batch signing; the batch's one signature is shared by this many sessions.
+        BatchSignature(usize),
+    }
+
+    const NOW: Timestamp = Timestamp::from_millis(1);
+
+    fn identity() -> Identity {
+        Identity::from_secret(
+            &CryptoProvider::default_provider(),
+            Secret::from_slice(&[3; 32]),
+        )
+        .expect("identity")
+    }
+
+    fn pair(kem: KemSuite, auth: Auth, resumption: bool) -> (Client, Server) {
+        let p = CryptoProvider::default_provider();
+        let mut cc = ClientConfig::new(match auth {
+            Auth::None => ClientAuth::None,
+            Auth::BatchSignature(_) => ClientAuth::ServerSignature {
+                pinned: identity().public(),
+            },
+        })
+        .with_kem(kem);
+        // The client's key pair is reused (and its cost is untimed anyway).
+        cc.ephemeral_lifetime = Duration::from_secs(3600);
+        cc.resumption = resumption;
+        let mut sc = ServerConfig::new();
+        if let Auth::BatchSignature(_) = auth {
+            sc.auth_modes = vec![AuthMode::ServerSignature];
+            sc.identity = Some(identity().public());
+        }
+        (Client::new(p, cc), Server::new(p, sc))
+    }
+
+    fn output(conn: &mut Connection) -> Vec<u8> {
+        let mut out = Vec::new();
+        conn.take_output(&mut out);
+        out
+    }
+
+    /// One handshake; returns the time spent in the server's calls (and, for signature
+    /// mode, this session's share of its batch's signing).
+    fn timed(
+        client: &Client,
+        server: &Server,
+        rng: &mut rand_chacha::ChaCha20Rng,
+        signer: Option<(&mut BatchSigner, usize)>,
+        expect_resumed: bool,
+    ) -> Duration {
+        let mut c = client.connect(NOW, rng, "bench").expect("connect");
+        let hello = output(&mut c);
+        let start = Instant::now();
+        let mut s = server.accept();
+        s.handle_input(NOW, &hello).expect("server hello");
+        let mut spent = start.elapsed();
+        if let Some((signer, batch)) = signer {
+            // Sign a whole batch once (this session plus batch-1 others) and charge this
+            // session 1/batch of it, plus its own proof handling.
+            let sid = s.session_id().expect("session id");
+            let start = Instant::now();
+            let mine = signer.add(NOW, sid.0);
+            for i in 1..batch {
+                signer.add(NOW, [i as u8; 32]);
+            }
+            signer.flush();
+            let mut proof = None;
+            while let Some((ticket, p)) = signer.poll_signed() {
+                if ticket == mine {
+                    proof = Some(p.expect("signed"));
+                }
+            }
+            let batch_time = start.elapsed() / batch as u32;
+            let start = Instant::now();
+            s.handle_batch_proof(&proof.expect("proof")).expect("proof");
+            spent += batch_time + start.elapsed();
+        }
+        let start = Instant::now();
+        let server_hello = output(&mut s);
+        spent += start.elapsed();
+        c.handle_input(NOW, &server_hello).expect("client");
+        let finished = output(&mut c);
+        let start = Instant::now();
+        s.handle_input(NOW, &finished).expect("finished");
+        spent += start.elapsed();
+        assert!(c.is_established() && s.is_established());
+        assert_eq!(s.session().map(|i| i.auth.resumed), Some(expect_resumed));
+        black_box(&s);
+        spent
+    }
+
+    pub fn full_handshake_server(b: &mut Bencher<'_>, kem: KemSuite, auth: Auth) {
+        let (client, server) = pair(kem, auth, false);
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
+        let mut signer = match auth {
+            Auth::None => None,
+            Auth::BatchSignature(n) => Some((
+                BatchSigner::new(
+                    CryptoProvider::default_provider(),
+                    identity(),
+                    BatchConfig {
+                        max_sessions: n,
+                        window: Duration::from_secs(1),
+                    },
+                ),
+                n,
+            )),
+        };
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let signer = signer.as_mut().map(|(s, n)| (s, *n));
+                    timed(&client, &server, &mut rng, signer, false)
+                })
+                .sum()
+        });
+    }
+
+    pub fn resumed_handshake_server(b: &mut Bencher<'_>) {
+        let (client, server) = pair(KemSuite::X25519MlKem768, Auth::None, true);
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(2);
+        // One full handshake primes the ticket; each resumption leaves the next one.
+        timed(&client, &server, &mut rng, None, false);
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| timed(&client, &server, &mut rng, None, true))
+                .sum()
+        });
+    }
+
+    pub fn records(b: &mut Bencher<'_>, gear: cohort_gears::GearId) {
+        let p = CryptoProvider::default_provider();
+        let mut cc = ClientConfig::new(ClientAuth::None).with_kem(KemSuite::X25519);
+        cc.gears = vec![gear];
+        cc.floor_bits = 0.0;
+        let mut sc = ServerConfig::new();
+        sc.gears = vec![gear];
+        sc.floor_bits = 0.0;
+        let (client, server) = (Client::new(p, cc), Server::new(p, sc));
+        let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(3);
+        let mut c = client.connect(NOW, &mut rng, "records").expect("connect");
+        let mut s = server.accept();
+        s.handle_input(NOW, &output(&mut c)).expect("hello");
+        c.handle_input(NOW, &output(&mut s)).expect("server hello");
+        s.handle_input(NOW, &output(&mut c)).expect("finished");
+        assert!(s.is_established() && c.is_established());
+        let chunk = vec![0xa5u8; super::rustls_side::CHUNK];
+        let mut sink = vec![0u8; super::rustls_side::CHUNK];
+        let mut wire = Vec::with_capacity(2 * super::rustls_side::CHUNK);
+        b.iter(|| {
+            let mut received = 0;
+            for _ in 0..64 {
+                s.send(&chunk).expect("send");
+                s.take_output(&mut wire);
+                c.handle_input(NOW, &wire).expect("records");
+                wire.clear();
+                received += c.recv(&mut sink);
+            }
+            assert_eq!(received as u64, super::rustls_side::RECORD_BYTES_PER_ITER);
+            black_box(&sink);
+        });
+    }
 }
 
 /// The rustls baseline.

@@ -26,7 +26,7 @@ use crate::messages::{
 use crate::pake::{self, PakeState};
 use crate::record::{RecordError, RecordReceiver, RecordSender, MAX_RECORD_PLAINTEXT};
 use crate::schedule::{
-    auth_tag, derive_session, finished_mac, resume_id, transcript_hash, SessionId, SessionKeys,
+    auth_tag, derive_session, finished_mac, transcript_hash, SessionId, SessionKeys,
 };
 use crate::suite::{AuthMode, KemSuite};
 use cohort_core::wire::{Reader, Writer};
@@ -854,11 +854,12 @@ impl Connection {
             p,
             keys.s2c_stream,
             set,
+            first,
             config.floor_bits,
             config.key_update_after,
         )?);
         self.datagram = Some((keys.c2s_datagram, keys.s2c_datagram));
-        let rid = resume_id(&p, &keys.next_session).map_err(|_| ChannelError::Crypto)?;
+        let rid = keys.resume_id;
         client.store_ticket(self.now, server_name, rid, keys.next_session, info.auth);
         self.info = Some(info);
         self.state = State::Open;
@@ -897,14 +898,10 @@ impl Connection {
             .resume
             .and_then(|id| server.take_session(self.now, &id, mode));
 
-        let mut nonce = [0u8; 32];
-        match self.server_nonce_rng.take() {
-            Some(n) => nonce = n,
-            None => p
-                .random
-                .fill(&mut nonce)
-                .map_err(|_| ChannelError::Crypto)?,
-        }
+        let nonce = self
+            .server_nonce_rng
+            .take()
+            .unwrap_or_else(|| server.nonce());
         let (shared, kem, ciphertext, resumed_auth) = match cached {
             Some(session) => (session.next, None, Vec::new(), Some(session.auth)),
             None => {
@@ -1046,11 +1043,12 @@ impl Connection {
             p,
             keys.c2s_stream,
             set,
+            first,
             config.floor_bits,
             config.key_update_after,
         )?);
         self.datagram = Some((keys.s2c_datagram, keys.c2s_datagram));
-        let rid = resume_id(&p, &keys.next_session).map_err(|_| ChannelError::Crypto)?;
+        let rid = keys.resume_id;
         server.store_session(self.now, rid, keys.next_session, pending.auth);
         self.handshake_done = true;
         self.maybe_established();

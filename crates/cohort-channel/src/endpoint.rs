@@ -7,6 +7,8 @@ use crate::connection::{AuthResult, ChannelError, Connection};
 use crate::suite::{AuthMode, KemSuite};
 use cohort_core::Timestamp;
 use cohort_crypto::{CryptoProvider, Secret};
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -186,6 +188,9 @@ pub(crate) struct ServerInner {
     pub provider: CryptoProvider,
     pub config: ServerConfig,
     cache: Mutex<ResumptionCache>,
+    /// Server nonces: ChaCha20 keyed once from the provider's randomness. Asking the
+    /// operating system per connection costs more than the rest of a resumption.
+    nonces: Mutex<ChaCha20Rng>,
 }
 
 /// The server side: configuration plus the resumption cache. Cheap to clone.
@@ -203,15 +208,41 @@ impl std::fmt::Debug for Server {
 }
 
 impl Server {
-    /// A server with `config`.
+    /// A server with `config`. Its nonce generator is seeded from the provider's
+    /// randomness; see [`Server::with_seed`] for simulations.
+    ///
+    /// # Panics
+    /// If the provider cannot supply randomness (the OS generator failed).
     pub fn new(provider: CryptoProvider, config: ServerConfig) -> Self {
+        let mut seed = [0u8; 32];
+        // Failure of the OS generator leaves the seed zero; nonces would then repeat
+        // across restarts, so treat it as fatal for the process.
+        #[allow(clippy::expect_used)] // reason: a server cannot go on safely without randomness
+        provider
+            .random
+            .fill(&mut seed)
+            .expect("operating-system randomness");
+        Self::with_seed(provider, config, seed)
+    }
+
+    /// A server whose nonces come from ChaCha20 keyed with `seed` (deterministic: for tests
+    /// and the simulator; a real server uses [`Server::new`]).
+    pub fn with_seed(provider: CryptoProvider, config: ServerConfig, seed: [u8; 32]) -> Self {
         Server {
             inner: Arc::new(ServerInner {
                 provider,
                 config,
                 cache: Mutex::new(ResumptionCache::default()),
+                nonces: Mutex::new(ChaCha20Rng::from_seed(seed)),
             }),
         }
+    }
+
+    /// A fresh server nonce.
+    pub(crate) fn nonce(&self) -> [u8; 32] {
+        let mut n = [0u8; 32];
+        lock(&self.inner.nonces).fill_bytes(&mut n);
+        n
     }
 
     /// The configuration.
@@ -219,7 +250,7 @@ impl Server {
         &self.inner.config
     }
 
-    /// A connection waiting for a ClientHello. `rng` supplies the server nonce later.
+    /// A connection waiting for a ClientHello.
     pub fn accept(&self) -> Connection {
         Connection::server(self.clone())
     }

@@ -16,7 +16,7 @@
 use crate::messages::{FrameType, FRAME_HEADER_LEN};
 use crate::schedule::next_record_secret;
 use cohort_crypto::{CryptoError, CryptoProvider, Secret};
-use cohort_gears::{GearId, GearKeys, GearKind, GearSet};
+use cohort_gears::{GearId, GearKey, GearKind, GearSet};
 
 /// The largest plaintext in one record.
 pub const MAX_RECORD_PLAINTEXT: usize = 16 * 1024;
@@ -63,11 +63,12 @@ impl std::fmt::Display for RecordError {
 
 impl std::error::Error for RecordError {}
 
-/// One direction's keys: the current record secret, its gear keys, and the count.
+/// One direction's keys: the current record secret, the gear keys derived from it so far
+/// (each gear's key is derived on its first use), and the count.
 struct DirectionKeys {
     provider: CryptoProvider,
     secret: Secret,
-    keys: GearKeys,
+    keys: Vec<(GearId, GearKey)>,
     gears: GearSet,
     seq: u64,
     epoch: u32,
@@ -79,31 +80,49 @@ impl DirectionKeys {
         provider: CryptoProvider,
         secret: Secret,
         gears: GearSet,
+        first: GearId,
         update_after: u64,
     ) -> Result<Self, RecordError> {
-        let keys = GearKeys::derive(&provider, secret.expose(), gears)?;
         // Update before the tightest usage limit among the negotiated gears.
         let limit = gears
             .iter()
             .map(|g| g.info().usage_limit)
             .min()
             .unwrap_or(u64::MAX);
-        Ok(DirectionKeys {
+        let mut dir = DirectionKeys {
             provider,
             secret,
-            keys,
+            keys: Vec::new(),
             gears,
             seq: 0,
             epoch: 0,
             update_after: update_after.min(limit.saturating_sub(1)).max(2),
-        })
+        };
+        dir.key(first)?;
+        Ok(dir)
+    }
+
+    /// The key for `gear` (a negotiated gear), derived now if this is its first use.
+    fn key(&mut self, gear: GearId) -> Result<&GearKey, RecordError> {
+        if !self.gears.contains(gear) {
+            return Err(RecordError::GearNotAllowed(gear.to_u8()));
+        }
+        let at = match self.keys.iter().position(|(g, _)| *g == gear) {
+            Some(at) => at,
+            None => {
+                let key = GearKey::derive(&self.provider, self.secret.expose(), gear)?;
+                self.keys.push((gear, key));
+                self.keys.len() - 1
+            }
+        };
+        Ok(&self.keys[at].1)
     }
 
     fn rotate(&mut self) -> Result<(), RecordError> {
         self.epoch = self.epoch.checked_add(1).ok_or(RecordError::Exhausted)?;
         let next = next_record_secret(&self.provider, &self.secret)?;
-        self.keys = GearKeys::derive(&self.provider, next.expose(), self.gears)?;
-        self.secret = next; // the old secret is zeroized on drop
+        self.keys.clear(); // old gear keys are zeroized on drop
+        self.secret = next; // and so is the old secret
         self.seq = 0;
         Ok(())
     }
@@ -140,7 +159,7 @@ impl RecordSender {
             return Err(RecordError::GearNotAllowed(gear.to_u8()));
         }
         Ok(RecordSender {
-            dir: DirectionKeys::new(provider, secret, gears, update_after)?,
+            dir: DirectionKeys::new(provider, secret, gears, gear, update_after)?,
             gear,
             scratch: Vec::new(),
         })
@@ -189,11 +208,8 @@ impl RecordSender {
         plaintext: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<(), RecordError> {
-        let key = self
-            .dir
-            .keys
-            .get(self.gear)
-            .ok_or(RecordError::GearNotAllowed(self.gear.to_u8()))?;
+        let seq = self.dir.seq;
+        let key = self.dir.key(self.gear)?;
         let info = key.info();
         let tag_len = if info.kind == GearKind::Aead {
             16
@@ -202,7 +218,6 @@ impl RecordSender {
         };
         let frame_len = GEAR_LEN + plaintext.len() + tag_len;
         let len = u16::try_from(frame_len).map_err(|_| RecordError::TooLong)?;
-        let seq = self.dir.seq;
         let header = [ty as u8, (len >> 8) as u8, len as u8, self.gear.to_u8()];
         let mut prefix = [0u8; SEQ_LEN + FRAME_HEADER_LEN + GEAR_LEN];
         prefix[..SEQ_LEN].copy_from_slice(&seq.to_be_bytes());
@@ -247,16 +262,18 @@ impl std::fmt::Debug for RecordReceiver {
 }
 
 impl RecordReceiver {
-    /// A receiver accepting `gears` at or above `floor_bits`.
+    /// A receiver accepting `gears` at or above `floor_bits`; the key for `expected`, the
+    /// gear the peer is expected to start with, is derived at once, the others on first use.
     pub fn new(
         provider: CryptoProvider,
         secret: Secret,
         gears: GearSet,
+        expected: GearId,
         floor_bits: f64,
         update_after: u64,
     ) -> Result<Self, RecordError> {
         Ok(RecordReceiver {
-            dir: DirectionKeys::new(provider, secret, gears, update_after)?,
+            dir: DirectionKeys::new(provider, secret, gears, expected, update_after)?,
             floor_bits,
             scratch: Vec::new(),
         })
@@ -282,14 +299,10 @@ impl RecordReceiver {
             .ok_or(RecordError::Truncated)?;
         let gear_byte = header[3];
         let gear = GearId::from_u8(gear_byte)
-            .filter(|g| self.dir.gears.contains(*g) && g.info().forgery_bits >= self.floor_bits)
-            .ok_or(RecordError::GearNotAllowed(gear_byte))?;
-        let key = self
-            .dir
-            .keys
-            .get(gear)
+            .filter(|g| g.info().forgery_bits >= self.floor_bits)
             .ok_or(RecordError::GearNotAllowed(gear_byte))?;
         let seq = self.dir.seq;
+        let key = self.dir.key(gear)?;
         let mut prefix = [0u8; SEQ_LEN + FRAME_HEADER_LEN + GEAR_LEN];
         prefix[..SEQ_LEN].copy_from_slice(&seq.to_be_bytes());
         prefix[SEQ_LEN..].copy_from_slice(header);
@@ -332,8 +345,15 @@ mod tests {
         let set: GearSet = gears.iter().copied().collect();
         let s = RecordSender::new(p, Secret::from_slice(&[3; 32]), set, gears[0], update_after)
             .unwrap();
-        let r =
-            RecordReceiver::new(p, Secret::from_slice(&[3; 32]), set, 0.0, update_after).unwrap();
+        let r = RecordReceiver::new(
+            p,
+            Secret::from_slice(&[3; 32]),
+            set,
+            gears[0],
+            0.0,
+            update_after,
+        )
+        .unwrap();
         (s, r)
     }
 
@@ -427,8 +447,15 @@ mod tests {
         let mut wire = Vec::new();
         s.seal(FrameType::Data, b"x", &mut wire).unwrap();
         let set: GearSet = [GearId::Umac32, GearId::Aes128Gcm].into_iter().collect();
-        let mut strict =
-            RecordReceiver::new(p, Secret::from_slice(&[3; 32]), set, 64.0, u64::MAX).unwrap();
+        let mut strict = RecordReceiver::new(
+            p,
+            Secret::from_slice(&[3; 32]),
+            set,
+            GearId::Aes128Gcm,
+            64.0,
+            u64::MAX,
+        )
+        .unwrap();
         assert_eq!(
             strict.open(&mut wire),
             Err(RecordError::GearNotAllowed(GearId::Umac32.to_u8()))

@@ -1,16 +1,19 @@
 //! The key schedule (tcpcrypt slides 26-27), with HKDF-SHA256.
 //!
 //! ```text
-//!  KEM shared secret ─┐                       (or, when resuming: the cached next-session key)
-//!  client nonce ──────┼─ HKDF ─► master ─┬─► session ID            (public, unique per connection)
-//!  server nonce ──────┤                  ├─► c2s / s2c stream keys  (record gears, per direction)
-//!  transcript hash ───┘                  ├─► c2s / s2c datagram keys
-//!                                        ├─► client / server finished keys
-//!                                        └─► next-session key ─► resumption ID
+//!  KEM shared secret ─┐           (or, when resuming: the cached next-session key)
+//!  client nonce ──────┤
+//!  server nonce ──────┼─ HKDF (label "session keys") ─┬─► session ID (public)
+//!  transcript hash ───┘                               ├─► c2s / s2c stream secrets
+//!                                                     ├─► c2s / s2c datagram secrets
+//!                                                     ├─► client / server finished keys
+//!                                                     ├─► next-session key
+//!                                                     └─► resumption ID (names the next session)
 //! ```
 //!
-//! The shared secret and the master secret are erased as soon as everything is derived from
-//! them; each output is an independent HKDF label, so knowing one reveals none of the others.
+//! One extract and one 288-byte expand give all nine outputs, each a separate 32-byte slice
+//! of the PRF's output. The shared secret and the expanded block are erased as soon as the
+//! outputs are split off.
 
 use cohort_crypto::{CryptoError, CryptoProvider, Secret};
 
@@ -19,16 +22,7 @@ const SALT: &[u8] = b"cohort-channel/v1";
 
 /// Labels, one per derived secret.
 mod label {
-    pub const MASTER: &[u8] = b"master";
-    pub const SESSION_ID: &[u8] = b"session id";
-    pub const C2S_STREAM: &[u8] = b"c2s stream";
-    pub const S2C_STREAM: &[u8] = b"s2c stream";
-    pub const C2S_DATAGRAM: &[u8] = b"c2s datagram";
-    pub const S2C_DATAGRAM: &[u8] = b"s2c datagram";
-    pub const CLIENT_FINISHED: &[u8] = b"client finished";
-    pub const SERVER_FINISHED: &[u8] = b"server finished";
-    pub const NEXT_SESSION: &[u8] = b"next session";
-    pub const RESUME_ID: &[u8] = b"resume id";
+    pub const SESSION_KEYS: &[u8] = b"session keys";
     pub const KEY_UPDATE: &[u8] = b"key update";
     pub const TRANSCRIPT: &[u8] = b"cohort-channel/v1 transcript";
     pub const AUTH_KEY: &[u8] = b"auth key";
@@ -70,6 +64,9 @@ pub struct SessionKeys {
     pub server_finished: Secret,
     /// Key for the next session (resumption).
     pub next_session: Secret,
+    /// The public name under which the next session is cached. It links to nothing an
+    /// observer saw (not this session's ID).
+    pub resume_id: [u8; 32],
 }
 
 impl std::fmt::Debug for SessionKeys {
@@ -78,11 +75,11 @@ impl std::fmt::Debug for SessionKeys {
     }
 }
 
-fn expand(provider: &CryptoProvider, master: &Secret, what: &[u8]) -> Result<Secret, CryptoError> {
+fn expand(provider: &CryptoProvider, secret: &Secret, what: &[u8]) -> Result<Secret, CryptoError> {
     let mut out = Secret::zeroed(32);
     provider
         .hkdf_sha256
-        .derive(SALT, master.expose(), &[what], out.expose_mut())?;
+        .derive(SALT, secret.expose(), &[what], out.expose_mut())?;
     Ok(out)
 }
 
@@ -103,7 +100,14 @@ pub fn transcript_hash(
     ])
 }
 
-/// Derives the session's keys; `shared` is erased by the caller dropping it (a [`Secret`]).
+/// How many 32-byte outputs one handshake derives.
+const OUTPUTS: usize = 9;
+
+/// Derives the session's keys in one HKDF call: an extract over the shared secret, then one
+/// expand of nine 32-byte blocks, split in order (session ID, c2s and s2c stream, c2s and
+/// s2c datagram, client and server finished, next session, resumption ID). Each output is
+/// a separate slice of a PRF's output, so one reveals nothing of the others. The caller
+/// erases `shared` by dropping it (a [`Secret`]); the expanded block is erased here.
 pub fn derive_session(
     provider: &CryptoProvider,
     shared: &Secret,
@@ -111,39 +115,30 @@ pub fn derive_session(
     server_nonce: &[u8; 32],
     transcript: &[u8; 32],
 ) -> Result<SessionKeys, CryptoError> {
-    let mut master = Secret::zeroed(32);
+    let mut okm = Secret::zeroed(32 * OUTPUTS);
     provider.hkdf_sha256.derive(
         SALT,
         shared.expose(),
-        &[label::MASTER, client_nonce, server_nonce, transcript],
-        master.expose_mut(),
+        &[label::SESSION_KEYS, client_nonce, server_nonce, transcript],
+        okm.expose_mut(),
     )?;
-    let sid = expand(provider, &master, label::SESSION_ID)?;
-    let mut session_id = [0u8; 32];
-    session_id.copy_from_slice(sid.expose());
+    let block = |i: usize| &okm.expose()[32 * i..32 * (i + 1)];
+    let array = |i: usize| {
+        let mut a = [0u8; 32];
+        a.copy_from_slice(block(i));
+        a
+    };
     Ok(SessionKeys {
-        session_id: SessionId(session_id),
-        c2s_stream: expand(provider, &master, label::C2S_STREAM)?,
-        s2c_stream: expand(provider, &master, label::S2C_STREAM)?,
-        c2s_datagram: expand(provider, &master, label::C2S_DATAGRAM)?,
-        s2c_datagram: expand(provider, &master, label::S2C_DATAGRAM)?,
-        client_finished: expand(provider, &master, label::CLIENT_FINISHED)?,
-        server_finished: expand(provider, &master, label::SERVER_FINISHED)?,
-        next_session: expand(provider, &master, label::NEXT_SESSION)?,
+        session_id: SessionId(array(0)),
+        c2s_stream: Secret::from_slice(block(1)),
+        s2c_stream: Secret::from_slice(block(2)),
+        c2s_datagram: Secret::from_slice(block(3)),
+        s2c_datagram: Secret::from_slice(block(4)),
+        client_finished: Secret::from_slice(block(5)),
+        server_finished: Secret::from_slice(block(6)),
+        next_session: Secret::from_slice(block(7)),
+        resume_id: array(8),
     })
-    // `master` is dropped (and zeroized) here.
-}
-
-/// The public name of a cached session: derived from its next-session key, so it links to
-/// nothing an observer saw (not the old session ID).
-pub fn resume_id(
-    provider: &CryptoProvider,
-    next_session: &Secret,
-) -> Result<[u8; 32], CryptoError> {
-    let id = expand(provider, next_session, label::RESUME_ID)?;
-    let mut out = [0u8; 32];
-    out.copy_from_slice(id.expose());
-    Ok(out)
 }
 
 /// The record secret after a key update.
@@ -202,6 +197,7 @@ mod tests {
             k.client_finished.expose().to_vec(),
             k.server_finished.expose().to_vec(),
             k.next_session.expose().to_vec(),
+            k.resume_id.to_vec(),
         ];
         for i in 0..outs.len() {
             for j in 0..i {
@@ -223,6 +219,5 @@ mod tests {
         for o in others {
             assert_ne!(o.unwrap().session_id, k.session_id);
         }
-        assert_ne!(resume_id(&p, &k.next_session).unwrap(), k.session_id.0);
     }
 }
