@@ -19,6 +19,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use tokio::net::{TcpListener, TcpStream};
 
+/// Bytes moved per read in each direction: large enough for four full records per write.
+const COPY_BUFFER: usize = 64 * 1024;
+
 /// The two ends of a tunnel.
 #[derive(Subcommand)]
 pub enum TunnelCommand {
@@ -203,7 +206,7 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
                 }
             };
             let _ = target.set_nodelay(true);
-            match tokio::io::copy_bidirectional(&mut secure, &mut target).await {
+            match tokio::io::copy_bidirectional_with_sizes(&mut secure, &mut target, COPY_BUFFER, COPY_BUFFER).await {
                 Ok((up, down)) => eprintln!(
                     "cohort tunnel server: {peer}: session {} closed cleanly ({up} bytes in, {down} out)",
                     secure.session_id()
@@ -310,7 +313,7 @@ async fn run_client(args: ClientArgs) -> Result<(), UsageError> {
                 }
             };
             log_session("client", peer, &secure);
-            match tokio::io::copy_bidirectional(&mut local, &mut secure).await {
+            match tokio::io::copy_bidirectional_with_sizes(&mut local, &mut secure, COPY_BUFFER, COPY_BUFFER).await {
                 Ok((up, down)) => eprintln!(
                     "cohort tunnel client: {peer}: session {} closed cleanly ({up} bytes out, {down} in)",
                     secure.session_id()
