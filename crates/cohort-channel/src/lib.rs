@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod config;
 pub mod connection;
+pub mod datagram;
 pub mod endpoint;
 pub mod identity;
 pub mod messages;
