@@ -948,9 +948,11 @@ impl Connection {
             finished: [0; 32],
             auth_tag: Vec::new(),
         };
-        let mut core = Vec::new();
-        sh.encode_core(&mut core);
-        let transcript = transcript_hash(&p, body, &core);
+        // The body is built once: the core (hashed into the transcript), then the finished
+        // MAC and the tag appended to it.
+        let mut out = Vec::with_capacity(160 + sh.ciphertext.len() + sh.pake.len());
+        sh.encode_core(&mut out);
+        let transcript = transcript_hash(&p, body, &out);
         let keys = derive_session(&p, &shared, &ch.nonce, &nonce, &transcript)
             .map_err(|_| ChannelError::Crypto)?;
         drop(shared);
@@ -960,8 +962,7 @@ impl Connection {
                 .map_err(|_| ChannelError::Crypto)?
                 .to_vec();
         }
-        let mut out = Vec::new();
-        sh.encode(&mut out);
+        sh.encode_tail(&mut out);
         write_frame(&mut self.outbuf, FrameType::ServerHello, &out).ok_or(ChannelError::Crypto)?;
 
         let auth = match resumed_auth {

@@ -282,6 +282,11 @@ impl ServerHello {
     /// Appends the whole body.
     pub fn encode(&self, out: &mut Vec<u8>) {
         self.encode_core(out);
+        self.encode_tail(out);
+    }
+
+    /// Appends what follows the core: the finished MAC and the authentication tag.
+    pub fn encode_tail(&self, out: &mut Vec<u8>) {
         let mut w = Writer::new(out);
         w.bytes(&self.finished);
         let tag = &self.auth_tag[..self.auth_tag.len().min(255)];
