@@ -144,7 +144,10 @@ mod cohort_side {
         if let Some((signer, batch)) = signer {
             // Sign a whole batch once (this session plus batch-1 others) and charge this
             // session 1/batch of it, plus its own proof handling.
-            let sid = s.session_id().expect("session id");
+            let sid = match s.poll_event() {
+                Some(cohort_channel::Event::BatchSignatureNeeded(sid)) => sid,
+                other => panic!("expected a signing request, got {other:?}"),
+            };
             let start = Instant::now();
             let mine = signer.add(NOW, sid.0);
             for i in 1..batch {

@@ -17,6 +17,11 @@ pub const DEFAULT_GEARS: [GearId; 3] = [
 /// sooner).
 pub const DEFAULT_KEY_UPDATE_AFTER: u64 = 1 << 32;
 
+/// The shortest pre-shared key accepted, in bytes. A man in the middle (or any client, in
+/// front of a server) sees a MAC under the PSK and can test guesses offline, so a PSK must
+/// be random key material, never a human-chosen secret (use password mode for those).
+pub const MIN_PSK_LEN: usize = 32;
+
 /// How the client authenticates the connection. It offers exactly this mode.
 #[derive(Debug)]
 pub enum ClientAuth {
@@ -28,7 +33,8 @@ pub enum ClientAuth {
         /// The server key the client expects (from `cohort keygen` on the server).
         pinned: PublicKey,
     },
-    /// Both sides MAC the session ID with this pre-shared key (16 bytes or more).
+    /// Both sides MAC the session ID with this pre-shared key: random key material of at
+    /// least [`MIN_PSK_LEN`] bytes.
     Psk(Secret),
     /// Both sides run SPAKE2 with this password.
     Password(Secret),
@@ -109,7 +115,8 @@ pub struct ServerConfig {
     /// The server's public identity, for `ServerSignature` (the driver's batch signer holds
     /// the secret).
     pub identity: Option<PublicKey>,
-    /// The pre-shared key, for `Psk`.
+    /// The pre-shared key, for `Psk`: random key material of at least [`MIN_PSK_LEN`]
+    /// bytes (a shorter one disables `Psk`).
     pub psk: Option<Secret>,
     /// The password, for `Password`.
     pub password: Option<Secret>,
@@ -147,7 +154,7 @@ impl ServerConfig {
             && match mode {
                 AuthMode::None => true,
                 AuthMode::ServerSignature => self.identity.is_some(),
-                AuthMode::Psk => self.psk.is_some(),
+                AuthMode::Psk => self.psk.as_ref().is_some_and(|k| k.len() >= MIN_PSK_LEN),
                 AuthMode::Password => self.password.is_some(),
             }
     }

@@ -71,6 +71,10 @@ pub enum ChannelError {
     NotReady,
     /// The crypto provider failed.
     Crypto,
+    /// The datagram keys were already handed out.
+    KeysTaken,
+    /// The configuration cannot work (the message says why).
+    Config(&'static str),
 }
 
 impl From<MessageError> for ChannelError {
@@ -104,6 +108,8 @@ impl std::fmt::Display for ChannelError {
             ChannelError::Truncated => f.write_str("stream truncated (no close from peer)"),
             ChannelError::NotReady => f.write_str("connection not ready for data"),
             ChannelError::Crypto => f.write_str("crypto provider failed"),
+            ChannelError::KeysTaken => f.write_str("datagram keys already handed out"),
+            ChannelError::Config(why) => write!(f, "configuration: {why}"),
         }
     }
 }
@@ -217,6 +223,7 @@ pub struct Connection {
     sender: Option<RecordSender>,
     receiver: Option<RecordReceiver>,
     datagram: Option<(Secret, Secret)>,
+    datagram_taken: bool,
     controller: Option<Controller>,
     proof_pending: bool,
     handshake_done: bool,
@@ -252,6 +259,7 @@ impl Connection {
             sender: None,
             receiver: None,
             datagram: None,
+            datagram_taken: false,
             controller: None,
             proof_pending: false,
             handshake_done: false,
@@ -269,6 +277,13 @@ impl Connection {
     ) -> Result<Connection, ChannelError> {
         let provider = client.inner.provider;
         let config = &client.inner.config;
+        if let ClientAuth::Psk(psk) = &config.auth {
+            if psk.len() < crate::config::MIN_PSK_LEN {
+                return Err(ChannelError::Config(
+                    "a PSK must be at least 32 bytes of random key material",
+                ));
+            }
+        }
         let mut nonce = [0u8; 32];
         rng.fill_bytes(&mut nonce);
         let share = client.ephemeral(now)?;
@@ -367,14 +382,15 @@ impl Connection {
         }
     }
 
-    /// Details of the session once the handshake's crypto is done.
+    /// Details of the session, once established (before that, nothing in them would be
+    /// verified yet).
     pub fn session(&self) -> Option<&SessionInfo> {
-        self.info.as_ref()
+        self.info.as_ref().filter(|_| self.is_established())
     }
 
-    /// The session ID, once known.
+    /// The session ID, once established.
     pub fn session_id(&self) -> Option<SessionId> {
-        self.info.as_ref().map(|i| i.session_id)
+        self.session().map(|i| i.session_id)
     }
 
     /// The next event for the driver.
@@ -454,9 +470,9 @@ impl Connection {
             Ok(())
         } else {
             let e = match self.state {
-                // A cohort server answers a ClientHello with a ServerHello or an alert,
-                // never by hanging up (perhaps after a partial frame).
-                State::ClientAwaitHello(_) => ChannelError::NotCohort,
+                // Only bytes that are not a cohort frame prove the peer does not speak
+                // cohort (see `process_frames`); a server that hangs up, even mid-frame, may
+                // be a cohort server in trouble, so a fallback to plaintext must not follow.
                 State::Failed(e) => e,
                 _ => ChannelError::Truncated,
             };
@@ -498,14 +514,23 @@ impl Connection {
     /// negotiated gears, for `cohort_gears::Protector` and `Unprotector` (explicit sequence
     /// numbers and a replay window, so loss and reordering are tolerated). Derived from the
     /// session's own datagram secrets, independent of the stream keys.
-    pub fn datagram_keys(&self) -> Result<(GearKeys, GearKeys), ChannelError> {
+    ///
+    /// The keys are handed out once: two protectors from the same keys would both start at
+    /// sequence number 0 and repeat nonces. A second call returns
+    /// [`ChannelError::KeysTaken`].
+    pub fn datagram_keys(&mut self) -> Result<(GearKeys, GearKeys), ChannelError> {
+        if self.datagram_taken {
+            return Err(ChannelError::KeysTaken);
+        }
         let (send, recv) = self.datagram.as_ref().ok_or(ChannelError::NotReady)?;
-        let info = self.info.as_ref().ok_or(ChannelError::NotReady)?;
+        let info = self.session().ok_or(ChannelError::NotReady)?;
         let set: GearSet = info.gears.iter().copied().collect();
         let p = &self.provider;
         let keys =
             |s: &Secret| GearKeys::derive(p, s.expose(), set).map_err(|_| ChannelError::Crypto);
-        Ok((keys(send)?, keys(recv)?))
+        let out = (keys(send)?, keys(recv)?);
+        self.datagram_taken = true;
+        Ok(out)
     }
 
     /// A secret both ends derive alike from this session, for another protocol keyed by it

@@ -271,7 +271,10 @@ impl Server {
         let mut cache = lock(&self.inner.cache);
         self.expire(&mut cache, now);
         let entry = cache.entries.remove(resume_id)?;
-        (entry.auth.mode == mode).then_some(entry)
+        // Checked here too, not only by `expire`, which relies on insertion order.
+        let fresh =
+            now.saturating_duration_since(entry.created) < self.inner.config.resumption_lifetime;
+        (fresh && entry.auth.mode == mode).then_some(entry)
     }
 
     pub(crate) fn store_session(

@@ -36,7 +36,8 @@ pub enum RecordError {
     Truncated,
     /// The plaintext is longer than [`MAX_RECORD_PLAINTEXT`].
     TooLong,
-    /// The key-update counter is exhausted (after 2^32 updates).
+    /// The keys are used up: the key-update counter (after 2^32 updates), or a peer that
+    /// went on past a gear's usage limit without a key update.
     Exhausted,
     /// The crypto provider failed.
     Crypto,
@@ -73,6 +74,10 @@ struct DirectionKeys {
     seq: u64,
     epoch: u32,
     update_after: u64,
+    /// The protocol's own limit, whatever either end configured: no data record at or past
+    /// this count, and not even a KeyUpdate past it (the tightest usage limit among the
+    /// negotiated gears, less two).
+    last_data_seq: u64,
 }
 
 impl DirectionKeys {
@@ -97,6 +102,7 @@ impl DirectionKeys {
             seq: 0,
             epoch: 0,
             update_after: update_after.min(limit.saturating_sub(1)).max(2),
+            last_data_seq: limit.saturating_sub(2).max(1),
         };
         dir.key(first)?;
         Ok(dir)
@@ -302,6 +308,12 @@ impl RecordReceiver {
             .filter(|g| g.info().forgery_bits >= self.floor_bits)
             .ok_or(RecordError::GearNotAllowed(gear_byte))?;
         let seq = self.dir.seq;
+        // A peer that skips its key update would push a gear past its usage limit.
+        if seq > self.dir.last_data_seq
+            || (seq == self.dir.last_data_seq && ty != FrameType::KeyUpdate)
+        {
+            return Err(RecordError::Exhausted);
+        }
         let key = self.dir.key(gear)?;
         let mut prefix = [0u8; SEQ_LEN + FRAME_HEADER_LEN + GEAR_LEN];
         prefix[..SEQ_LEN].copy_from_slice(&seq.to_be_bytes());
@@ -460,6 +472,23 @@ mod tests {
             strict.open(&mut wire),
             Err(RecordError::GearNotAllowed(GearId::Umac32.to_u8()))
         );
+    }
+
+    #[test]
+    fn a_peer_that_skips_its_key_update_is_refused_at_the_usage_limit() {
+        let (mut s, mut r) = pair(&[GearId::Aes128Gcm], u64::MAX);
+        let limit = GearId::Aes128Gcm.info().usage_limit;
+        // Jump both ends to just below the limit (reaching it for real takes 2^23 records).
+        s.dir.seq = limit - 3;
+        r.dir.seq = limit - 3;
+        s.dir.update_after = u64::MAX; // a misbehaving sender that never updates
+        let mut wire = Vec::new();
+        s.seal(FrameType::Data, b"last allowed", &mut wire).unwrap();
+        s.seal(FrameType::Data, b"one too many", &mut wire).unwrap();
+        let (_, first) = crate::messages::peek_frame(&wire).unwrap();
+        let (head, tail) = wire.split_at_mut(first);
+        assert!(r.open(head).is_ok());
+        assert_eq!(r.open(tail), Err(RecordError::Exhausted));
     }
 
     #[test]

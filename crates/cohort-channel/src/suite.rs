@@ -92,8 +92,8 @@ pub enum AuthMode {
     /// The server signs its session IDs with its Ed25519 identity, in batches (a Merkle root
     /// over many session IDs, one signature per batch); the client checks a pinned key.
     ServerSignature,
-    /// Both sides MAC the session ID with a pre-shared key (at least 16 bytes of entropy: a
-    /// man in the middle sees one MAC and may search the key offline).
+    /// Both sides MAC the session ID with a pre-shared key (random key material of at least
+    /// 32 bytes: whoever connects sees a MAC under it and may search a weak key offline).
     Psk,
     /// Both sides run SPAKE2 with a password and MAC the session ID with its key: an
     /// attacker gets one online guess per connection and nothing to search offline.

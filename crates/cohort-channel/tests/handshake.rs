@@ -5,7 +5,7 @@
 
 use cohort_channel::batch::{BatchConfig, BatchSigner};
 use cohort_channel::identity::Identity;
-use cohort_channel::messages::{peek_frame, FrameType};
+use cohort_channel::messages::{peek_frame, FrameType, ServerHello};
 use cohort_channel::{
     AuthMode, ChannelError, Client, ClientAuth, ClientConfig, Connection, Event, KemSuite, Server,
     ServerConfig,
@@ -364,6 +364,41 @@ fn a_man_in_the_middle_shows_as_different_session_ids_or_fails_authentication() 
 }
 
 #[test]
+fn a_short_psk_is_refused_by_both_ends() {
+    let client = Client::new(
+        provider(),
+        ClientConfig::new(ClientAuth::Psk(Secret::from_slice(b"passwordpassword"))),
+    );
+    let mut rng = ChaCha20Rng::seed_from_u64(1);
+    assert!(matches!(
+        client.connect(Timestamp::ZERO, &mut rng, "s"),
+        Err(ChannelError::Config(_))
+    ));
+    let mut sc = ServerConfig::new();
+    sc.auth_modes = vec![AuthMode::Psk];
+    sc.psk = Some(Secret::from_slice(&[1; 31]));
+    assert!(!sc.supports(AuthMode::Psk));
+    sc.psk = Some(Secret::from_slice(&[1; 32]));
+    assert!(sc.supports(AuthMode::Psk));
+}
+
+#[test]
+fn nothing_about_the_session_is_reported_before_it_is_verified() {
+    // Signature mode: the client has checked the ServerHello but not yet the signature.
+    let mut w = World::with_auth(AuthMode::ServerSignature);
+    let (mut c, mut s) = w.connect();
+    let mut hello = Vec::new();
+    c.take_output(&mut hello);
+    s.handle_input(w.now, &hello).unwrap();
+    assert!(s.session().is_none() && s.session_id().is_none());
+    let mut reply = Vec::new();
+    s.take_output(&mut reply); // the ServerHello, without the ServerAuth
+    c.handle_input(w.now, &reply).unwrap();
+    assert!(!c.is_established());
+    assert!(c.session().is_none() && c.session_id().is_none());
+}
+
+#[test]
 fn wrong_credentials_and_missing_modes_fail() {
     // PSK mismatch.
     let (_, mut sc) = configs(AuthMode::Psk);
@@ -441,9 +476,16 @@ fn resumption_needs_no_public_key_step_and_old_keys_cannot_read_the_new_session(
         // Replaying the resuming ClientHello gets a full handshake, not the session.
         let mut s3 = w.server.accept();
         s3.handle_input(w.now, &resume_hello).unwrap();
-        let i3 = s3.session().unwrap();
-        assert!(!i3.auth.resumed);
-        assert!(i3.kem.is_some());
+        let mut reply = Vec::new();
+        s3.take_output(&mut reply);
+        assert_eq!(reply[0], FrameType::ServerHello as u8);
+        let (sh, _) = ServerHello::decode(&reply[3..]).unwrap();
+        assert!(!sh.resumed, "{mode}: a replayed resumption was honoured");
+        assert_ne!(sh.kem, 0);
+        assert!(
+            s3.session().is_none(),
+            "nothing is reported before the handshake ends"
+        );
     }
 }
 
@@ -545,8 +587,14 @@ fn a_peer_that_does_not_speak_cohort_is_refused() {
         s.handle_input(w.now, b"GET / HTTP/1.1\r\n"),
         Err(ChannelError::NotCohort)
     );
+    // A server that hangs up, even mid-frame, is not proof that it does not speak cohort (a
+    // tunnel must not fall back to plaintext for it): that is a truncation.
     let (mut c, _) = w.connect();
-    assert_eq!(c.handle_eof(), Err(ChannelError::NotCohort));
+    assert_eq!(c.handle_eof(), Err(ChannelError::Truncated));
+    let (mut c, _) = w.connect();
+    c.handle_input(w.now, &[FrameType::ServerHello as u8, 0x04])
+        .unwrap();
+    assert_eq!(c.handle_eof(), Err(ChannelError::Truncated));
 }
 
 #[test]
@@ -628,7 +676,10 @@ fn datagram_keys_from_the_handshake_protect_packets_both_ways() {
     w.pump(&mut c, &mut s);
     let (c_send, c_recv) = c.datagram_keys().unwrap();
     let (s_send, s_recv) = s.datagram_keys().unwrap();
+    // Handed out once: a second protector would restart at sequence 0 and repeat nonces.
+    assert_eq!(c.datagram_keys().err(), Some(ChannelError::KeysTaken));
     let gears = c_send.gears();
+    let (c_send2, c_recv2) = (c_send.clone(), c_recv.clone());
     for (send, recv) in [(c_send, s_recv), (s_send, c_recv)] {
         let mut p = Protector::new(send);
         let mut u = Unprotector::new(recv, ReceivePolicy::new(gears, 64.0));
@@ -641,8 +692,7 @@ fn datagram_keys_from_the_handshake_protect_packets_both_ways() {
         }
     }
     // The two directions use different keys: a packet cannot be reflected.
-    let (c_send, _) = c.datagram_keys().unwrap();
-    let (_, c_recv) = c.datagram_keys().unwrap();
+    let (c_send, c_recv) = (c_send2, c_recv2);
     let mut pkt = Vec::new();
     Protector::new(c_send)
         .protect(&[GearId::Aes128Gcm], b"", b"x", &mut pkt)

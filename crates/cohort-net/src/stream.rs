@@ -131,7 +131,9 @@ pub struct SecureStream {
     tcp: TcpStream,
     conn: Connection,
     read_buf: Box<[u8]>,
-    eof: bool,
+    /// The error that ended reading, returned again on every later read: a truncation
+    /// must never turn into a clean end on a retry.
+    read_error: Option<ChannelError>,
 }
 
 /// Runs the handshake over `tcp`, then wraps it.
@@ -143,6 +145,13 @@ async fn handshake(
     let mut buf = vec![0u8; READ_CHUNK].into_boxed_slice();
     let run = async {
         loop {
+            // Send what is ready before waiting on anything (the ServerHello goes out while
+            // its batch is being signed).
+            if !conn.output().is_empty() {
+                tcp.write_all(conn.output()).await?;
+                let n = conn.output().len();
+                conn.consume_output(n);
+            }
             while let Some(event) = conn.poll_event() {
                 if let Event::BatchSignatureNeeded(sid) = event {
                     let signer = signer
@@ -177,7 +186,7 @@ async fn handshake(
             tcp,
             conn,
             read_buf: buf,
-            eof: false,
+            read_error: None,
         }),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(io::Error::new(
@@ -287,21 +296,24 @@ impl AsyncRead for SecureStream {
                 buf.advance(n);
                 return Poll::Ready(Ok(()));
             }
-            if this.eof || this.conn.peer_closed() {
-                return Poll::Ready(Ok(()));
+            if let Some(e) = this.read_error {
+                return Poll::Ready(Err(channel_error(e)));
+            }
+            if this.conn.peer_closed() {
+                return Poll::Ready(Ok(())); // the clean end: the peer's close record
             }
             let mut rb = ReadBuf::new(&mut this.read_buf);
             ready!(Pin::new(&mut this.tcp).poll_read(cx, &mut rb))?;
             let n = rb.filled().len();
-            if n == 0 {
-                this.eof = true;
-                this.conn.handle_eof().map_err(channel_error)?;
-                return Poll::Ready(Ok(()));
+            let result = if n == 0 {
+                this.conn.handle_eof()
+            } else {
+                let filled = &this.read_buf[..n];
+                this.conn.handle_input(now(), filled)
+            };
+            if let Err(e) = result {
+                this.read_error = Some(e);
             }
-            let filled = &this.read_buf[..n];
-            this.conn
-                .handle_input(now(), filled)
-                .map_err(channel_error)?;
         }
     }
 }

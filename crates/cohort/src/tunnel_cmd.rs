@@ -10,6 +10,7 @@
 use crate::UsageError;
 use clap::{Args, Subcommand};
 use cohort_channel::batch::BatchConfig;
+use cohort_channel::config::MIN_PSK_LEN;
 use cohort_channel::identity::{Identity, PublicKey};
 use cohort_channel::{AuthMode, ChannelError, Client, ClientAuth, ClientConfig, KemSuite};
 use cohort_channel::{Server, ServerConfig};
@@ -21,6 +22,35 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Bytes moved per read in each direction: large enough for four full records per write.
 const COPY_BUFFER: usize = 64 * 1024;
+
+/// Most connections one tunnel end serves at once; more wait in the kernel's accept queue.
+const MAX_CONNECTIONS: usize = 1024;
+/// A server that accepts passwords lets one client address start this many handshakes per
+/// minute: SPAKE2 allows one guess per handshake, so this bounds online guessing.
+const PASSWORD_HANDSHAKES_PER_MINUTE: u32 = 20;
+
+/// Handshakes per client address in the current minute.
+#[derive(Default)]
+struct Attempts(std::collections::HashMap<std::net::IpAddr, (std::time::Instant, u32)>);
+
+impl Attempts {
+    /// Counts one handshake from `ip`; false if it is over the limit.
+    #[allow(clippy::disallowed_methods)] // reason: the binary is the I/O shell and owns the clock
+    fn allow(&mut self, ip: std::net::IpAddr) -> bool {
+        let now = std::time::Instant::now();
+        let minute = std::time::Duration::from_secs(60);
+        if self.0.len() > 100_000 {
+            self.0
+                .retain(|_, (start, _)| now.duration_since(*start) < minute);
+        }
+        let entry = self.0.entry(ip).or_insert((now, 0));
+        if now.duration_since(entry.0) >= minute {
+            *entry = (now, 0);
+        }
+        entry.1 += 1;
+        entry.1 <= PASSWORD_HANDSHAKES_PER_MINUTE
+    }
+}
 
 /// The two ends of a tunnel.
 #[derive(Subcommand)]
@@ -47,7 +77,7 @@ pub struct ServerArgs {
     /// Default: `signature,none` with --key, else `none`.
     #[arg(long, value_delimiter = ',')]
     auth: Vec<AuthMode>,
-    /// File holding the pre-shared key (hex, or at least 16 raw bytes), for `psk`.
+    /// File holding the pre-shared key (at least 32 random bytes, in hex), for `psk`.
     #[arg(long)]
     psk_file: Option<PathBuf>,
     /// File holding the password (first line), for `password`.
@@ -75,7 +105,7 @@ pub struct ClientArgs {
     /// KEM suite: x25519-mlkem768 (default), mlkem768, x25519, rsa2048-e3.
     #[arg(long, default_value = "x25519-mlkem768")]
     kem: KemSuite,
-    /// File holding the pre-shared key, for `psk`.
+    /// File holding the pre-shared key (at least 32 random bytes, in hex), for `psk`.
     #[arg(long)]
     psk_file: Option<PathBuf>,
     /// File holding the password (first line), for `password`.
@@ -107,15 +137,17 @@ fn read_file(path: &Path, what: &str) -> Result<String, UsageError> {
 
 fn load_psk(path: &Path) -> Result<Secret, UsageError> {
     let text = zeroize::Zeroizing::new(read_file(path, "PSK file")?);
-    let trimmed = text.trim();
-    let bytes = match hex::decode(trimmed) {
-        Ok(b) => b,
-        Err(_) => trimmed.as_bytes().to_vec(),
-    };
-    if bytes.len() < 16 {
-        return Err(UsageError(format!(
-            "PSK in {} is shorter than 16 bytes",
+    let bytes = hex::decode(text.trim()).map_err(|_| {
+        UsageError(format!(
+            "{} must hold the PSK in hex (for example from `head -c 32 /dev/urandom | xxd -p -c 64`); for a human-chosen secret use --auth password",
             path.display()
+        ))
+    })?;
+    if bytes.len() < MIN_PSK_LEN {
+        return Err(UsageError(format!(
+            "the PSK in {} is {} bytes; at least {MIN_PSK_LEN} random bytes are needed (a weak PSK can be searched offline; use --auth password for human-chosen secrets)",
+            path.display(),
+            bytes.len()
         )));
     }
     Ok(Secret::new(bytes))
@@ -179,7 +211,13 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
         args.listen, args.forward
     );
     let forward = std::sync::Arc::new(args.forward);
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let limit_passwords = server.config().supports(AuthMode::Password);
+    let mut attempts = Attempts::default();
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return Ok(());
+        };
         let (tcp, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
@@ -187,9 +225,17 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
                 continue;
             }
         };
+        if limit_passwords && !attempts.allow(peer.ip()) {
+            eprintln!(
+                "cohort tunnel server: {peer}: refused: over {PASSWORD_HANDSHAKES_PER_MINUTE} handshakes a minute from {} (password guessing limit)",
+                peer.ip()
+            );
+            continue;
+        }
         let _ = tcp.set_nodelay(true);
         let (server, signer, forward) = (server.clone(), signer.clone(), forward.clone());
         tokio::spawn(async move {
+            let _slot = slot;
             let mut secure = match stream::accept(&server, tcp, signer.as_ref()).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -211,10 +257,15 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
                     "cohort tunnel server: {peer}: session {} closed cleanly ({up} bytes in, {down} out)",
                     secure.session_id()
                 ),
-                Err(e) => eprintln!(
-                    "cohort tunnel server: {peer}: session {} ended: {e}",
-                    secure.session_id()
-                ),
+                Err(e) => {
+                    eprintln!(
+                        "cohort tunnel server: {peer}: session {} ended: {e}",
+                        secure.session_id()
+                    );
+                    // A reset, not a clean end: the target must not take a truncated stream
+                    // for a complete one.
+                    let _ = target.set_zero_linger();
+                }
             }
         });
     }
@@ -258,6 +309,11 @@ async fn run_client(args: ClientArgs) -> Result<(), UsageError> {
             )?)?)
         }
     };
+    if args.pin.is_some() && mode != AuthMode::ServerSignature {
+        return Err(UsageError(format!(
+            "--pin needs --auth signature (it was --auth {mode}, which would ignore the pin)"
+        )));
+    }
     if args.allow_plaintext && mode != AuthMode::None {
         return Err(UsageError(format!(
             "--allow-plaintext cannot be combined with --auth {mode}: authentication is never dropped"
@@ -273,7 +329,11 @@ async fn run_client(args: ClientArgs) -> Result<(), UsageError> {
     );
     let remote = std::sync::Arc::new(args.connect);
     let allow_plaintext = args.allow_plaintext;
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return Ok(());
+        };
         let (mut local, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
@@ -284,6 +344,7 @@ async fn run_client(args: ClientArgs) -> Result<(), UsageError> {
         let _ = local.set_nodelay(true);
         let (client, remote) = (client.clone(), remote.clone());
         tokio::spawn(async move {
+            let _slot = slot;
             let tcp = match TcpStream::connect(remote.as_str()).await {
                 Ok(t) => t,
                 Err(e) => {
@@ -318,10 +379,15 @@ async fn run_client(args: ClientArgs) -> Result<(), UsageError> {
                     "cohort tunnel client: {peer}: session {} closed cleanly ({up} bytes out, {down} in)",
                     secure.session_id()
                 ),
-                Err(e) => eprintln!(
-                    "cohort tunnel client: {peer}: session {} ended: {e}",
-                    secure.session_id()
-                ),
+                Err(e) => {
+                    eprintln!(
+                        "cohort tunnel client: {peer}: session {} ended: {e}",
+                        secure.session_id()
+                    );
+                    // A reset, not a clean end: the application must not take a truncated
+                    // stream for a complete one.
+                    let _ = local.set_zero_linger();
+                }
             }
         });
     }

@@ -300,3 +300,123 @@ fn a_server_that_does_not_speak_cohort_is_refused_unless_plaintext_is_allowed() 
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--allow-plaintext"));
 }
+
+/// A cohort server written against the library: completes the handshake, sends `len` bytes,
+/// then either closes cleanly or just drops the connection (as an attacker cutting the
+/// stream would make it look). Returns its address.
+fn fake_cohort_server(len: usize, clean: bool) -> std::net::SocketAddr {
+    use tokio::io::AsyncWriteExt;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let server = cohort_channel::Server::new(
+                cohort_crypto::CryptoProvider::default_provider(),
+                cohort_channel::ServerConfig::new(),
+            );
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut s = cohort_net::stream::accept(&server, tcp, None)
+                .await
+                .unwrap();
+            s.write_all(&vec![7u8; len]).await.unwrap();
+            s.flush().await.unwrap();
+            if clean {
+                s.shutdown().await.unwrap();
+            }
+            // Give the bytes time to leave before the drop.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        });
+    });
+    addr
+}
+
+#[test]
+fn a_cut_channel_reaches_the_application_as_a_reset_not_a_clean_end() {
+    use std::io::Read;
+    let dir = tempdir("cut");
+    for clean in [true, false] {
+        let server = fake_cohort_server(100_000, clean);
+        let port = free_port();
+        let log = dir.join(format!("client-{clean}.log"));
+        let _client = cohort(
+            &[
+                "tunnel",
+                "client",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--connect",
+                &server.to_string(),
+            ],
+            &log,
+        );
+        wait_for_log(&log, "listening");
+        let mut app = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        app.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut got = Vec::new();
+        let result = app.read_to_end(&mut got);
+        if clean {
+            assert_eq!(result.unwrap(), 100_000);
+        } else {
+            let err = result.expect_err("a truncated channel ended cleanly for the application");
+            assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+            let text = wait_for_log(&log, "ended");
+            assert!(text.contains("truncated"), "{text}");
+        }
+    }
+}
+
+#[test]
+fn weak_psks_and_ignored_pins_are_usage_errors() {
+    let dir = tempdir("usage");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let short = dir.join("short.psk");
+    std::fs::write(&short, "00112233445566778899aabbccddeeff\n").unwrap(); // 16 bytes
+    let text = dir.join("text.psk");
+    std::fs::write(
+        &text,
+        "correct horse battery staple, long enough in bytes\n",
+    )
+    .unwrap();
+    for file in [&short, &text] {
+        let out = run(&[
+            "tunnel",
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--forward",
+            "127.0.0.1:1",
+            "--auth",
+            "psk",
+            "--psk-file",
+            file.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("PSK") && err.lines().count() == 1, "{err}");
+    }
+    let out = run(&[
+        "tunnel",
+        "client",
+        "--listen",
+        "127.0.0.1:0",
+        "--connect",
+        "127.0.0.1:1",
+        "--auth",
+        "none",
+        "--pin",
+        "ed25519:0000000000000000000000000000000000000000000000000000000000000000",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--pin needs --auth signature"));
+}
