@@ -10,16 +10,29 @@
 //! | `handshake/server/cohort-x25519-mlkem768-batchsig64` | the same with batch signing, 64 sessions per signature |
 //! | `handshake/resume/cohort`       | server side of a cohort-channel resumption (no public-key step) |
 //! | `records/cohort-<gear>/16384`   | as rustls's records benchmark, per record gear          |
+//! | `kem/encapsulate/<kem>`         | the server's public-key step alone, in a tight loop     |
 //!
 //! Handshake benchmarks time only the server's calls (`ServerConnection::new`, `read_tls`,
-//! `process_new_packets`, `write_tls`, for both of the server's flights) with
-//! `Bencher::iter_custom`; the client's work happens between them, untimed. Everything is in
+//! `process_new_packets`, `write_tls`, for both of the server's flights; for cohort,
+//! `accept`, `handle_input`, `take_output`) with `Bencher::iter_custom`; the client's work
+//! happens between them, untimed. Both stacks run the server's steps in batches, as a busy
+//! server would: all first flights of a batch back to back, then (untimed) the clients, then
+//! all second flights (64 full handshakes per batch, 8 resumptions, the most rustls's client
+//! keeps tickets for). Interleaving the client's work with each server step instead puts a
+//! client's private-key operation on the same core just before every timed step; for
+//! RSA-2048 (a 1 ms decryption) that tripled the server's measured time. Everything is in
 //! memory: no sockets.
 //!
 //! Run: `cargo bench -p cohort-channel --bench handshake`.
 #![allow(missing_docs, clippy::expect_used, clippy::disallowed_methods)] // reason: criterion macros generate undocumented items; a panic aborts the bench; benchmarks time their own calls with Instant
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+/// Full handshakes whose server steps run back to back, as on a busy server (both stacks).
+const BATCH: usize = 64;
+/// Resumptions per batch: rustls's client keeps at most 8 TLS 1.3 tickets per server name,
+/// so both stacks resume in batches of 8.
+const RESUME_BATCH: usize = 8;
 
 fn handshake(c: &mut Criterion) {
     let mut group = c.benchmark_group("handshake");
@@ -40,6 +53,24 @@ fn handshake(c: &mut Criterion) {
     });
     group.bench_function("resume/rustls", rustls_side::resumed_handshake_server);
     group.bench_function("resume/cohort", cohort_side::resumed_handshake_server);
+    group.finish();
+}
+
+/// The server's public-key step alone, in a tight loop: what each KEM costs the server
+/// before anything else in the handshake.
+fn kem(c: &mut Criterion) {
+    let mut group = c.benchmark_group("kem");
+    let p = cohort_crypto::CryptoProvider::default_provider();
+    for suite in cohort_channel::suite::ALL_KEM_SUITES {
+        let kem = p.kem(suite.algorithm()).expect("kem");
+        let (_secret, public) = kem.generate().expect("generate");
+        group.bench_function(format!("encapsulate/{}", suite.name()), |b| {
+            b.iter(|| {
+                kem.encapsulate(std::hint::black_box(&public))
+                    .expect("encapsulate")
+            })
+        });
+    }
     group.finish();
 }
 
@@ -126,57 +157,92 @@ mod cohort_side {
         out
     }
 
-    /// One handshake; returns the time spent in the server's calls (and, for signature
-    /// mode, this session's share of its batch's signing).
-    fn timed(
+    /// `k` handshakes, the server's steps batched as on a busy server: all `k`
+    /// ClientHellos are answered back to back (timed), then the clients do their part
+    /// (untimed), then all `k` ClientFinished messages are taken back to back (timed). In
+    /// signature mode the `k` sessions share one batch signature, whose cost is timed in
+    /// full. Returns the server's time for all `k`.
+    fn timed_batch(
         client: &Client,
         server: &Server,
         rng: &mut rand_chacha::ChaCha20Rng,
-        signer: Option<(&mut BatchSigner, usize)>,
+        signer: Option<&mut BatchSigner>,
         expect_resumed: bool,
+        k: usize,
     ) -> Duration {
-        let mut c = client.connect(NOW, rng, "bench").expect("connect");
-        let hello = output(&mut c);
+        // One server name per client, so that each holds its own resumption ticket.
+        let mut clients: Vec<Connection> = (0..k)
+            .map(|i| {
+                client
+                    .connect(NOW, rng, &format!("bench-{i}"))
+                    .expect("connect")
+            })
+            .collect();
+        let hellos: Vec<Vec<u8>> = clients.iter_mut().map(output).collect();
+
         let start = Instant::now();
-        let mut s = server.accept();
-        s.handle_input(NOW, &hello).expect("server hello");
-        let mut spent = start.elapsed();
-        if let Some((signer, batch)) = signer {
-            // Sign a whole batch once (this session plus batch-1 others) and charge this
-            // session 1/batch of it, plus its own proof handling.
-            let sid = match s.poll_event() {
-                Some(cohort_channel::Event::BatchSignatureNeeded(sid)) => sid,
-                other => panic!("expected a signing request, got {other:?}"),
-            };
-            let start = Instant::now();
-            let mine = signer.add(NOW, sid.0);
-            for i in 1..batch {
-                signer.add(NOW, [i as u8; 32]);
-            }
-            signer.flush();
-            let mut proof = None;
-            while let Some((ticket, p)) = signer.poll_signed() {
-                if ticket == mine {
-                    proof = Some(p.expect("signed"));
+        let mut servers: Vec<Connection> = hellos
+            .iter()
+            .map(|hello| {
+                let mut s = server.accept();
+                s.handle_input(NOW, hello).expect("server hello");
+                s
+            })
+            .collect();
+        if let Some(signer) = signer {
+            let mut tickets = Vec::with_capacity(k);
+            for s in &mut servers {
+                match s.poll_event() {
+                    Some(cohort_channel::Event::BatchSignatureNeeded(sid)) => {
+                        tickets.push(signer.add(NOW, sid.0))
+                    }
+                    other => panic!("expected a signing request, got {other:?}"),
                 }
             }
-            let batch_time = start.elapsed() / batch as u32;
-            let start = Instant::now();
-            s.handle_batch_proof(&proof.expect("proof")).expect("proof");
-            spent += batch_time + start.elapsed();
+            signer.flush();
+            while let Some((ticket, proof)) = signer.poll_signed() {
+                let i = tickets.iter().position(|t| *t == ticket).expect("ticket");
+                servers[i]
+                    .handle_batch_proof(&proof.expect("signed"))
+                    .expect("proof");
+            }
         }
+        let replies: Vec<Vec<u8>> = servers.iter_mut().map(output).collect();
+        let mut spent = start.elapsed();
+
+        let finished: Vec<Vec<u8>> = clients
+            .iter_mut()
+            .zip(&replies)
+            .map(|(c, reply)| {
+                c.handle_input(NOW, reply).expect("client");
+                output(c)
+            })
+            .collect();
+
         let start = Instant::now();
-        let server_hello = output(&mut s);
+        for (s, f) in servers.iter_mut().zip(&finished) {
+            s.handle_input(NOW, f).expect("finished");
+        }
         spent += start.elapsed();
-        c.handle_input(NOW, &server_hello).expect("client");
-        let finished = output(&mut c);
-        let start = Instant::now();
-        s.handle_input(NOW, &finished).expect("finished");
-        spent += start.elapsed();
-        assert!(c.is_established() && s.is_established());
-        assert_eq!(s.session().map(|i| i.auth.resumed), Some(expect_resumed));
-        black_box(&s);
+
+        for (c, s) in clients.iter().zip(&servers) {
+            assert!(c.is_established() && s.is_established());
+            assert_eq!(s.session().map(|i| i.auth.resumed), Some(expect_resumed));
+        }
+        black_box(&servers);
         spent
+    }
+
+    /// Sums `timed_batch` over `iters` handshakes in batches of `k`.
+    fn batched(iters: u64, k: usize, mut run: impl FnMut(usize) -> Duration) -> Duration {
+        let mut left = iters as usize;
+        let mut total = Duration::ZERO;
+        while left > 0 {
+            let n = left.min(k);
+            total += run(n);
+            left -= n;
+        }
+        total
     }
 
     pub fn full_handshake_server(b: &mut Bencher<'_>, kem: KemSuite, auth: Auth) {
@@ -184,37 +250,36 @@ mod cohort_side {
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
         let mut signer = match auth {
             Auth::None => None,
-            Auth::BatchSignature(n) => Some((
-                BatchSigner::new(
-                    CryptoProvider::default_provider(),
-                    identity(),
-                    BatchConfig {
-                        max_sessions: n,
-                        window: Duration::from_secs(1),
-                    },
-                ),
-                n,
+            Auth::BatchSignature(n) => Some(BatchSigner::new(
+                CryptoProvider::default_provider(),
+                identity(),
+                BatchConfig {
+                    max_sessions: n,
+                    window: Duration::from_secs(1),
+                },
             )),
         };
+        let k = match auth {
+            Auth::None => super::BATCH,
+            Auth::BatchSignature(n) => n,
+        };
         b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    let signer = signer.as_mut().map(|(s, n)| (s, *n));
-                    timed(&client, &server, &mut rng, signer, false)
-                })
-                .sum()
+            batched(iters, k, |n| {
+                timed_batch(&client, &server, &mut rng, signer.as_mut(), false, n)
+            })
         });
     }
 
     pub fn resumed_handshake_server(b: &mut Bencher<'_>) {
         let (client, server) = pair(KemSuite::X25519MlKem768, Auth::None, true);
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(2);
-        // One full handshake primes the ticket; each resumption leaves the next one.
-        timed(&client, &server, &mut rng, None, false);
+        // One full handshake per client name primes the tickets; each resumption leaves
+        // the next one.
+        timed_batch(&client, &server, &mut rng, None, false, super::RESUME_BATCH);
         b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| timed(&client, &server, &mut rng, None, true))
-                .sum()
+            batched(iters, super::RESUME_BATCH, |n| {
+                timed_batch(&client, &server, &mut rng, None, true, n)
+            })
         });
     }
 
@@ -364,68 +429,108 @@ mod rustls_side {
         got
     }
 
-    /// One handshake with `client`; returns the time spent in the server's calls only.
-    fn timed_server_handshake(
+    /// `clients.len()` handshakes with the server's steps batched, as the cohort side does:
+    /// every server's first flight back to back (timed), the clients' part (untimed), every
+    /// server's second flight back to back (timed), then the clients take their tickets
+    /// (untimed). Returns the server's time for all of them.
+    fn timed_server_handshakes(
         server_config: &Arc<ServerConfig>,
-        mut client: ClientConnection,
+        mut clients: Vec<ClientConnection>,
         expect: HandshakeKind,
     ) -> Duration {
-        let mut c2s = Vec::with_capacity(4096);
-        let mut s2c = Vec::with_capacity(4096);
         let mut sink = [0u8; 64];
+        let hellos: Vec<Vec<u8>> = clients
+            .iter_mut()
+            .map(|c| {
+                let mut out = Vec::with_capacity(4096);
+                drain(c, &mut out); // ClientHello
+                out
+            })
+            .collect();
 
-        drain(&mut client, &mut c2s); // ClientHello
-
-        // Server flight 1: ServerHello .. Finished.
+        // Server flight 1: ServerHello .. Finished, for every client.
         let start = Instant::now();
-        let mut server = ServerConnection::new(Arc::clone(server_config)).expect("server");
-        feed(&mut server, &c2s, &mut sink);
-        drain(&mut server, &mut s2c);
+        let mut servers = Vec::with_capacity(hellos.len());
+        let mut replies = Vec::with_capacity(hellos.len());
+        for hello in &hellos {
+            let mut server = ServerConnection::new(Arc::clone(server_config)).expect("server");
+            feed(&mut server, hello, &mut sink);
+            let mut out = Vec::with_capacity(4096);
+            drain(&mut server, &mut out);
+            servers.push(server);
+            replies.push(out);
+        }
         let mut spent = start.elapsed();
 
-        c2s.clear();
-        feed(&mut client, &s2c, &mut sink);
-        drain(&mut client, &mut c2s); // client Finished
-        s2c.clear();
+        let finished: Vec<Vec<u8>> = clients
+            .iter_mut()
+            .zip(&replies)
+            .map(|(c, reply)| {
+                feed(c, reply, &mut sink);
+                let mut out = Vec::with_capacity(256);
+                drain(c, &mut out); // client Finished
+                out
+            })
+            .collect();
 
-        // Server flight 2: read the client's Finished, send the session tickets.
+        // Server flight 2: read each client's Finished, send the session tickets.
         let start = Instant::now();
-        feed(&mut server, &c2s, &mut sink);
-        drain(&mut server, &mut s2c);
+        let mut tickets = Vec::with_capacity(finished.len());
+        for (server, f) in servers.iter_mut().zip(&finished) {
+            feed(server, f, &mut sink);
+            let mut out = Vec::with_capacity(1024);
+            drain(server, &mut out);
+            tickets.push(out);
+        }
         spent += start.elapsed();
 
-        // The client takes the tickets (for the next resumption), untimed.
-        feed(&mut client, &s2c, &mut sink);
-        assert!(!server.is_handshaking() && !client.is_handshaking());
-        assert_eq!(server.handshake_kind(), Some(expect));
-        black_box(&server);
+        // The clients take the tickets (for the next resumptions), untimed.
+        for ((c, s), t) in clients.iter_mut().zip(&servers).zip(&tickets) {
+            feed(c, t, &mut sink);
+            assert!(!s.is_handshaking() && !c.is_handshaking());
+            assert_eq!(s.handshake_kind(), Some(expect));
+        }
+        black_box(&servers);
         spent
+    }
+
+    /// Sums batches of `k` handshakes over `iters`.
+    fn batched(iters: u64, k: usize, mut run: impl FnMut(usize) -> Duration) -> Duration {
+        let mut left = iters as usize;
+        let mut total = Duration::ZERO;
+        while left > 0 {
+            let n = left.min(k);
+            total += run(n);
+            left -= n;
+        }
+        total
     }
 
     pub fn full_handshake_server(b: &mut Bencher<'_>) {
         let server = server_config();
         let client_config = client_config(false);
         b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    timed_server_handshake(&server, client(&client_config), HandshakeKind::Full)
-                })
-                .sum()
+            batched(iters, super::BATCH, |n| {
+                let clients = (0..n).map(|_| client(&client_config)).collect();
+                timed_server_handshakes(&server, clients, HandshakeKind::Full)
+            })
         });
     }
 
     pub fn resumed_handshake_server(b: &mut Bencher<'_>) {
         let server = server_config();
         let client_config = client_config(true);
-        // Prime the client's ticket cache with one full handshake; every resumption then
-        // brings 2 fresh tickets for the one it used.
-        timed_server_handshake(&server, client(&client_config), HandshakeKind::Full);
+        // Prime the client's ticket cache with full handshakes; every resumption then
+        // brings 2 fresh tickets for the one it used (the cache keeps 8 per server name).
+        let clients = (0..super::RESUME_BATCH)
+            .map(|_| client(&client_config))
+            .collect();
+        timed_server_handshakes(&server, clients, HandshakeKind::Full);
         b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    timed_server_handshake(&server, client(&client_config), HandshakeKind::Resumed)
-                })
-                .sum()
+            batched(iters, super::RESUME_BATCH, |n| {
+                let clients = (0..n).map(|_| client(&client_config)).collect();
+                timed_server_handshakes(&server, clients, HandshakeKind::Resumed)
+            })
         });
     }
 
@@ -458,5 +563,5 @@ mod rustls_side {
     }
 }
 
-criterion_group!(benches, handshake, records);
+criterion_group!(benches, handshake, kem, records);
 criterion_main!(benches);

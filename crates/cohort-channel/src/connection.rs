@@ -25,9 +25,7 @@ use crate::messages::{
 };
 use crate::pake::{self, PakeState};
 use crate::record::{RecordError, RecordReceiver, RecordSender, MAX_RECORD_PLAINTEXT};
-use crate::schedule::{
-    auth_tag, derive_session, finished_mac, transcript_hash, SessionId, SessionKeys,
-};
+use crate::schedule::{auth_tag, derive_session, transcript_hash, SessionId, SessionKeys};
 use crate::suite::{AuthMode, KemSuite};
 use cohort_core::wire::{Reader, Writer};
 use cohort_core::Timestamp;
@@ -185,7 +183,6 @@ enum State {
 
 struct ClientPending {
     hello_body: Vec<u8>,
-    nonce: [u8; 32],
     share_suite: KemSuite,
     share_secret: Arc<Secret>,
     ticket: Option<Ticket>,
@@ -193,7 +190,6 @@ struct ClientPending {
 }
 
 struct ServerPending {
-    transcript: [u8; 32],
     keys: Option<SessionKeys>,
     auth: AuthResult,
     /// PSK or PAKE key, to check the client's tag.
@@ -320,7 +316,6 @@ impl Connection {
         hello.encode(&mut hello_body);
         let pending = ClientPending {
             hello_body,
-            nonce,
             share_suite,
             share_secret,
             ticket,
@@ -753,11 +748,9 @@ impl Connection {
             (shared, Some(pending.share_suite), None)
         };
         let transcript = transcript_hash(&p, &pending.hello_body, &body[..core_len]);
-        let keys = derive_session(&p, &shared, &pending.nonce, &sh.nonce, &transcript)
-            .map_err(|_| ChannelError::Crypto)?;
+        let keys = derive_session(&p, &shared, &transcript).map_err(|_| ChannelError::Crypto)?;
         drop(shared);
-        let expected = finished_mac(&p, &keys.server_finished, &transcript);
-        if !ct_eq(&expected, &sh.finished) {
+        if !ct_eq(&keys.server_finished, &sh.finished) {
             return Err(ChannelError::KeyConfirmationFailed);
         }
 
@@ -785,7 +778,7 @@ impl Connection {
             return Err(ChannelError::BadChoice("authentication tag"));
         }
         let finished = ClientFinished {
-            finished: finished_mac(&p, &keys.client_finished, &transcript),
+            finished: keys.client_finished,
             auth_tag: match &auth_secret {
                 Some(s) => auth_tag(&p, s.expose(), CLIENT_ROLE, &keys.session_id)
                     .map_err(|_| ChannelError::Crypto)?
@@ -978,10 +971,9 @@ impl Connection {
         let mut out = Vec::with_capacity(160 + sh.ciphertext.len() + sh.pake.len());
         sh.encode_core(&mut out);
         let transcript = transcript_hash(&p, body, &out);
-        let keys = derive_session(&p, &shared, &ch.nonce, &nonce, &transcript)
-            .map_err(|_| ChannelError::Crypto)?;
+        let keys = derive_session(&p, &shared, &transcript).map_err(|_| ChannelError::Crypto)?;
         drop(shared);
-        sh.finished = finished_mac(&p, &keys.server_finished, &transcript);
+        sh.finished = keys.server_finished;
         if let Some(secret) = &auth_secret {
             sh.auth_tag = auth_tag(&p, secret.expose(), SERVER_ROLE, &keys.session_id)
                 .map_err(|_| ChannelError::Crypto)?
@@ -1012,7 +1004,6 @@ impl Connection {
             auth,
         });
         self.state = State::ServerAwaitFinished(Box::new(ServerPending {
-            transcript,
             keys: Some(keys),
             auth,
             auth_secret,
@@ -1035,8 +1026,7 @@ impl Connection {
         let p = self.provider;
         let cf = ClientFinished::decode(body)?;
         let keys = pending.keys.take().ok_or(ChannelError::NotReady)?;
-        let expected = finished_mac(&p, &keys.client_finished, &pending.transcript);
-        if !ct_eq(&expected, &cf.finished) {
+        if !ct_eq(&keys.client_finished, &cf.finished) {
             return Err(ChannelError::KeyConfirmationFailed);
         }
         match &pending.auth_secret {

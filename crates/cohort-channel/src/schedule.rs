@@ -2,11 +2,10 @@
 //!
 //! ```text
 //!  KEM shared secret ─┐           (or, when resuming: the cached next-session key)
-//!  client nonce ──────┤
-//!  server nonce ──────┼─ HKDF (label "session keys") ─┬─► session ID (public)
-//!  transcript hash ───┘                               ├─► c2s / s2c stream secrets
+//!                     ├─ HKDF (label "session keys") ─┬─► session ID (public)
+//!  transcript hash ───┘  (it covers both nonces)      ├─► c2s / s2c stream secrets
 //!                                                     ├─► c2s / s2c datagram secrets
-//!                                                     ├─► client / server finished keys
+//!                                                     ├─► client / server finished values
 //!                                                     ├─► next-session key
 //!                                                     └─► resumption ID (names the next session)
 //! ```
@@ -58,10 +57,12 @@ pub struct SessionKeys {
     pub c2s_datagram: Secret,
     /// Server-to-client datagram secret.
     pub s2c_datagram: Secret,
-    /// Key for the client's finished MAC.
-    pub client_finished: Secret,
-    /// Key for the server's finished MAC.
-    pub server_finished: Secret,
+    /// The client's key confirmation value: a PRF output over the shared secret, both
+    /// nonces and the transcript hash, so it proves the client holds the same secret and
+    /// saw the same transcript. Public once sent; it reveals nothing of the other outputs.
+    pub client_finished: [u8; 32],
+    /// The server's key confirmation value, likewise.
+    pub server_finished: [u8; 32],
     /// Key for the next session (resumption).
     pub next_session: Secret,
     /// The public name under which the next session is cached. It links to nothing an
@@ -104,22 +105,21 @@ pub fn transcript_hash(
 const OUTPUTS: usize = 9;
 
 /// Derives the session's keys in one HKDF call: an extract over the shared secret, then one
-/// expand of nine 32-byte blocks, split in order (session ID, c2s and s2c stream, c2s and
-/// s2c datagram, client and server finished, next session, resumption ID). Each output is
+/// expand (info: the label and the transcript hash, which covers both nonces, every offer
+/// and every choice) of nine 32-byte blocks, split in order (session ID, c2s and s2c stream, c2s and
+/// s2c datagram, client and server finished values, next session, resumption ID). Each output is
 /// a separate slice of a PRF's output, so one reveals nothing of the others. The caller
 /// erases `shared` by dropping it (a [`Secret`]); the expanded block is erased here.
 pub fn derive_session(
     provider: &CryptoProvider,
     shared: &Secret,
-    client_nonce: &[u8; 32],
-    server_nonce: &[u8; 32],
     transcript: &[u8; 32],
 ) -> Result<SessionKeys, CryptoError> {
     let mut okm = Secret::zeroed(32 * OUTPUTS);
     provider.hkdf_sha256.derive(
         SALT,
         shared.expose(),
-        &[label::SESSION_KEYS, client_nonce, server_nonce, transcript],
+        &[label::SESSION_KEYS, transcript],
         okm.expose_mut(),
     )?;
     let block = |i: usize| &okm.expose()[32 * i..32 * (i + 1)];
@@ -134,8 +134,8 @@ pub fn derive_session(
         s2c_stream: Secret::from_slice(block(2)),
         c2s_datagram: Secret::from_slice(block(3)),
         s2c_datagram: Secret::from_slice(block(4)),
-        client_finished: Secret::from_slice(block(5)),
-        server_finished: Secret::from_slice(block(6)),
+        client_finished: array(5),
+        server_finished: array(6),
         next_session: Secret::from_slice(block(7)),
         resume_id: array(8),
     })
@@ -147,16 +147,6 @@ pub fn next_record_secret(
     secret: &Secret,
 ) -> Result<Secret, CryptoError> {
     expand(provider, secret, label::KEY_UPDATE)
-}
-
-/// A finished MAC: HMAC-SHA256 over the transcript hash with a finished key.
-pub fn finished_mac(provider: &CryptoProvider, key: &Secret, transcript: &[u8; 32]) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    provider
-        .hmac_sha256
-        .new_key(key.expose())
-        .sign(&[transcript], &mut out);
-    out
 }
 
 /// An authentication tag over the session ID: HMAC-SHA256 under a key derived from the PSK
@@ -187,15 +177,15 @@ mod tests {
     fn every_output_differs_and_depends_on_every_input() {
         let p = CryptoProvider::default_provider();
         let shared = Secret::from_slice(&[1; 32]);
-        let k = derive_session(&p, &shared, &[2; 32], &[3; 32], &[4; 32]).unwrap();
+        let k = derive_session(&p, &shared, &[4; 32]).unwrap();
         let outs = [
             k.session_id.0.to_vec(),
             k.c2s_stream.expose().to_vec(),
             k.s2c_stream.expose().to_vec(),
             k.c2s_datagram.expose().to_vec(),
             k.s2c_datagram.expose().to_vec(),
-            k.client_finished.expose().to_vec(),
-            k.server_finished.expose().to_vec(),
+            k.client_finished.to_vec(),
+            k.server_finished.to_vec(),
             k.next_session.expose().to_vec(),
             k.resume_id.to_vec(),
         ];
@@ -205,16 +195,8 @@ mod tests {
             }
         }
         let others = [
-            derive_session(
-                &p,
-                &Secret::from_slice(&[9; 32]),
-                &[2; 32],
-                &[3; 32],
-                &[4; 32],
-            ),
-            derive_session(&p, &shared, &[9; 32], &[3; 32], &[4; 32]),
-            derive_session(&p, &shared, &[2; 32], &[9; 32], &[4; 32]),
-            derive_session(&p, &shared, &[2; 32], &[3; 32], &[9; 32]),
+            derive_session(&p, &Secret::from_slice(&[9; 32]), &[4; 32]),
+            derive_session(&p, &shared, &[9; 32]),
         ];
         for o in others {
             assert_ne!(o.unwrap().session_id, k.session_id);
