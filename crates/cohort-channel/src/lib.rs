@@ -5,6 +5,8 @@ pub mod batch;
 pub mod config;
 pub mod connection;
 pub mod endpoint;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod identity;
 pub mod messages;
 pub mod pake;
