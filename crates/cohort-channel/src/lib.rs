@@ -6,6 +6,8 @@ pub mod config;
 pub mod connection;
 pub mod datagram;
 pub mod endpoint;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod identity;
 pub mod messages;
 pub mod pake;

@@ -1,0 +1,8 @@
+//! Arbitrary bytes as a ClientFinished body: the parser must never panic, and whatever it
+//! accepts must re-encode to the same bytes.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = cohort_channel::fuzzing::client_finished(data);
+});
