@@ -388,6 +388,12 @@ impl Connection {
         self.session().map(|i| i.session_id)
     }
 
+    /// The session ID as soon as the keys are derived, before anything is verified: for
+    /// the crate's own test harnesses only.
+    pub(crate) fn unverified_session_id(&self) -> Option<SessionId> {
+        self.info.as_ref().map(|i| i.session_id)
+    }
+
     /// The next event for the driver.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()

@@ -431,7 +431,14 @@ pub fn record_open(data: &[u8]) -> RecordOutcome {
         set.insert(GearId::DangerNullForTesting);
     }
     let mut rx = must(
-        RecordReceiver::new(provider(), record_secret(), set, 0.0, u64::MAX),
+        RecordReceiver::new(
+            provider(),
+            record_secret(),
+            set,
+            RECORD_GEARS[0],
+            0.0,
+            u64::MAX,
+        ),
         "record receiver",
     );
     while let Some((_, len)) = peek_frame(rest) {
@@ -709,7 +716,10 @@ pub fn client_connection(data: &[u8]) -> ConnectionOutcome {
         fx.service(&mut s);
         let flight = take_output(&mut s);
         let sh_len = peek_frame(&flight).map_or(0, |(_, len)| len);
-        let sid = must(s.session_id().ok_or("none"), "real server session");
+        let sid = must(
+            s.unverified_session_id().ok_or("none"),
+            "real server session",
+        );
         expected = Some((flight[..sh_len].to_vec(), sid));
         c.feed(&flight[..sh_len]);
         assert!(c.ok(), "a real ServerHello was refused: {:?}", c.error);
