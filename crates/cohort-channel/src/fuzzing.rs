@@ -763,6 +763,8 @@ pub fn client_connection(data: &[u8]) -> ConnectionOutcome {
 pub struct TamperOutcome {
     /// The mode.
     pub mode: AuthMode,
+    /// Whether the changed handshake was a resumption (the client held a ticket).
+    pub resuming: bool,
     /// The flight changed: 0 ClientHello, 1 server flight, 2 ClientFinished, 3 the
     /// client's data record, 4 the server's (the last two only after a clean handshake).
     pub flight: usize,
@@ -770,30 +772,70 @@ pub struct TamperOutcome {
     pub changed: bool,
     /// Whether the change only appended bytes (the real frames came through whole).
     pub appended_only: bool,
+    /// Whether the client's session says it resumed.
+    pub resumed: bool,
     /// The client's end.
     pub client: ConnectionOutcome,
     /// The server's end.
     pub server: ConnectionOutcome,
 }
 
-/// Runs a real handshake in the mode `data[0]` picks (as [`Control`]), then one data
-/// record each way, changing one flight as `data[1..]` describes: `data[1]` the flight (mod
-/// 5), `data[2..4]` a position, `data[4]` the change (mod 5: XOR a byte with `data[5]`, or
-/// 1 if that is 0; truncate; insert `data[5]`; replace the tail with `data[6..]`; none, for a
-/// control run). `None` if `data` is shorter than 6 bytes.
+/// Runs a handshake between `client` and `server` and, if it finished, one data record
+/// each way, passing each flight through `tamper` (flight index, bytes). Also returns
+/// whether the handshake finished on both ends.
+fn run_handshake(
+    fx: &'static Fixture,
+    client: &Client,
+    server: &Server,
+    tamper: &mut dyn FnMut(usize, Vec<u8>) -> Vec<u8>,
+) -> (Driven, Driven, bool) {
+    let mut rng = FixedRng::new(CLIENT_NONCE_SEED);
+    let conn = must(client.connect(NOW, &mut rng, SERVER_NAME), "connect");
+    let mut c = Driven::new(fx, conn, 0);
+    let mut conn = server.accept();
+    conn.set_server_nonce(SERVER_NONCE);
+    let mut s = Driven::new(fx, conn, 0);
+    let hello = tamper(0, take_output(&mut c.conn));
+    s.feed(&hello);
+    let flight = tamper(1, take_output(&mut s.conn));
+    c.feed(&flight);
+    let finished = tamper(2, take_output(&mut c.conn));
+    s.feed(&finished);
+    let finished = c.conn.is_established() && s.conn.is_established();
+    if finished {
+        must(c.conn.send(CLIENT_MESSAGE), "client send");
+        let record = tamper(3, take_output(&mut c.conn));
+        s.feed(&record);
+        // A server that refused the changed client record sends nothing more.
+        if s.ok() {
+            must(s.conn.send(SERVER_MESSAGE), "server send");
+            let record = tamper(4, take_output(&mut s.conn));
+            c.feed(&record);
+        }
+    }
+    (c, s, finished)
+}
+
+/// Runs a real handshake in the mode `data[0]` picks (as [`Control`]; with bit 2 set, a
+/// fresh client and server first finish a clean handshake, so the changed one is a
+/// resumption), then one data record each way, changing one flight as `data[1..]`
+/// describes: `data[1]` the flight (mod 5), `data[2..4]` a position, `data[4]` the change
+/// (mod 5: XOR a byte with `data[5]`, or 1 if that is 0; truncate; insert `data[5]`;
+/// replace the tail with `data[6..]`; none, for a control run). `None` if `data` is
+/// shorter than 6 bytes.
 ///
 /// The two ends never both finish a handshake whose bytes were changed (other than by
-/// appending), and a changed record never delivers data.
+/// appending), a changed record never delivers data, and an unchanged run finishes (as a
+/// resumption when the client held a ticket).
 pub fn tampered_handshake(data: &[u8]) -> Option<TamperOutcome> {
     let [ctrl, which, hi, lo, op, value, ref tail @ ..] = *data else {
         return None;
     };
+    let resuming = ctrl & 0x04 != 0;
     let ctrl = Control::from_byte(ctrl);
     let which = usize::from(which) % 5;
     let pos = usize::from(u16::from_be_bytes([hi, lo]));
     let fx = fixture(ctrl.mode);
-    let mut c = Driven::new(fx, fx.connect(), 0);
-    let mut s = Driven::new(fx, fx.accept(), 0);
     let mut changed = false;
     let mut appended_only = true;
     let mut tamper = |index: usize, flight: Vec<u8>| -> Vec<u8> {
@@ -816,36 +858,41 @@ pub fn tampered_handshake(data: &[u8]) -> Option<TamperOutcome> {
         appended_only = out.starts_with(&flight);
         out
     };
-    let hello = tamper(0, take_output(&mut c.conn));
-    s.feed(&hello);
-    let flight = tamper(1, take_output(&mut s.conn));
-    c.feed(&flight);
-    let finished = tamper(2, take_output(&mut c.conn));
-    s.feed(&finished);
-    if which >= 3 {
+    let (c, s, handshake_finished) = if resuming {
+        // A fresh pair that caches sessions, and one clean handshake to fill the caches.
+        let (mut cc, mut sc) = configs(ctrl.mode);
+        cc.resumption = true;
+        sc.resumption_capacity = 4;
+        let client = Client::new(provider(), cc);
+        let server = Server::new(provider(), sc);
+        let (c0, s0, finished) = run_handshake(fx, &client, &server, &mut |_, f| f);
         assert!(
-            c.conn.is_established() && s.conn.is_established(),
-            "{}: a clean handshake failed: {:?} {:?}",
-            ctrl.mode,
-            c.error,
-            s.error
+            finished,
+            "{}: a clean first handshake failed: {:?} {:?}",
+            ctrl.mode, c0.error, s0.error
         );
-        must(c.conn.send(CLIENT_MESSAGE), "client send");
-        let record = tamper(3, take_output(&mut c.conn));
-        s.feed(&record);
-        // A server that refused the changed client record sends nothing more.
-        if s.ok() {
-            must(s.conn.send(SERVER_MESSAGE), "server send");
-            let record = tamper(4, take_output(&mut s.conn));
-            c.feed(&record);
-        }
-    }
+        assert!(
+            client.has_ticket(SERVER_NAME),
+            "no ticket after a clean handshake"
+        );
+        run_handshake(fx, &client, &server, &mut tamper)
+    } else {
+        run_handshake(fx, &fx.client, &fx.server, &mut tamper)
+    };
     let real_change = changed && !appended_only;
+    let both = c.conn.is_established() && s.conn.is_established();
     if real_change && which <= 2 {
         assert!(
-            !(c.conn.is_established() && s.conn.is_established()),
+            !both,
             "{}: flight {which} changed, yet both ends finished",
             ctrl.mode
+        );
+    }
+    if !changed || which >= 3 {
+        assert!(
+            handshake_finished,
+            "{}: an unchanged handshake failed: {:?} {:?}",
+            ctrl.mode, c.error, s.error
         );
     }
     if which == 3 {
@@ -864,20 +911,19 @@ pub fn tampered_handshake(data: &[u8]) -> Option<TamperOutcome> {
             c.received
         );
     }
+    let resumed = c.conn.session().is_some_and(|i| i.auth.resumed);
     if !changed {
-        assert!(
-            c.conn.is_established() && s.conn.is_established(),
-            "{}: an unchanged handshake failed: {:?} {:?}",
-            ctrl.mode,
-            c.error,
-            s.error
-        );
+        assert_eq!(resumed, resuming, "{}: resumption", ctrl.mode);
+        assert_eq!(c.received, SERVER_MESSAGE, "{}: server record", ctrl.mode);
+        assert_eq!(s.received, CLIENT_MESSAGE, "{}: client record", ctrl.mode);
     }
     Some(TamperOutcome {
         mode: ctrl.mode,
+        resuming,
         flight: which,
         changed,
         appended_only,
+        resumed,
         client: c.finish(),
         server: s.finish(),
     })
