@@ -467,6 +467,9 @@ impl Connection {
 
     /// The transport reached its end. Clean only if the peer's close record came first.
     pub fn handle_eof(&mut self) -> Result<(), ChannelError> {
+        if let State::Failed(e) = self.state {
+            return Err(e);
+        }
         if self.peer_closed {
             Ok(())
         } else {
@@ -563,6 +566,10 @@ impl Connection {
     /// Server, signature mode: the batch signer's proof for this session; queues the
     /// ServerAuth message.
     pub fn handle_batch_proof(&mut self, proof: &BatchProof) -> Result<(), ChannelError> {
+        // Signing is asynchronous: the connection may have failed while it waited.
+        if let State::Failed(e) = self.state {
+            return Err(e);
+        }
         if !self.proof_pending {
             return Err(ChannelError::NotReady);
         }

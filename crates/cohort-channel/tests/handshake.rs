@@ -719,3 +719,35 @@ fn exported_secrets_agree_across_ends_and_differ_by_label() {
     w.pump(&mut c2, &mut s2);
     assert_ne!(a.expose(), c2.export_secret(b"gears", 32).unwrap().expose());
 }
+
+#[test]
+fn a_failed_connection_stays_failed_for_late_proofs_and_end_of_stream() {
+    // A batch proof that arrives after the connection failed sends nothing.
+    let mut w = World::with_auth(AuthMode::ServerSignature);
+    let (mut c, mut s) = w.connect();
+    let mut input = Vec::new();
+    c.take_output(&mut input);
+    input.extend_from_slice(&[0x42, 0, 0]);
+    let err = s.handle_input(w.now, &input).unwrap_err();
+    let Some(Event::BatchSignatureNeeded(sid)) = s.poll_event() else {
+        panic!("no signing request");
+    };
+    let signer = w.signer.as_mut().unwrap();
+    let ticket = signer.add(w.now, sid.0);
+    signer.flush();
+    let (t, proof) = signer.poll_signed().unwrap();
+    assert_eq!(t, ticket);
+    let before = s.output().len();
+    assert_eq!(s.handle_batch_proof(&proof.unwrap()), Err(err));
+    assert_eq!(s.output().len(), before, "a failed connection sent more");
+    // End of stream after a failure reports the failure, even after the peer's close.
+    let (mut c, mut s) = w.connect();
+    w.pump(&mut c, &mut s);
+    c.close().unwrap();
+    let mut bytes = Vec::new();
+    c.take_output(&mut bytes);
+    bytes.extend_from_slice(&[0x17, 0, 0]); // a frame after the close
+    assert!(s.handle_input(w.now, &bytes).is_err());
+    assert!(s.peer_closed());
+    assert!(s.handle_eof().is_err());
+}
