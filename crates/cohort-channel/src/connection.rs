@@ -209,8 +209,13 @@ pub struct Connection {
     side: Side,
     state: State,
     now: Timestamp,
+    /// Transport bytes: `in_start..in_end` are received and not yet processed; the rest is
+    /// space for the next read (zeroed once, reused).
     inbuf: Vec<u8>,
     in_start: usize,
+    in_end: usize,
+    /// Output not yet written starts at `out_start`.
+    out_start: usize,
     outbuf: Vec<u8>,
     plain: Vec<u8>,
     plain_start: usize,
@@ -247,6 +252,8 @@ impl Connection {
             now,
             inbuf: Vec::new(),
             in_start: 0,
+            in_end: 0,
+            out_start: 0,
             outbuf: Vec::new(),
             plain: Vec::new(),
             plain_start: 0,
@@ -401,17 +408,24 @@ impl Connection {
 
     /// Bytes waiting to be written to the transport.
     pub fn output(&self) -> &[u8] {
-        &self.outbuf
+        &self.outbuf[self.out_start..]
     }
 
     /// Marks the first `n` bytes of [`output`](Self::output) as written.
     pub fn consume_output(&mut self, n: usize) {
-        let n = n.min(self.outbuf.len());
-        self.outbuf.drain(..n);
+        self.out_start = (self.out_start + n).min(self.outbuf.len());
+        if self.out_start == self.outbuf.len() {
+            self.outbuf.clear();
+            self.out_start = 0;
+        }
     }
 
     /// Moves all pending output into `out`.
     pub fn take_output(&mut self, out: &mut Vec<u8>) {
+        if self.out_start > 0 {
+            self.outbuf.drain(..self.out_start);
+            self.out_start = 0;
+        }
         if out.is_empty() {
             std::mem::swap(out, &mut self.outbuf);
         } else {
@@ -587,17 +601,45 @@ impl Connection {
         if let State::Failed(e) = self.state {
             return Err(e);
         }
+        self.input_space(data.len()).copy_from_slice(data);
+        self.commit_input(now, data.len())
+    }
+
+    /// Space at the end of the input buffer for up to `len` transport bytes, so that a
+    /// driver can read into it directly (one copy fewer than [`handle_input`]); then call
+    /// [`handle_input_in_place`](Self::handle_input_in_place) with how many it filled.
+    pub fn input_space(&mut self, len: usize) -> &mut [u8] {
+        if self.in_start == self.in_end {
+            self.in_start = 0;
+            self.in_end = 0;
+        } else if self.in_start > 0 && self.inbuf.len() - self.in_end < len {
+            self.inbuf.copy_within(self.in_start..self.in_end, 0);
+            self.in_end -= self.in_start;
+            self.in_start = 0;
+        }
+        if self.inbuf.len() - self.in_end < len {
+            self.inbuf.resize(self.in_end + len, 0);
+        }
+        &mut self.inbuf[self.in_end..self.in_end + len]
+    }
+
+    /// Processes the first `filled` bytes of the space [`input_space`](Self::input_space)
+    /// returned, as [`handle_input`](Self::handle_input) does.
+    pub fn handle_input_in_place(
+        &mut self,
+        now: Timestamp,
+        filled: usize,
+    ) -> Result<(), ChannelError> {
+        if let State::Failed(e) = self.state {
+            return Err(e);
+        }
+        self.commit_input(now, filled)
+    }
+
+    fn commit_input(&mut self, now: Timestamp, filled: usize) -> Result<(), ChannelError> {
         self.now = now;
-        if self.in_start > 0 && self.in_start == self.inbuf.len() {
-            self.inbuf.clear();
-            self.in_start = 0;
-        }
-        self.inbuf.extend_from_slice(data);
+        self.in_end = (self.in_end + filled).min(self.inbuf.len());
         let result = self.process_frames();
-        if self.in_start > 64 * 1024 && self.in_start * 2 > self.inbuf.len() {
-            self.inbuf.drain(..self.in_start);
-            self.in_start = 0;
-        }
         result.map_err(|e| self.fail(e))
     }
 
@@ -626,7 +668,7 @@ impl Connection {
 
     fn process_frames(&mut self) -> Result<(), ChannelError> {
         loop {
-            let buf = &self.inbuf[self.in_start..];
+            let buf = &self.inbuf[self.in_start..self.in_end];
             if let State::ClientAwaitHello(_) | State::ServerAwaitHello = self.state {
                 // A peer that does not speak cohort: its first byte is no hello or alert.
                 if let Some(&b) = buf.first() {

@@ -130,7 +130,6 @@ async fn sleep_until(deadline: Option<Timestamp>) {
 pub struct SecureStream {
     tcp: TcpStream,
     conn: Connection,
-    read_buf: Box<[u8]>,
     /// The error that ended reading, returned again on every later read: a truncation
     /// must never turn into a clean end on a retry.
     read_error: Option<ChannelError>,
@@ -185,7 +184,6 @@ async fn handshake(
         Ok(Ok(())) => Ok(SecureStream {
             tcp,
             conn,
-            read_buf: buf,
             read_error: None,
         }),
         Ok(Err(e)) => Err(e),
@@ -302,14 +300,14 @@ impl AsyncRead for SecureStream {
             if this.conn.peer_closed() {
                 return Poll::Ready(Ok(())); // the clean end: the peer's close record
             }
-            let mut rb = ReadBuf::new(&mut this.read_buf);
+            // Read straight into the connection's input buffer.
+            let mut rb = ReadBuf::new(this.conn.input_space(READ_CHUNK));
             ready!(Pin::new(&mut this.tcp).poll_read(cx, &mut rb))?;
             let n = rb.filled().len();
             let result = if n == 0 {
                 this.conn.handle_eof()
             } else {
-                let filled = &this.read_buf[..n];
-                this.conn.handle_input(now(), filled)
+                this.conn.handle_input_in_place(now(), n)
             };
             if let Err(e) = result {
                 this.read_error = Some(e);
