@@ -98,6 +98,23 @@ impl Client {
         lock(&self.inner.tickets).contains_key(server_name)
     }
 
+    /// Erases tickets older than an hour and an ephemeral key pair past its lifetime (they
+    /// are also checked whenever used; a driver calls this on a timer).
+    pub fn expire(&self, now: Timestamp) {
+        lock(&self.inner.tickets).retain(|_, t| {
+            now.saturating_duration_since(t.created).as_nanos()
+                < u128::from(CLIENT_TICKET_LIFETIME_NANOS)
+        });
+        let lifetime = self.inner.config.ephemeral_lifetime;
+        let mut slot = lock(&self.inner.ephemeral);
+        if slot
+            .as_ref()
+            .is_some_and(|e| now.saturating_duration_since(e.created) >= lifetime)
+        {
+            *slot = None;
+        }
+    }
+
     /// Forgets every ticket and the ephemeral key pair.
     pub fn clear_caches(&self) {
         lock(&self.inner.tickets).clear();
@@ -258,6 +275,14 @@ impl Server {
     /// How many sessions are cached.
     pub fn cached_sessions(&self) -> usize {
         lock(&self.inner.cache).entries.len()
+    }
+
+    /// Erases every cached session older than the configured lifetime. The cache also
+    /// expires entries whenever it is used; a driver calls this on a timer so that keys do
+    /// not outlive their lifetime on a server that has gone quiet.
+    pub fn expire_sessions(&self, now: Timestamp) {
+        let mut cache = lock(&self.inner.cache);
+        self.expire(&mut cache, now);
     }
 
     /// Removes and returns the cached session `resume_id` if it exists, is fresh, and was

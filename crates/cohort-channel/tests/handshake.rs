@@ -514,6 +514,13 @@ fn the_resumption_cache_is_bounded_in_size_and_age() {
     assert!(resumed(&mut w, "c"));
     w.now = Timestamp::from_millis(60_000);
     assert!(!resumed(&mut w, "b"), "expired");
+    // A quiet server erases expired sessions when its driver's timer says so.
+    assert!(w.server.cached_sessions() > 0);
+    w.server.expire_sessions(Timestamp::from_millis(120_000));
+    assert_eq!(w.server.cached_sessions(), 0);
+    assert!(w.client.has_ticket("b"));
+    w.client.expire(Timestamp::from_millis(4_000_000_000));
+    assert!(!w.client.has_ticket("b"));
 }
 
 #[test]

@@ -211,6 +211,14 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
         args.listen, args.forward
     );
     let forward = std::sync::Arc::new(args.forward);
+    // Expired resumption keys are erased every minute even when no one connects.
+    let expiring = server.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            expiring.expire_sessions(stream::now());
+        }
+    });
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let limit_passwords = server.config().supports(AuthMode::Password);
     let mut attempts = Attempts::default();
@@ -329,6 +337,13 @@ async fn run_client(args: ClientArgs) -> Result<(), UsageError> {
     );
     let remote = std::sync::Arc::new(args.connect);
     let allow_plaintext = args.allow_plaintext;
+    let expiring = client.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            expiring.expire(stream::now());
+        }
+    });
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
