@@ -230,7 +230,7 @@ pub struct Connection {
     handshake_done: bool,
     peer_closed: bool,
     local_closed: bool,
-    server_nonce_rng: Option<[u8; 32]>,
+    next_server_nonce: Option<[u8; 32]>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -268,7 +268,7 @@ impl Connection {
             handshake_done: false,
             peer_closed: false,
             local_closed: false,
-            server_nonce_rng: None,
+            next_server_nonce: None,
         }
     }
 
@@ -357,7 +357,7 @@ impl Connection {
     /// Supplies the server's nonce for the coming ServerHello (by default it comes from
     /// the provider's randomness). For deterministic tests and simulations.
     pub fn set_server_nonce(&mut self, nonce: [u8; 32]) {
-        self.server_nonce_rng = Some(nonce);
+        self.next_server_nonce = Some(nonce);
     }
 
     /// Whether this is the client side.
@@ -374,6 +374,21 @@ impl Connection {
     pub fn is_handshaking(&self) -> bool {
         !matches!(self.state, State::Open | State::Failed(_))
             || (matches!(self.state, State::Open) && self.proof_pending)
+    }
+
+    /// Whether a handshake frame of type `ty` is what this connection expects next (an
+    /// alert always is). Over datagrams, a frame that arrives early (a ServerAuth before
+    /// its ServerHello) is dropped and waits for the peer's retransmission instead of
+    /// failing the handshake.
+    pub fn expects_frame(&self, ty: u8) -> bool {
+        let expected = match self.state {
+            State::ClientAwaitHello(_) => FrameType::ServerHello,
+            State::ClientAwaitAuth(_) => FrameType::ServerAuth,
+            State::ServerAwaitHello => FrameType::ClientHello,
+            State::ServerAwaitFinished(_) => FrameType::ClientFinished,
+            State::Open | State::Failed(_) => return false,
+        };
+        ty == expected as u8 || ty == FrameType::Alert as u8
     }
 
     /// The error that ended this connection, if any.
@@ -972,7 +987,7 @@ impl Connection {
             .and_then(|id| server.take_session(self.now, &id, mode));
 
         let nonce = self
-            .server_nonce_rng
+            .next_server_nonce
             .take()
             .unwrap_or_else(|| server.nonce());
         let (shared, kem, ciphertext, resumed_auth) = match cached {

@@ -13,11 +13,14 @@
 //!   client: ClientHello ─(retransmit until ServerHello)─▶
 //!           ClientFinished ─(retransmit until any valid protected packet)─▶
 //!   server: ServerHello [ServerAuth] ─(retransmit until ClientFinished)─▶
-//!           [ServerAuth] confirmation ─(resent whenever a duplicate ClientFinished arrives)─▶
+//!           [ServerAuth] confirmation ─(resent when a repeated ClientFinished arrives)─▶
 //! ```
 //!
-//! A duplicate of the last handshake datagram from the peer means our reply was lost: we
-//! send our last flight again without touching the connection.
+//! Each side resends its flight on a timer until the next step arrives. The server also
+//! answers a repeated ClientFinished (its final flight was lost) with that flight again, at
+//! most every 100 ms; no other duplicate is answered, so duplication on the path cannot make
+//! the two sides answer each other forever. A handshake frame that overtakes the one before
+//! it is dropped and comes again with the next resend.
 
 use crate::batch::BatchProof;
 use crate::connection::{ChannelError, Connection, Event, SessionInfo};
@@ -38,6 +41,8 @@ pub const KIND_PROTECTED: u8 = 0x01;
 pub const INITIAL_RTO: Duration = Duration::from_millis(200);
 /// The handshake gives up after this many retransmissions of one flight.
 pub const MAX_RETRANSMITS: u32 = 8;
+/// The server answers a repeated ClientFinished with its final flight at most this often.
+pub const DUPLICATE_ANSWER_INTERVAL: Duration = Duration::from_millis(100);
 const HEADER_DATA: &[u8] = b"d";
 const HEADER_CONFIRM: &[u8] = b"ok";
 
@@ -64,6 +69,7 @@ pub struct DatagramChannel {
     peer: SocketAddr,
     flight: Vec<Vec<u8>>,
     last_in: Option<Vec<u8>>,
+    last_answer: Option<Timestamp>,
     outbox: VecDeque<Vec<u8>>,
     retransmit_at: Option<Timestamp>,
     rto: Duration,
@@ -92,6 +98,7 @@ impl DatagramChannel {
             peer,
             flight: Vec::new(),
             last_in: None,
+            last_answer: None,
             outbox: VecDeque::new(),
             retransmit_at: None,
             rto: INITIAL_RTO,
@@ -156,11 +163,7 @@ impl DatagramChannel {
     }
 
     /// Server, signature mode: the batch signer's proof.
-    pub fn handle_batch_proof(
-        &mut self,
-        now: Timestamp,
-        proof: &BatchProof,
-    ) -> Result<(), ChannelError> {
+    pub fn handle_batch_proof(&mut self, proof: &BatchProof) -> Result<(), ChannelError> {
         self.conn.handle_batch_proof(proof)?;
         // The ServerAuth joins the flight that is retransmitted.
         let mut frames = self.frames();
@@ -168,7 +171,7 @@ impl DatagramChannel {
             self.outbox.extend(frames.iter().cloned());
             self.flight.append(&mut frames);
         }
-        self.after_input(now);
+        self.after_input();
         Ok(())
     }
 
@@ -203,10 +206,10 @@ impl DatagramChannel {
         }
     }
 
-    fn after_input(&mut self, now: Timestamp) {
+    fn after_input(&mut self) {
         while let Some(event) = self.conn.poll_event() {
             match event {
-                Event::Established => self.open(now),
+                Event::Established => self.open(),
                 Event::BatchSignatureNeeded(sid) => self
                     .events
                     .push_back(DatagramEvent::BatchSignatureNeeded(sid)),
@@ -215,7 +218,7 @@ impl DatagramChannel {
         }
     }
 
-    fn open(&mut self, now: Timestamp) {
+    fn open(&mut self) {
         let (Ok((send, recv)), Some(info)) = (self.conn.datagram_keys(), self.conn.session())
         else {
             return;
@@ -246,7 +249,6 @@ impl DatagramChannel {
             self.confirmed = true;
             self.retransmit_at = None;
         }
-        let _ = now;
         self.data = Some((
             protector,
             Unprotector::new(recv, ReceivePolicy::new(set, floor)),
@@ -273,12 +275,26 @@ impl Machine for DatagramChannel {
         match data.split_first() {
             Some((&KIND_HANDSHAKE, frame)) => {
                 if self.last_in.as_deref() == Some(frame) {
-                    // Our reply was lost: send it again.
-                    self.outbox.extend(self.flight.iter().cloned());
+                    // The peer resent its last flight, so ours was lost. Only the server's
+                    // final flight is resent this way, and at most once per interval: if
+                    // both sides answered duplicates, duplication on the path would make
+                    // them answer each other forever. Everything else waits for its timer.
+                    let due = self.last_answer.is_none_or(|t| {
+                        now.saturating_duration_since(t) >= DUPLICATE_ANSWER_INTERVAL
+                    });
+                    if !self.conn.is_client() && self.data.is_some() && due {
+                        self.last_answer = Some(now);
+                        self.outbox.extend(self.flight.iter().cloned());
+                    } else {
+                        self.dropped += 1;
+                    }
                     return;
                 }
-                if self.data.is_some() {
-                    // A handshake frame after ours is done (an old retransmission).
+                if self.data.is_some()
+                    || !frame.first().is_some_and(|&t| self.conn.expects_frame(t))
+                {
+                    // An old retransmission after our handshake is done, or a frame that
+                    // overtook the one before it: the peer will send it again.
                     self.dropped += 1;
                     return;
                 }
@@ -286,7 +302,7 @@ impl Machine for DatagramChannel {
                     Ok(()) => {
                         self.last_in = Some(frame.to_vec());
                         self.take_flight(now);
-                        self.after_input(now);
+                        self.after_input();
                     }
                     Err(e) => {
                         // Let the peer see an alert if the core queued one.
