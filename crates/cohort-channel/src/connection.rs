@@ -621,7 +621,7 @@ impl Connection {
     }
 
     /// Space at the end of the input buffer for up to `len` transport bytes, so that a
-    /// driver can read into it directly (one copy fewer than [`handle_input`]); then call
+    /// driver can read into it directly (one copy fewer than [`handle_input`](Self::handle_input)); then call
     /// [`handle_input_in_place`](Self::handle_input_in_place) with how many it filled.
     pub fn input_space(&mut self, len: usize) -> &mut [u8] {
         if self.in_start == self.in_end {
