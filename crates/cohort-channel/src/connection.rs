@@ -922,30 +922,13 @@ impl Connection {
     ) -> Result<(), ChannelError> {
         let config = &client.inner.config;
         let Established { info, keys } = est;
-        let p = self.provider;
-        let set: GearSet = info.gears.iter().copied().collect();
-        // The controller's choice (its strongest rung) if there is one, else the server's
-        // first preference.
-        self.controller = controller_for(config.floor_bits, set);
-        let first = self
-            .controller
-            .as_ref()
-            .map_or(info.gears[0], Controller::current);
-        self.sender = Some(RecordSender::new(
-            p,
+        self.open_records(
+            &info.gears,
             keys.c2s_stream,
-            set,
-            first,
-            config.key_update_after,
-        )?);
-        self.receiver = Some(RecordReceiver::new(
-            p,
             keys.s2c_stream,
-            set,
-            first,
             config.floor_bits,
             config.key_update_after,
-        )?);
+        )?;
         self.datagram = Some((keys.c2s_datagram, keys.s2c_datagram));
         let rid = keys.resume_id;
         client.store_ticket(self.now, server_name, rid, keys.next_session, info.auth);
@@ -1112,32 +1095,53 @@ impl Connection {
             }
             None => {}
         }
-        let set: GearSet = pending.gears.iter().copied().collect();
-        self.controller = controller_for(config.floor_bits, set);
-        let first = self
-            .controller
-            .as_ref()
-            .map_or(pending.gears[0], Controller::current);
-        self.sender = Some(RecordSender::new(
-            p,
+        self.open_records(
+            &pending.gears,
             keys.s2c_stream,
-            set,
-            first,
-            config.key_update_after,
-        )?);
-        self.receiver = Some(RecordReceiver::new(
-            p,
             keys.c2s_stream,
-            set,
-            first,
             config.floor_bits,
             config.key_update_after,
-        )?);
+        )?;
         self.datagram = Some((keys.s2c_datagram, keys.c2s_datagram));
         let rid = keys.resume_id;
         server.store_session(self.now, rid, keys.next_session, pending.auth);
         self.handshake_done = true;
         self.maybe_established();
+        Ok(())
+    }
+
+    /// Starts the record layer: the gear controller, and the two directions' keys. The
+    /// sender starts on the controller's choice (its strongest rung) if there is one, else
+    /// on the server's first preference; the receiver derives that gear's key at once.
+    fn open_records(
+        &mut self,
+        gears: &[GearId],
+        send_secret: Secret,
+        receive_secret: Secret,
+        floor_bits: f64,
+        key_update_after: u64,
+    ) -> Result<(), ChannelError> {
+        let set: GearSet = gears.iter().copied().collect();
+        self.controller = controller_for(floor_bits, set);
+        let first = self
+            .controller
+            .as_ref()
+            .map_or(gears[0], Controller::current);
+        self.sender = Some(RecordSender::new(
+            self.provider,
+            send_secret,
+            set,
+            first,
+            key_update_after,
+        )?);
+        self.receiver = Some(RecordReceiver::new(
+            self.provider,
+            receive_secret,
+            set,
+            first,
+            floor_bits,
+            key_update_after,
+        )?);
         Ok(())
     }
 

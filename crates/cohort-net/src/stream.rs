@@ -217,8 +217,10 @@ pub async fn accept(
     handshake(tcp, server.accept(), signer).await
 }
 
-/// Nonces for real connections come from the operating system.
-struct OsRng;
+/// Randomness from the operating system (through the crypto provider), as a
+/// `rand_core::RngCore` for the cores' injected-randomness parameters.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OsRng;
 
 impl rand_core::RngCore for OsRng {
     fn next_u32(&mut self) -> u32 {

@@ -29,7 +29,7 @@ async fn datagram_channel_over_loopback_udp() {
     let p = CryptoProvider::default_provider();
     let client = Client::new(p, ClientConfig::new(ClientAuth::None));
     let server = Server::new(p, ServerConfig::new());
-    let mut rng = os_rng();
+    let mut rng = cohort_net::stream::OsRng;
     let c = DatagramChannel::client(&client, Timestamp::ZERO, &mut rng, "server", s_addr).unwrap();
     let s = DatagramChannel::server(&server, c_addr);
     let mut sd = cohort_net::spawn(s, s_sock);
@@ -63,32 +63,4 @@ async fn datagram_channel_over_loopback_udp() {
     drop(sd.commands);
     cd.task.await.unwrap().unwrap();
     sd.task.await.unwrap().unwrap();
-}
-
-/// The client nonce's randomness, from the operating system through the provider.
-fn os_rng() -> impl rand_core::RngCore {
-    struct Os;
-    impl rand_core::RngCore for Os {
-        fn next_u32(&mut self) -> u32 {
-            let mut b = [0u8; 4];
-            self.fill_bytes(&mut b);
-            u32::from_le_bytes(b)
-        }
-        fn next_u64(&mut self) -> u64 {
-            let mut b = [0u8; 8];
-            self.fill_bytes(&mut b);
-            u64::from_le_bytes(b)
-        }
-        fn fill_bytes(&mut self, dest: &mut [u8]) {
-            CryptoProvider::default_provider()
-                .random
-                .fill(dest)
-                .unwrap();
-        }
-        fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand_core::Error> {
-            self.fill_bytes(dest);
-            Ok(())
-        }
-    }
-    Os
 }
