@@ -755,6 +755,25 @@ impl Connection {
         Ok(())
     }
 
+    /// The client half and the server's name (owned: the handlers also borrow `self`).
+    fn client_side(&self) -> Result<(Client, String), ChannelError> {
+        match &self.side {
+            Side::Client {
+                client,
+                server_name,
+            } => Ok((client.clone(), server_name.clone())),
+            Side::Server { .. } => Err(ChannelError::NotReady),
+        }
+    }
+
+    /// The server half.
+    fn server_side(&self) -> Result<Server, ChannelError> {
+        match &self.side {
+            Side::Server { server } => Ok(server.clone()),
+            Side::Client { .. } => Err(ChannelError::NotReady),
+        }
+    }
+
     // ---- client ---------------------------------------------------------------------
 
     fn client_on_hello(&mut self, body: &[u8]) -> Result<(), ChannelError> {
@@ -762,15 +781,7 @@ impl Connection {
         else {
             return Err(ChannelError::NotReady);
         };
-        let Side::Client {
-            client,
-            server_name,
-        } = &self.side
-        else {
-            return Err(ChannelError::NotReady);
-        };
-        let client = client.clone();
-        let server_name = server_name.clone();
+        let (client, server_name) = self.client_side()?;
         let config = &client.inner.config;
         let p = self.provider;
         let (sh, core_len) = ServerHello::decode(body)?;
@@ -891,14 +902,7 @@ impl Connection {
         let State::ClientAwaitAuth(est) = std::mem::replace(&mut self.state, State::Open) else {
             return Err(ChannelError::NotReady);
         };
-        let Side::Client {
-            client,
-            server_name,
-        } = &self.side
-        else {
-            return Err(ChannelError::NotReady);
-        };
-        let (client, server_name) = (client.clone(), server_name.clone());
+        let (client, server_name) = self.client_side()?;
         let ClientAuth::ServerSignature { pinned } = &client.inner.config.auth else {
             return Err(ChannelError::UnexpectedFrame(FrameType::ServerAuth as u8));
         };
@@ -942,10 +946,7 @@ impl Connection {
     // ---- server ---------------------------------------------------------------------
 
     fn server_on_hello(&mut self, body: &[u8]) -> Result<(), ChannelError> {
-        let Side::Server { server } = &self.side else {
-            return Err(ChannelError::NotReady);
-        };
-        let server = server.clone();
+        let server = self.server_side()?;
         let config = &server.inner.config;
         let p = self.provider;
         let ch = ClientHello::decode(body)?;
@@ -1071,10 +1072,7 @@ impl Connection {
         else {
             return Err(ChannelError::NotReady);
         };
-        let Side::Server { server } = &self.side else {
-            return Err(ChannelError::NotReady);
-        };
-        let server = server.clone();
+        let server = self.server_side()?;
         let config = &server.inner.config;
         let p = self.provider;
         let cf = ClientFinished::decode(body)?;
