@@ -34,6 +34,22 @@ const BATCH: usize = 64;
 /// so both stacks resume in batches of 8.
 const RESUME_BATCH: usize = 8;
 
+/// Sums `run(n)` over `iters` handshakes, `n` at most `k` at a time.
+fn batched(
+    iters: u64,
+    k: usize,
+    mut run: impl FnMut(usize) -> std::time::Duration,
+) -> std::time::Duration {
+    let mut left = iters as usize;
+    let mut total = std::time::Duration::ZERO;
+    while left > 0 {
+        let n = left.min(k);
+        total += run(n);
+        left -= n;
+    }
+    total
+}
+
 fn handshake(c: &mut Criterion) {
     let mut group = c.benchmark_group("handshake");
     group.bench_function("server/rustls-x25519", rustls_side::full_handshake_server);
@@ -233,18 +249,6 @@ mod cohort_side {
         spent
     }
 
-    /// Sums `timed_batch` over `iters` handshakes in batches of `k`.
-    fn batched(iters: u64, k: usize, mut run: impl FnMut(usize) -> Duration) -> Duration {
-        let mut left = iters as usize;
-        let mut total = Duration::ZERO;
-        while left > 0 {
-            let n = left.min(k);
-            total += run(n);
-            left -= n;
-        }
-        total
-    }
-
     pub fn full_handshake_server(b: &mut Bencher<'_>, kem: KemSuite, auth: Auth) {
         let (client, server) = pair(kem, auth, false);
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
@@ -264,7 +268,7 @@ mod cohort_side {
             Auth::BatchSignature(n) => n,
         };
         b.iter_custom(|iters| {
-            batched(iters, k, |n| {
+            super::batched(iters, k, |n| {
                 timed_batch(&client, &server, &mut rng, signer.as_mut(), false, n)
             })
         });
@@ -277,7 +281,7 @@ mod cohort_side {
         // the next one.
         timed_batch(&client, &server, &mut rng, None, false, super::RESUME_BATCH);
         b.iter_custom(|iters| {
-            batched(iters, super::RESUME_BATCH, |n| {
+            super::batched(iters, super::RESUME_BATCH, |n| {
                 timed_batch(&client, &server, &mut rng, None, true, n)
             })
         });
@@ -494,23 +498,11 @@ mod rustls_side {
         spent
     }
 
-    /// Sums batches of `k` handshakes over `iters`.
-    fn batched(iters: u64, k: usize, mut run: impl FnMut(usize) -> Duration) -> Duration {
-        let mut left = iters as usize;
-        let mut total = Duration::ZERO;
-        while left > 0 {
-            let n = left.min(k);
-            total += run(n);
-            left -= n;
-        }
-        total
-    }
-
     pub fn full_handshake_server(b: &mut Bencher<'_>) {
         let server = server_config();
         let client_config = client_config(false);
         b.iter_custom(|iters| {
-            batched(iters, super::BATCH, |n| {
+            super::batched(iters, super::BATCH, |n| {
                 let clients = (0..n).map(|_| client(&client_config)).collect();
                 timed_server_handshakes(&server, clients, HandshakeKind::Full)
             })
@@ -527,7 +519,7 @@ mod rustls_side {
             .collect();
         timed_server_handshakes(&server, clients, HandshakeKind::Full);
         b.iter_custom(|iters| {
-            batched(iters, super::RESUME_BATCH, |n| {
+            super::batched(iters, super::RESUME_BATCH, |n| {
                 let clients = (0..n).map(|_| client(&client_config)).collect();
                 timed_server_handshakes(&server, clients, HandshakeKind::Resumed)
             })
