@@ -5,7 +5,7 @@
 
 use cohort_channel::batch::{BatchConfig, BatchSigner};
 use cohort_channel::identity::Identity;
-use cohort_channel::messages::{peek_frame, FrameType, ServerHello};
+use cohort_channel::messages::{FrameType, ServerHello};
 use cohort_channel::{
     AuthMode, ChannelError, Client, ClientAuth, ClientConfig, Connection, Event, KemSuite, Server,
     ServerConfig,
@@ -192,17 +192,6 @@ fn every_kem_and_auth_mode_agrees_on_a_session_id_and_moves_data() {
     }
 }
 
-/// The frames of one direction's flight, as (start, len) pairs.
-fn frames(flight: &[u8]) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while let Some((_, len)) = peek_frame(&flight[at..]) {
-        out.push((at, len));
-        at += len;
-    }
-    out
-}
-
 /// Records every flight of a clean handshake: (client to server?, bytes).
 fn clean_flights(mode: AuthMode, kem: KemSuite) -> Vec<(bool, Vec<u8>)> {
     let (cc, sc) = configs(mode);
@@ -222,11 +211,11 @@ fn tamper_every_byte(mode: AuthMode, kem: KemSuite, step: usize) -> usize {
     let (cc, sc) = configs(mode);
     let mut w = World::new(cc.with_kem(kem), sc);
     let mut tried = 0;
-    for (index, (_, flight)) in flights.iter().enumerate() {
+    for (index, (to_server, flight)) in flights.iter().enumerate() {
         for pos in (0..flight.len()).step_by(step) {
             let (mut c, mut s) = w.connect();
             let mut seen = 0;
-            let (cr, sr) = w.pump_with(&mut c, &mut s, &mut |_, buf| {
+            let _ = w.pump_with(&mut c, &mut s, &mut |_, buf| {
                 if seen == index {
                     buf[pos] ^= 0x01;
                 }
@@ -237,20 +226,13 @@ fn tamper_every_byte(mode: AuthMode, kem: KemSuite, step: usize) -> usize {
                 !(c.is_established() && s.is_established()),
                 "{mode} {kem}: flight {index} byte {pos} flipped, yet both ends established"
             );
+            // Whatever the server sent, the client checks: a changed byte in it never
+            // leaves the client believing in a session.
             assert!(
-                cr.is_err() || sr.is_err() || !c.is_established() || !s.is_established(),
-                "{mode}: flight {index} byte {pos}"
+                *to_server || !c.is_established(),
+                "{mode} {kem}: server flight {index} byte {pos} flipped, yet the client established"
             );
-            // The client never believes in a session the server did not make.
-            if c.is_established() {
-                assert_ne!(
-                    Some(c.session_id()),
-                    s.is_established().then(|| s.session_id())
-                );
-            }
         }
-        // Each flight's frames were all covered.
-        assert!(!frames(flight).is_empty());
     }
     tried
 }
