@@ -85,6 +85,25 @@ fn cohort(args: &[&str], log: &Path) -> Guard {
     )
 }
 
+/// Starts `cohort tunnel client` on a free port, connecting to `connect`, with `extra`
+/// arguments; waits until it listens. Returns the process and its port.
+fn tunnel_client(connect: &str, extra: &[&str], log: &Path) -> (Guard, u16) {
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = vec![
+        "tunnel",
+        "client",
+        "--listen",
+        &listen,
+        "--connect",
+        connect,
+    ];
+    args.extend_from_slice(extra);
+    let guard = cohort(&args, log);
+    wait_for_log(log, "listening");
+    (guard, port)
+}
+
 /// A real HTTP server serving `dir`, and its port.
 fn http_server(dir: &Path) -> (Guard, u16) {
     need("python3");
@@ -160,7 +179,7 @@ fn curl_fetches_a_file_through_the_tunnel_byte_for_byte() {
     let public = String::from_utf8(keygen.stdout).unwrap().trim().to_owned();
     assert!(public.starts_with("ed25519:"));
 
-    let (server_port, client_port) = (free_port(), free_port());
+    let server_port = free_port();
     let server_log = dir.join("server.log");
     let client_log = dir.join("client.log");
     let _server = cohort(
@@ -177,20 +196,11 @@ fn curl_fetches_a_file_through_the_tunnel_byte_for_byte() {
         &server_log,
     );
     wait_for_log(&server_log, "listening");
-    let _client = cohort(
-        &[
-            "tunnel",
-            "client",
-            "--listen",
-            &format!("127.0.0.1:{client_port}"),
-            "--connect",
-            &format!("127.0.0.1:{server_port}"),
-            "--pin",
-            &public,
-        ],
+    let (_client, client_port) = tunnel_client(
+        &format!("127.0.0.1:{server_port}"),
+        &["--pin", &public],
         &client_log,
     );
-    wait_for_log(&client_log, "listening");
 
     for round in 0..2 {
         let out = dir.join(format!("fetched-{round}.bin"));
@@ -236,20 +246,8 @@ fn a_server_that_does_not_speak_cohort_is_refused_unless_plaintext_is_allowed() 
     let (_http, http_port) = http_server(&served);
 
     // Pointed straight at the HTTP server: refuse.
-    let client_port = free_port();
     let log = dir.join("refusing.log");
-    let _client = cohort(
-        &[
-            "tunnel",
-            "client",
-            "--listen",
-            &format!("127.0.0.1:{client_port}"),
-            "--connect",
-            &format!("127.0.0.1:{http_port}"),
-        ],
-        &log,
-    );
-    wait_for_log(&log, "listening");
+    let (_client, client_port) = tunnel_client(&format!("127.0.0.1:{http_port}"), &[], &log);
     let out = dir.join("refused.bin");
     let result = curl(client_port, &out);
     assert!(
@@ -261,21 +259,12 @@ fn a_server_that_does_not_speak_cohort_is_refused_unless_plaintext_is_allowed() 
     assert!(std::fs::read(&out).map_or(true, |b| b != original));
 
     // With --allow-plaintext: it works, with a loud warning.
-    let client_port = free_port();
     let log = dir.join("plaintext.log");
-    let _client = cohort(
-        &[
-            "tunnel",
-            "client",
-            "--listen",
-            &format!("127.0.0.1:{client_port}"),
-            "--connect",
-            &format!("127.0.0.1:{http_port}"),
-            "--allow-plaintext",
-        ],
+    let (_client, client_port) = tunnel_client(
+        &format!("127.0.0.1:{http_port}"),
+        &["--allow-plaintext"],
         &log,
     );
-    wait_for_log(&log, "listening");
     let out = dir.join("plain.bin");
     let result = curl(client_port, &out);
     assert!(result.status.success());
@@ -342,20 +331,8 @@ fn a_cut_channel_reaches_the_application_as_a_reset_not_a_clean_end() {
     let dir = tempdir("cut");
     for clean in [true, false] {
         let server = fake_cohort_server(100_000, clean);
-        let port = free_port();
         let log = dir.join(format!("client-{clean}.log"));
-        let _client = cohort(
-            &[
-                "tunnel",
-                "client",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--connect",
-                &server.to_string(),
-            ],
-            &log,
-        );
-        wait_for_log(&log, "listening");
+        let (_client, port) = tunnel_client(&server.to_string(), &[], &log);
         let mut app = TcpStream::connect(("127.0.0.1", port)).unwrap();
         app.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         let mut got = Vec::new();
