@@ -88,7 +88,7 @@ async fn bulk_data_resumption_and_matching_session_ids_over_tcp() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn signature_mode_signs_concurrent_sessions_in_batches() {
+async fn signature_mode_serves_concurrent_sessions_through_one_batch_service() {
     let mut config = ServerConfig::new();
     config.auth_modes = vec![AuthMode::ServerSignature];
     config.identity = Some(identity().public());
