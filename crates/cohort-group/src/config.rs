@@ -1,0 +1,167 @@
+//! How a group behaves: timers, bounds, security, rekey policy and trust.
+
+use crate::id::MemberId;
+use cohort_gears::{GearId, GearKind};
+use std::time::Duration;
+
+/// How every packet of the group is protected. All three stacks run the same protocol;
+/// they differ only in the gear (Ensemble's Encrypt layer on or off).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Protection {
+    /// Encrypt and authenticate with an AEAD gear (the default: `aes-128-gcm`).
+    Encrypt(GearId),
+    /// Authenticate only, with the MAC gears in `gears` (strongest first). With two or more,
+    /// each sender's controller shifts among them from receivers' load and failure reports
+    /// (ACSA 2.3); with `dual_tags`, every packet carries the strongest and the chosen fast
+    /// tag so each receiver verifies the one it can afford (ACSA 3.4).
+    Authenticate {
+        /// Allowed MAC gears, strongest first.
+        gears: Vec<GearId>,
+        /// The weakest forgery bound, in bits, the group accepts.
+        floor_bits: f64,
+        /// Attach the strongest tag beside the chosen one.
+        dual_tags: bool,
+    },
+    /// No protection at all (the null gear): a baseline for benchmarks and tests only.
+    DangerNoneForTesting,
+}
+
+impl Default for Protection {
+    fn default() -> Self {
+        Protection::Encrypt(GearId::Aes128Gcm)
+    }
+}
+
+/// When the group gets a fresh key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RekeyPolicy {
+    /// Rekey with every view whose membership differs from the last (join, leave, failure).
+    pub on_membership_change: bool,
+    /// Rekey at least this often, if set.
+    pub period: Option<Duration>,
+}
+
+impl Default for RekeyPolicy {
+    fn default() -> Self {
+        RekeyPolicy {
+            on_membership_change: true,
+            period: None,
+        }
+    }
+}
+
+/// How a fresh key reaches the members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RekeyMethod {
+    /// LSGC: one message carrying the key wrapped for each member under its pair key.
+    OneMessage,
+    /// Ensemble: the leader sends the key over pairwise channels down a tree of this degree;
+    /// acks climb the tree; the key is installed with the next view.
+    Tree {
+        /// Children per node (at least 1).
+        degree: usize,
+    },
+}
+
+impl Default for RekeyMethod {
+    fn default() -> Self {
+        RekeyMethod::OneMessage
+    }
+}
+
+/// A group's configuration. Every member of a group must use the same `group`, `protection`
+/// and `rekey_method`; timers may differ.
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    /// The group's name; packets of other groups are dropped.
+    pub group: String,
+    /// Principals allowed in. A member's own key need not be listed.
+    pub trust: Vec<MemberId>,
+    /// How packets are protected.
+    pub protection: Protection,
+    /// When to rekey.
+    pub rekey_policy: RekeyPolicy,
+    /// How keys are disseminated.
+    pub rekey_method: RekeyMethod,
+    /// How often members send heartbeats (members to the leader, the leader to all).
+    pub heartbeat_interval: Duration,
+    /// Silence after which a member is suspected (and the view changes without it).
+    pub suspect_timeout: Duration,
+    /// How long a coordinator waits for flush or rekey answers before it excludes the
+    /// silent members and tries again.
+    pub flush_timeout: Duration,
+    /// How long the previous view's keys are kept for traffic in flight; then wiped.
+    pub key_grace: Duration,
+    /// Most reliable messages the sequencer keeps for retransmission. A member whose
+    /// acknowledgements fall this far behind is removed.
+    pub backlog_limit: usize,
+    /// Most reliable messages one member may have sent and not yet seen ordered.
+    pub send_window: usize,
+    /// Largest application message, in bytes.
+    pub max_message_len: usize,
+}
+
+/// Default largest application message: fits a flush answer and one UDP datagram.
+pub const DEFAULT_MAX_MESSAGE_LEN: usize = 1400;
+
+impl GroupConfig {
+    /// Defaults for a group named `group` that trusts `trust`.
+    pub fn new(group: impl Into<String>, trust: Vec<MemberId>) -> Self {
+        GroupConfig {
+            group: group.into(),
+            trust,
+            protection: Protection::default(),
+            rekey_policy: RekeyPolicy::default(),
+            rekey_method: RekeyMethod::default(),
+            heartbeat_interval: Duration::from_millis(100),
+            suspect_timeout: Duration::from_millis(1000),
+            flush_timeout: Duration::from_millis(500),
+            key_grace: Duration::from_secs(2),
+            backlog_limit: 4096,
+            send_window: 32,
+            max_message_len: DEFAULT_MAX_MESSAGE_LEN,
+        }
+    }
+
+    /// Checks the bounds; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.group.is_empty() || self.group.len() > 255 {
+            return Err("group: the name must be 1 to 255 bytes".into());
+        }
+        if self.heartbeat_interval.is_zero() {
+            return Err("heartbeat_interval: must be above zero".into());
+        }
+        if self.suspect_timeout <= self.heartbeat_interval * 2 {
+            return Err("suspect_timeout: must exceed two heartbeat intervals".into());
+        }
+        if self.backlog_limit < self.send_window.max(16) {
+            return Err("backlog_limit: must be at least the send window and 16".into());
+        }
+        if self.send_window == 0 || self.send_window > 1024 {
+            return Err("send_window: must be 1 to 1024".into());
+        }
+        if self.max_message_len == 0 || self.max_message_len > 16 * 1024 {
+            return Err("max_message_len: must be 1 to 16384".into());
+        }
+        if let RekeyMethod::Tree { degree } = self.rekey_method {
+            if degree == 0 {
+                return Err("rekey_method: tree degree must be at least 1".into());
+            }
+        }
+        match &self.protection {
+            Protection::Encrypt(g) if !(g.info().kind == GearKind::Aead) => {
+                Err(format!("protection: {} is not an AEAD gear", g.name()))
+            }
+            Protection::Authenticate { gears, .. } if gears.is_empty() => {
+                Err("protection: name at least one MAC gear".into())
+            }
+            Protection::Authenticate { gears, .. } => {
+                match gears.iter().find(|g| (g.info().kind == GearKind::Aead) || **g == GearId::DangerNullForTesting) {
+                    Some(g) => Err(format!("protection: {} is not a MAC gear", g.name())),
+                    None => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Who is in a group: member identities, view ids and views.
+
+use cohort_channel::identity::PublicKey;
+use std::cmp::Ordering;
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+/// A member: its Ed25519 public key, in the text form of `cohort keygen`
+/// (`ed25519:<64 hex>`). Members are ordered by their key bytes; that order breaks ties
+/// everywhere in the protocol (who founds a group, who is the server of a pair channel).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemberId(pub PublicKey);
+
+impl MemberId {
+    /// The 32 key bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        self.0.as_bytes()
+    }
+
+    /// The member with these key bytes.
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        MemberId(PublicKey::from_bytes(bytes))
+    }
+}
+
+impl Ord for MemberId {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl PartialOrd for MemberId {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl fmt::Display for MemberId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for MemberId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Short form for logs: the first 4 bytes.
+        write!(f, "m:{}", hex::encode(&self.as_bytes()[..4]))
+    }
+}
+
+impl FromStr for MemberId {
+    type Err = cohort_channel::identity::PublicKeyParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PublicKey::from_str(s).map(MemberId)
+    }
+}
+
+/// A view's id: a counter and the member that installed it (its coordinator). The
+/// coordinator makes ids unique across the components of a partitioned group, whose
+/// counters may coincide. Ordered by counter, then coordinator.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct ViewId {
+    /// Grows by at least one with every view a member installs.
+    pub seq: u64,
+    /// The member that installed the view.
+    pub coordinator: MemberId,
+}
+
+impl fmt::Display for ViewId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.seq, hex::encode(&self.coordinator.as_bytes()[..4]))
+    }
+}
+
+/// A member of a view and the address it is reached at.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Member {
+    /// Its identity.
+    pub id: MemberId,
+    /// Its UDP address.
+    pub addr: SocketAddr,
+}
+
+/// A view: the members that see the same sequence of messages until the next view.
+///
+/// Members are listed by rank: the first is the leader (and sequencer); when the leader is
+/// suspected, the next in rank takes over as coordinator. Joiners are appended, so rank is
+/// seniority.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct View {
+    /// The view's id.
+    pub id: ViewId,
+    /// The members, by rank.
+    pub members: Vec<Member>,
+    /// Counts group keys: grows by one with every fresh key (a rekey), not with every view.
+    pub key_epoch: u64,
+}
+
+impl View {
+    /// The leader: the first member.
+    pub fn leader(&self) -> &Member {
+        &self.members[0]
+    }
+
+    /// The rank of `id`, if it is a member.
+    pub fn rank_of(&self, id: &MemberId) -> Option<usize> {
+        self.members.iter().position(|m| m.id == *id)
+    }
+
+    /// Whether `id` is a member.
+    pub fn contains(&self, id: &MemberId) -> bool {
+        self.rank_of(id).is_some()
+    }
+
+    /// The member ids, by rank.
+    pub fn ids(&self) -> impl Iterator<Item = MemberId> + '_ {
+        self.members.iter().map(|m| m.id)
+    }
+}

@@ -1,0 +1,15 @@
+//! Secure process groups: Ensemble's secure stack and LSGC's two channels, as one sans-IO
+//! core.
+//!
+//! A [`GroupMember`] is a [`Machine`](cohort_core::Machine): the tokio driver in
+//! `cohort-net` and the simulator in `cohort-sim` drive the same code.
+pub mod config;
+pub mod event;
+pub mod id;
+mod member;
+pub mod pair;
+
+pub use config::{GroupConfig, Protection, RekeyMethod, RekeyPolicy};
+pub use event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
+pub use id::{Member, MemberId, View, ViewId};
+pub use member::GroupMember;

@@ -1,0 +1,1 @@
+//! Pairwise channels (placeholder).
