@@ -3,11 +3,15 @@
 //! two or three `PairTable`s (zero latency, optional loss and duplication), stepping virtual
 //! time straight to the next timer.
 
+use cohort_channel::datagram::DatagramChannel;
 use cohort_channel::identity::Identity;
+use cohort_channel::{Client, ClientAuth, ClientConfig};
+use cohort_core::Machine;
 use cohort_core::Timestamp;
 use cohort_crypto::{CryptoProvider, Secret};
 use cohort_group::pair::{PairEvent, PairTable, MAX_HALF_OPEN, PAIR_KIND};
 use cohort_group::MemberId;
+use rand_core::SeedableRng;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -494,6 +498,70 @@ fn garbage_is_counted_and_harmless() {
     );
     assert_eq!(net.messages(a), vec![(id(2), addr(2), b"me too".to_vec())]);
     assert_eq!(net.table(b).channel_count(), 1);
+}
+
+#[test]
+fn partial_handshake_frame_does_not_break_a_handshake() {
+    let mut net = Net::new();
+    let a = net.add(1, &[2], 1);
+    let b = net.add(2, &[1], 2);
+    net.send(a, addr(2), None, b"hello");
+    // Before b answers, a spoofer sends what looks like the start of a ServerHello
+    // (type 2, declared length 0x0500, three bytes): a stream parser would wait for the
+    // rest and swallow the real ServerHello into it.
+    let now = net.now;
+    let partial = [PAIR_KIND, 0x00, 0x02, 0x05, 0x00, 1, 2, 3];
+    net.table(a).handle_datagram(now, addr(2), &partial);
+    assert_eq!(net.table(a).drops().malformed, 1);
+    net.run_for(Duration::from_secs(10));
+    assert_eq!(net.established(a), vec![(id(2), addr(2))]);
+    assert_eq!(net.messages(b), vec![(id(1), addr(1), b"hello".to_vec())]);
+}
+
+#[test]
+fn unauthenticated_peer_cannot_deliver_data() {
+    // A bare channel client that completes the handshake but never proves an identity,
+    // then sends a data message and a proof that does not parse.
+    let provider = CryptoProvider::default_provider();
+    let mut b = table(2, &[1], 2);
+    let client = Client::new(provider, ClientConfig::new(ClientAuth::None));
+    let mut rng = rand_chacha::ChaCha20Rng::from_seed([3; 32]);
+    let now = Timestamp::from_millis(1_000);
+    let mut rogue = DatagramChannel::client(&client, now, &mut rng, "b", addr(2)).unwrap();
+    let mut sneaked = false;
+    for _ in 0..20 {
+        let mut buf = Vec::new();
+        while rogue.poll_transmit(now, &mut buf).is_some() {
+            let mut d = vec![PAIR_KIND];
+            d.extend_from_slice(&buf);
+            b.handle_datagram(now, addr(1), &d);
+            buf.clear();
+        }
+        while b.poll_transmit(now, &mut buf).is_some() {
+            rogue.handle_datagram(now, addr(2), &buf[1..]);
+            buf.clear();
+        }
+        if rogue.is_established() && !sneaked {
+            rogue.send(b"\x03sneaky data").unwrap();
+            rogue.send(b"\x01\x01short proof").unwrap();
+            sneaked = true;
+        }
+    }
+    assert!(sneaked, "the rogue's handshake did not complete");
+    let mut events = Vec::new();
+    while let Some(e) = b.poll_event() {
+        events.push(e);
+    }
+    assert_eq!(
+        events,
+        vec![PairEvent::Failed {
+            addr: addr(1),
+            reason: "malformed identity proof"
+        }]
+    );
+    assert!(b.drops().unexpected >= 1, "{:?}", b.drops());
+    assert_eq!(b.peer_at(addr(1)), None);
+    assert_eq!(b.channel_count(), 0);
 }
 
 #[test]
