@@ -649,6 +649,7 @@ impl GroupMember {
             final_order: 0,
             key: KeyDelivery::Same,
             merge_into: None,
+            removed: Vec::new(),
         };
         self.install_view(now, &install, key, None);
     }
@@ -2079,6 +2080,7 @@ impl GroupMember {
             final_order: c.final_order,
             key,
             merge_into: c.merge_into,
+            removed: c.removed.clone(),
         });
         let new_key = match c.new_key {
             Some(k) => k,
@@ -2281,10 +2283,7 @@ impl GroupMember {
             while self.old_views.len() > 2 {
                 self.old_views.remove(0);
             }
-            let removed = coordinated
-                .as_ref()
-                .map(|(_, r)| r.clone())
-                .unwrap_or_default();
+            let removed = install.removed.clone();
             for m in &old_view.members {
                 if !view.contains(&m.id) {
                     let reason = removed

@@ -2,6 +2,7 @@
 //! messages ([`PairMsg`]). Layouts are in `docs/wire.md`; every parser checks bounds and
 //! returns `None` on anything malformed.
 
+use crate::event::RemovalReason;
 use crate::id::{Member, MemberId, ViewId};
 use cohort_core::wire::{Reader, Truncated, Writer};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -125,6 +126,8 @@ pub struct Install {
     /// at this address): members deliver up to `final_order` and then join there instead
     /// of installing the view.
     pub merge_into: Option<SocketAddr>,
+    /// Members of the old view left out, and why (as far as the coordinator knows).
+    pub removed: Vec<(MemberId, RemovalReason)>,
 }
 
 /// A message over a pair channel (already encrypted and mutually authenticated).
@@ -276,6 +279,15 @@ fn put_install(w: &mut Writer<'_>, i: &Install) {
             put_addr(w, addr);
         }
     }
+    w.u16(i.removed.len() as u16);
+    for (id, why) in &i.removed {
+        let code = match why {
+            RemovalReason::Left => 1,
+            RemovalReason::Suspected => 2,
+            RemovalReason::Lagged => 3,
+        };
+        w.bytes(id.as_bytes()).u8(code);
+    }
 }
 
 fn get_install(r: &mut Reader<'_>) -> Option<Install> {
@@ -312,6 +324,18 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
         1 => Some(get_addr(r)?),
         _ => return None,
     };
+    let count = get_count(r, MAX_MEMBERS)?;
+    let mut removed = Vec::with_capacity(count);
+    for _ in 0..count {
+        let id = MemberId::from_bytes(r.array().ok()?);
+        let why = match r.u8().ok()? {
+            1 => RemovalReason::Left,
+            2 => RemovalReason::Suspected,
+            3 => RemovalReason::Lagged,
+            _ => return None,
+        };
+        removed.push((id, why));
+    }
     Some(Install {
         view,
         members,
@@ -321,6 +345,7 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
         final_order,
         key,
         merge_into,
+        removed,
     })
 }
 
