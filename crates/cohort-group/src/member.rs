@@ -34,6 +34,7 @@ use rand_core::{RngCore, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
+use zeroize::{Zeroize, Zeroizing};
 
 /// Most NAKed positions answered per NAK.
 const NAK_BATCH: u64 = 64;
@@ -136,7 +137,7 @@ struct Coordinator {
 struct Announce {
     view: ViewId,
     install: Box<Install>,
-    welcome_key: Option<Vec<u8>>,
+    welcome_key: Option<Zeroizing<Vec<u8>>>,
     /// (member, is a joiner) not yet acknowledged.
     unacked: Vec<(Member, bool)>,
     resend_at: Timestamp,
@@ -592,7 +593,7 @@ impl GroupMember {
         expect: Option<MemberId>,
         msg: &PairMsg,
     ) {
-        let mut body = Vec::new();
+        let mut body = Zeroizing::new(Vec::new());
         msg.encode(&mut body);
         self.pairs.send(now, to, expect, &body);
     }
@@ -825,7 +826,13 @@ impl GroupMember {
         self.maybe_start_change(now);
     }
 
-    fn on_welcome(&mut self, now: Timestamp, peer: MemberId, install: Box<Install>, key: Vec<u8>) {
+    fn on_welcome(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        install: Box<Install>,
+        key: Zeroizing<Vec<u8>>,
+    ) {
         if self.joining.is_none() && self.view.is_some() {
             return;
         }
@@ -1216,14 +1223,19 @@ impl GroupMember {
     }
 
     fn deliver_up_to(&mut self, limit: u64) {
-        let Some(view) = self.view.as_ref().map(|v| (v.id, v.members.clone())) else {
+        let Some(view) = self.view.as_ref() else {
             return;
         };
+        let view_id = view.id;
         while self.delivered < limit {
             let Some(m) = self.log.get(&self.delivered) else {
                 break;
             };
-            let Some(sender) = view.1.get(usize::from(m.sender)) else {
+            let Some(sender) = self
+                .view
+                .as_ref()
+                .and_then(|v| v.members.get(usize::from(m.sender)))
+            else {
                 break;
             };
             let (sender_id, seq, data) = (sender.id, m.seq, m.data.clone());
@@ -1238,7 +1250,7 @@ impl GroupMember {
             self.events.push_back(GroupEvent::Deliver {
                 channel: Channel::Reliable,
                 sender: sender_id,
-                view: view.0,
+                view: view_id,
                 seq,
                 order: Some(order),
                 data,
@@ -1873,7 +1885,7 @@ impl GroupMember {
         let Some(key) = c.new_key.as_ref() else {
             return;
         };
-        let (proposal, epoch, key) = (c.proposal, key.epoch, key.expose().to_vec());
+        let (proposal, epoch, key) = (c.proposal, key.epoch, Zeroizing::new(key.expose().to_vec()));
         let holders = c.tree_holders.clone();
         for (child, below) in split_tree(&members, degree) {
             if holders.contains(&child.id) && below.iter().all(|m| holders.contains(&m.id)) {
@@ -1898,7 +1910,7 @@ impl GroupMember {
         addr: SocketAddr,
         proposal: ViewId,
         key_epoch: u64,
-        key: Vec<u8>,
+        key: Zeroizing<Vec<u8>>,
         below: Vec<Member>,
         degree: u16,
     ) {
@@ -2089,7 +2101,7 @@ impl GroupMember {
                 None => return,
             },
         };
-        let welcome_key = new_key.expose().to_vec();
+        let welcome_key = Zeroizing::new(new_key.expose().to_vec());
         let mut unacked = Vec::new();
         let mut told = Vec::new();
         let old_members = self
@@ -2808,8 +2820,14 @@ impl GroupMember {
                         self.progress_flush(now);
                     }
                 }
-                PairEvent::Message { peer, addr, data } => {
-                    self.handle_pair_msg(now, peer, addr, &data)
+                PairEvent::Message {
+                    peer,
+                    addr,
+                    mut data,
+                } => {
+                    self.handle_pair_msg(now, peer, addr, &data);
+                    // Pair messages may carry group keys.
+                    data.zeroize();
                 }
                 PairEvent::Failed { .. } => self.counters.count(Drop::Untrusted),
             }

@@ -6,6 +6,7 @@ use crate::event::RemovalReason;
 use crate::id::{Member, MemberId, ViewId};
 use cohort_core::wire::{Reader, Truncated, Writer};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use zeroize::Zeroizing;
 
 /// Version of the group message formats (the first byte of every pair message; group
 /// packets carry it in the key-slot header's derivation, see `keys.rs`).
@@ -153,8 +154,8 @@ pub enum PairMsg {
     Welcome {
         /// The view.
         install: Box<Install>,
-        /// The group key.
-        key: Vec<u8>,
+        /// The group key (wiped when dropped).
+        key: Zeroizing<Vec<u8>>,
     },
     /// Tree rekey: a fresh key for the receiver and the members below it.
     KeyShare {
@@ -162,8 +163,8 @@ pub enum PairMsg {
         proposal: ViewId,
         /// Key epoch.
         key_epoch: u64,
-        /// The key.
-        key: Vec<u8>,
+        /// The key (wiped when dropped).
+        key: Zeroizing<Vec<u8>>,
         /// Members below the receiver, in tree order (the receiver splits them among its
         /// children).
         below: Vec<Member>,
@@ -594,14 +595,14 @@ impl PairMsg {
                 let n = r.u8().ok()? as usize;
                 PairMsg::Welcome {
                     install,
-                    key: r.bytes(n).ok()?.to_vec(),
+                    key: Zeroizing::new(r.bytes(n).ok()?.to_vec()),
                 }
             }
             5 => {
                 let proposal = get_view_id(&mut r).ok()?;
                 let key_epoch = r.u64().ok()?;
                 let n = r.u8().ok()? as usize;
-                let key = r.bytes(n).ok()?.to_vec();
+                let key = Zeroizing::new(r.bytes(n).ok()?.to_vec());
                 let count = get_count(&mut r, MAX_MEMBERS)?;
                 let mut below = Vec::with_capacity(count);
                 for _ in 0..count {
