@@ -281,3 +281,34 @@ fn the_controller_shifts_to_a_faster_gear_under_reported_load() {
     }
     g.check_all().expect("checkers");
 }
+
+#[test]
+fn periodic_rekey_and_rekey_free_views_when_the_policy_says_so() {
+    // A key every second, and none on membership changes.
+    let mut g = Group::new(37, 3, |c| {
+        c.rekey_policy.period = Some(Duration::from_secs(1));
+        c.rekey_policy.on_membership_change = false;
+    });
+    g.start_all();
+    g.wait_converged(&[0, 1, 2], BOUND).expect("one view");
+    let first = g.current_views()[0].as_ref().map(|v| v.2).expect("view");
+    talk(&mut g, 5);
+    g.run_for(Duration::from_millis(3500)).expect("run");
+    let later = g.current_views()[0].as_ref().map(|v| v.2).expect("view");
+    assert!(later >= first + 3, "epochs {first} -> {later} in 3.5 s");
+    g.check_all().expect("checkers");
+    // A leave without a rekey: the view changes, the key epoch does not.
+    let before = g.current_views()[0]
+        .as_ref()
+        .map(|v| (v.0, v.2))
+        .expect("view");
+    let n = g.nodes[2];
+    g.sim.with_node(n, |node, now| node.member.leave(now));
+    g.run_for(Duration::from_millis(300)).expect("run");
+    let after = g.current_views()[0]
+        .as_ref()
+        .map(|v| (v.0, v.2))
+        .expect("view");
+    assert_ne!(before.0, after.0, "no new view");
+    assert_eq!(before.1, after.1, "rekeyed although the policy says not to");
+}
