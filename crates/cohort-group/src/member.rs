@@ -67,6 +67,10 @@ struct Sequencer {
     heard: Vec<Timestamp>,
     /// Per rank: latest load report (0-255) and failure count.
     loads: Vec<(u8, u64)>,
+    /// The sender whose turn it is to have a message ordered.
+    turn: usize,
+    /// Since when the backlog has held ordering back.
+    stalled_since: Option<Timestamp>,
 }
 
 /// A view change this member is taking part in (it answered the coordinator).
@@ -340,6 +344,7 @@ impl GroupMember {
     /// timeouts.
     pub fn start(&mut self, now: Timestamp, contacts: &[SocketAddr]) {
         self.expelled = false;
+        self.leaving = None;
         self.incarnation = self.rng.next_u64();
         let contacts: Vec<SocketAddr> = contacts
             .iter()
@@ -489,6 +494,22 @@ impl GroupMember {
     /// member ever held: for checkers of who learned which key.
     pub fn key_ledger(&self) -> &[(u64, [u8; 8])] {
         &self.key_ledger
+    }
+
+    /// A one-line summary of the protocol state, for debugging tests.
+    #[doc(hidden)]
+    pub fn debug_state(&self) -> String {
+        format!(
+            "view {:?} rank {} joining {} flushing {:?} coordinating {:?} leader_heard {:?} pending {} delivered {}",
+            self.view.as_ref().map(|v| v.id.to_string()),
+            self.rank,
+            self.joining.is_some(),
+            self.flushing.as_ref().map(|f| (f.proposal.to_string(), f.coordinator, f.install.is_some())),
+            self.coordinator.as_ref().map(|c| (c.proposal.to_string(), c.phase, c.survivors.clone(), c.answers.keys().copied().collect::<Vec<_>>())),
+            self.leader_heard,
+            self.pending.len(),
+            self.delivered,
+        )
     }
 
     /// The fingerprint of the key the current view uses, if any.
@@ -1095,7 +1116,7 @@ impl GroupMember {
         let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) else {
             return;
         };
-        let resend = self.config.heartbeat_interval;
+        let resend = self.config.heartbeat_interval / 2;
         let due: Vec<(u64, Vec<u8>)> = self
             .pending
             .iter_mut()
@@ -1117,35 +1138,50 @@ impl GroupMember {
         if self.coordinator.is_some() || self.flushing.is_some() {
             return;
         }
-        let backlog = self.config.backlog_limit as u64;
         let window = self.config.send_window as u64;
         let Some(s) = self.sequencer.as_mut() else {
             self.counters.count(Drop::Unexpected);
             return;
         };
         let r = usize::from(rank);
-        if seq < s.expected[r] {
-            return; // already ordered
+        if seq < s.expected[r] || seq - s.expected[r] > window {
+            return; // already ordered, or beyond the sender's window
         }
-        if seq > s.expected[r] {
-            if seq - s.expected[r] <= window {
-                s.early[r].insert(seq, data);
+        s.early[r].entry(seq).or_insert(data);
+        self.drain_sequencer(now);
+    }
+
+    /// Orders queued submissions while the backlog has room: senders take turns, each
+    /// sender's messages go in number order. When the backlog reaches half its limit the
+    /// sequencer waits for acknowledgements (back-pressure on every sender, the leader
+    /// included); a member that keeps it waiting too long is removed as lagging.
+    fn drain_sequencer(&mut self, now: Timestamp) {
+        let high = (self.config.backlog_limit as u64 / 2).max(1);
+        loop {
+            let stable = self.stable;
+            let Some(s) = self.sequencer.as_mut() else {
+                return;
+            };
+            let n = s.expected.len();
+            let ready = (0..n)
+                .map(|k| (s.turn + k) % n)
+                .find(|r| s.early[*r].contains_key(&s.expected[*r]));
+            let Some(r) = ready else {
+                s.stalled_since = None;
+                return;
+            };
+            if s.next_order.saturating_sub(stable) >= high {
+                s.stalled_since.get_or_insert(now);
+                return;
             }
-            return;
-        }
-        if s.next_order.saturating_sub(self.stable) >= backlog {
-            // Full backlog: the laggards go with the next view change; the sender retries.
-            self.check_lagging(now);
-            return;
-        }
-        let mut batch = vec![(seq, data)];
-        s.expected[r] += 1;
-        while let Some(d) = s.early[r].remove(&s.expected[r]) {
-            batch.push((s.expected[r], d));
+            s.stalled_since = None;
+            let seq = s.expected[r];
+            let Some(data) = s.early[r].remove(&seq) else {
+                return;
+            };
             s.expected[r] += 1;
-        }
-        for (seq, data) in batch {
-            self.order(now, rank, seq, data);
+            s.turn = (r + 1) % n;
+            self.order(now, r as u16, seq, data);
         }
     }
 
@@ -1217,7 +1253,7 @@ impl GroupMember {
         }
         self.deliver_up_to(u64::MAX);
         let _ = now;
-        if self.delivered >= self.last_ack_sent + (self.config.backlog_limit as u64 / 4).max(1) {
+        if self.delivered >= self.last_ack_sent + (self.config.backlog_limit as u64 / 8).max(1) {
             self.send_heartbeat(now);
         }
     }
@@ -1262,7 +1298,7 @@ impl GroupMember {
         if self.is_leader() {
             return;
         }
-        let half = self.config.heartbeat_interval / 2;
+        let half = self.config.heartbeat_interval / 8;
         if self
             .last_nak
             .is_some_and(|t| now.saturating_duration_since(t) < half)
@@ -1333,6 +1369,7 @@ impl GroupMember {
             if stable > self.stable {
                 self.stable = stable;
                 self.log = self.log.split_off(&stable);
+                self.drain_sequencer(now);
             }
             return;
         }
@@ -1370,20 +1407,32 @@ impl GroupMember {
         }
     }
 
+    /// Leader: when the backlog has held ordering back for a suspicion timeout, the members
+    /// whose acknowledgements hold the stable point back are removed as lagging.
     fn check_lagging(&mut self, now: Timestamp) {
         let Some(s) = self.sequencer.as_ref() else {
             return;
         };
-        let backlog = self.config.backlog_limit as u64;
-        if s.next_order.saturating_sub(self.stable) < backlog {
+        let Some(since) = s.stalled_since else {
+            return;
+        };
+        if now.saturating_duration_since(since) < self.config.suspect_timeout {
             return;
         }
         let my = usize::from(self.rank);
+        let slowest = s
+            .acked
+            .iter()
+            .enumerate()
+            .filter(|(r, _)| *r != my)
+            .map(|(_, a)| *a)
+            .min()
+            .unwrap_or(0);
         let lagging: Vec<MemberId> = s
             .acked
             .iter()
             .enumerate()
-            .filter(|(r, a)| *r != my && s.next_order.saturating_sub(**a) >= backlog)
+            .filter(|(r, a)| *r != my && **a == slowest && s.next_order > **a)
             .filter_map(|(r, _)| self.member_at(r as u16).map(|m| m.id))
             .collect();
         for id in lagging {
@@ -2123,7 +2172,10 @@ impl GroupMember {
                     .iter()
                     .find(|(id, _)| *id == m.id)
                     .map(|(_, r)| *r);
-                if matches!(why, Some(RemovalReason::Left | RemovalReason::Lagged)) {
+                // Removed members hear of it (under the old key they hold; the new key is
+                // wrapped for members only). One that was suspected but is alive then goes
+                // on in its own component at once, instead of after its suspicion timeout.
+                if why.is_some() {
                     told.push(*m);
                 }
             }
@@ -2178,19 +2230,58 @@ impl GroupMember {
             return;
         }
         if !install.members.iter().any(|m| m.id == self.id) {
-            // We were removed (left or lagged).
-            let reason = if self.leaving.is_some() {
-                RemovalReason::Left
-            } else {
-                RemovalReason::Lagged
-            };
-            if self
+            // We were removed.
+            let newer = self
                 .flushing
                 .as_ref()
                 .is_some_and(|f| f.proposal == install.view)
-                || self.view.as_ref().is_some_and(|v| install.view > v.id)
-            {
-                self.leave_now(reason);
+                || self.view.as_ref().is_some_and(|v| install.view > v.id);
+            if !newer {
+                return;
+            }
+            let why = install
+                .removed
+                .iter()
+                .find(|(id, _)| *id == self.id)
+                .map(|(_, r)| *r);
+            match why {
+                _ if self.leaving.is_some() => self.leave_now(RemovalReason::Left),
+                Some(RemovalReason::Lagged) => self.leave_now(RemovalReason::Lagged),
+                _ => {
+                    // Suspected while alive: go on at once in a component of those left
+                    // out (whoever of them answers), which probing merges back later.
+                    if self.coordinator.is_some() {
+                        return;
+                    }
+                    let Some(view) = self.view.clone() else {
+                        return;
+                    };
+                    let gone: Vec<(MemberId, RemovalReason)> = install
+                        .members
+                        .iter()
+                        .map(|m| (m.id, RemovalReason::Suspected))
+                        .collect();
+                    let survivors: Vec<u16> = (0..view.members.len() as u16)
+                        .filter(|r| {
+                            !install
+                                .members
+                                .iter()
+                                .any(|m| m.id == view.members[usize::from(*r)].id)
+                        })
+                        .collect();
+                    let rekey = self.config.rekey_policy.on_membership_change;
+                    self.start_coordinating(
+                        now,
+                        Change {
+                            survivors,
+                            joiners: Vec::new(),
+                            removed: gone,
+                            rekey,
+                            started: now,
+                            merge_into: None,
+                        },
+                    );
+                }
             }
             return;
         }
@@ -2345,6 +2436,8 @@ impl GroupMember {
                 acked: vec![0; n],
                 heard: vec![now; n],
                 loads: vec![(0, 0); n],
+                turn: 0,
+                stalled_since: None,
             })
         } else {
             None
@@ -2630,16 +2723,18 @@ impl GroupMember {
 
     /// The coordinator's deadline passed: exclude who did not answer, and start over.
     fn restart_flush(&mut self, now: Timestamp) {
-        let Some(c) = self.coordinator.take() else {
+        let Some(phase) = self.coordinator.as_ref().map(|c| c.phase) else {
             return;
         };
-        let silent: Vec<MemberId> = match c.phase {
-            Phase::Collect => c
-                .survivors
-                .iter()
-                .filter(|r| !c.answers.contains_key(r))
-                .filter_map(|r| self.member_at(*r).map(|m| m.id))
-                .collect(),
+        // Who did not answer, computed while the coordinator state is still in place.
+        let silent: Vec<MemberId> = match phase {
+            Phase::Collect => self.coordinator.as_ref().map_or(Vec::new(), |c| {
+                c.survivors
+                    .iter()
+                    .filter(|r| !c.answers.contains_key(r))
+                    .filter_map(|r| self.member_at(*r).map(|m| m.id))
+                    .collect()
+            }),
             Phase::Fetch { from, .. } => {
                 self.member_at(from).map(|m| vec![m.id]).unwrap_or_default()
             }
@@ -2650,19 +2745,28 @@ impl GroupMember {
                 .map(|m| m.id)
                 .collect(),
             Phase::Tree => {
-                let holders = c.tree_holders.clone();
-                self.coordinator = Some(c);
-                let missing: Vec<MemberId> = self
-                    .tree_members()
+                let holders = self
+                    .coordinator
+                    .as_ref()
+                    .map(|c| c.tree_holders.clone())
+                    .unwrap_or_default();
+                self.tree_members()
                     .into_iter()
                     .filter(|m| !holders.contains(&m.id))
                     .map(|m| m.id)
-                    .collect();
-                let Some(c2) = self.coordinator.take() else {
-                    return;
-                };
-                return self.restart_with(now, c2, missing);
+                    .collect()
             }
+        };
+        // Their pair channels may be half dead (one end forgot): start them afresh.
+        let addrs: Vec<SocketAddr> = silent
+            .iter()
+            .filter_map(|id| self.known.get(id).copied())
+            .collect();
+        for a in addrs {
+            self.pairs.forget(a);
+        }
+        let Some(c) = self.coordinator.take() else {
+            return;
         };
         self.restart_with(now, c, silent);
     }

@@ -151,8 +151,11 @@ fn leave_and_rejoin_later() {
     let contact = g.sim.addr(g.nodes[0]);
     g.sim
         .with_node(n, |node, now| node.member.start(now, &[contact]));
-    g.wait_converged(&[0, 1, 2, 3], CONVERGE_BOUND)
-        .expect("four again");
+    let r = g.wait_converged(&[0, 1, 2, 3], CONVERGE_BOUND);
+    if r.is_err() {
+        dump(&g);
+    }
+    r.expect("four again");
     g.check_all().expect("checkers");
 }
 
@@ -281,6 +284,9 @@ fn random_run(seed: u64) -> Result<(), SimFailure> {
 
 fn dump(g: &Group) {
     for (i, n) in g.nodes.iter().enumerate() {
+        println!("n{i} STATE {}", g.sim.node(*n).member.debug_state());
+    }
+    for (i, n) in g.nodes.iter().enumerate() {
         println!(
             "n{i} = {:?} counters {:?}",
             g.ids[i],
@@ -288,6 +294,12 @@ fn dump(g: &Group) {
         );
     }
     if std::env::var("DEBUG_TIMES").is_ok() {
+        for entry in g.sim.log() {
+            let line = format!("{entry:?}");
+            if line.contains("Crash") || line.contains("Partition") || line.contains("Heal") {
+                println!("LOG {line}");
+            }
+        }
         for (t, node, e) in g.sim.events() {
             println!("{t:?} {node:?} {e:?}");
         }

@@ -178,8 +178,15 @@ impl Group {
             .collect()
     }
 
-    /// Whether the live nodes in `set` share one view whose members are exactly `set`.
+    /// Whether the live nodes in `set` share one view whose members are exactly `set`, and
+    /// none of them is in the middle of a view change.
     pub fn converged(&self, set: &[usize]) -> bool {
+        if set
+            .iter()
+            .any(|i| self.sim.node(self.nodes[*i]).member.status().changing_view)
+        {
+            return false;
+        }
         let views = self.current_views();
         let want: BTreeSet<MemberId> = set.iter().map(|i| self.ids[*i]).collect();
         let mut id = None;
