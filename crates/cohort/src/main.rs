@@ -5,12 +5,14 @@
 //!   cohort demo                  ──▶ cohort-sim running two cohort-gears GearLinks
 //!   cohort keygen                ──▶ cohort-channel identity (Ed25519 identity file)
 //!   cohort tunnel server|client  ──▶ cohort-net TCP driver ──▶ cohort-channel
+//!   cohort group run|bench       ──▶ cohort-net UDP driver ──▶ cohort-group members
 //! ```
 
 mod bench;
 mod demo;
 mod demo_channel;
 mod gears_cmd;
+mod group_cmd;
 mod keygen_cmd;
 mod tunnel_cmd;
 
@@ -43,6 +45,11 @@ enum Command {
         #[command(subcommand)]
         command: tunnel_cmd::TunnelCommand,
     },
+    /// Secure process groups over UDP: run a member, or benchmark a group on loopback.
+    Group {
+        #[command(subcommand)]
+        command: group_cmd::GroupCommand,
+    },
 }
 
 /// An error the user can fix: printed as one line, exit status 2.
@@ -57,6 +64,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Keygen(args) => keygen_cmd::run(&args),
         Command::Tunnel { command } => tunnel_cmd::run(command),
+        Command::Group { command } => group_cmd::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
