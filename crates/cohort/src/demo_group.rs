@@ -55,7 +55,7 @@ fn agreed(sim: &Sim<GroupMember>, nodes: &[NodeId], n: usize, epoch: u64) -> boo
 pub fn run(seed: u64, verbose: bool) -> Result<(), UsageError> {
     let provider = CryptoProvider::default_provider();
     // Fresh identities, from the seed so the same seed tells the same story.
-    let mut keys = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x6772_6f75_70);
+    let mut keys = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x0067_726f_7570); // "group"
     let mut identities = Vec::new();
     for _ in NAMES {
         let mut secret = Secret::zeroed(32);

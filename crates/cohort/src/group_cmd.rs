@@ -8,7 +8,7 @@
 //! ```
 //!
 //! `run` is one member (see [`config`] for its file and [`json`] for its lines); `bench`
-//! runs many members in one process and measures them (see [`bench`]).
+//! runs many members in one process and measures them (see [`bench`](mod@bench)).
 
 mod bench;
 pub mod config;
