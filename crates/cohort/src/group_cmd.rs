@@ -223,8 +223,11 @@ async fn serve(
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_dropped = DropCounters::default();
     let mut leave_deadline: Option<tokio::time::Instant> = None;
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())
         .map_err(|e| UsageError(format!("cannot watch SIGTERM: {e}")))?;
+    let mut interrupt = signal(SignalKind::interrupt())
+        .map_err(|e| UsageError(format!("cannot watch SIGINT: {e}")))?;
 
     let leave = |commands: &Commands, deadline: &mut Option<tokio::time::Instant>| {
         if deadline.is_none() && command(commands, "leave", |s, now| s.member_mut().leave(now)) {
@@ -293,7 +296,7 @@ async fn serve(
                 }));
             }
             () = sleep_until(leave_deadline) => break,
-            _ = tokio::signal::ctrl_c() => leave(&commands, &mut leave_deadline),
+            _ = interrupt.recv() => leave(&commands, &mut leave_deadline),
             _ = terminate.recv() => leave(&commands, &mut leave_deadline),
         }
     }

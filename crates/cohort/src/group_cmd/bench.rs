@@ -336,12 +336,24 @@ async fn measure(args: &BenchArgs, protection: Protection) -> Result<Measurement
         probes.push((f, Channel::Reliable));
     }
     for (who, channel) in probes {
-        let payload = vec![0x5a; args.size];
-        send(&drivers[who].0, move |s, now| {
-            s.probe(now, channel, payload)
-        })
-        .await?;
-        let seen = watch.until_probe(who).await?;
+        // A send can meet a view change still settling (the rekey after the last join):
+        // try again a little later.
+        let mut attempts = 0;
+        let seen = loop {
+            let payload = vec![0x5a; args.size];
+            send(&drivers[who].0, move |s, now| {
+                s.probe(now, channel, payload)
+            })
+            .await?;
+            match watch.until_probe(who).await? {
+                Ok(seen) => break seen,
+                Err(e) if attempts >= 50 => return Err(format!("probe send failed: {e}")),
+                Err(_) => {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
         overheads.push(seen);
     }
 
@@ -419,7 +431,8 @@ impl Watch {
     /// Waits for member `who`'s probe report; the overhead is the most common size among
     /// the datagrams at least as large as the payload, minus the payload (`None` if the
     /// send produced no such datagram, for example because the core batches messages).
-    async fn until_probe(&mut self, who: usize) -> Result<Option<usize>, String> {
+    /// The inner error is a refused send, worth retrying.
+    async fn until_probe(&mut self, who: usize) -> Result<Result<Option<usize>, String>, String> {
         let deadline = tokio::time::Instant::now() + PHASE_TIMEOUT;
         loop {
             let (i, event) = tokio::time::timeout_at(deadline, self.events.recv())
@@ -438,11 +451,9 @@ impl Watch {
                         .chunk_by(|a, b| a == b)
                         .max_by_key(|run| run.len())
                         .and_then(|run| run.first());
-                    return Ok(mode.map(|size| size - payload));
+                    return Ok(Ok(mode.map(|size| size - payload)));
                 }
-                Some(ShellEvent::SendFailed(e)) if i == who => {
-                    return Err(format!("probe send failed: {e}"))
-                }
+                Some(ShellEvent::SendFailed(e)) if i == who => return Ok(Err(e)),
                 _ => {}
             }
         }

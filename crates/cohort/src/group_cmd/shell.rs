@@ -114,9 +114,20 @@ impl<M: Machine<Event = GroupEvent> + Sender> Shell<M> {
     }
 
     /// Sends `data` as [`Shell::send`] does and records the datagrams that follow.
+    /// A send that is refused or has to wait produces a [`ShellEvent::SendFailed`] and no
+    /// probe report.
     pub fn probe(&mut self, now: Timestamp, channel: Channel, data: Vec<u8>) {
+        let (replies, queued) = (self.replies.len(), self.queue.len());
         self.probe = Some((data.len(), Vec::new()));
         self.send(now, channel, data);
+        if self.replies.len() != replies {
+            self.probe = None;
+        } else if self.queue.len() != queued {
+            self.probe = None;
+            self.replies.push_back(ShellEvent::SendFailed(
+                "probe: the send window is full (the message waits in the queue)".into(),
+            ));
+        }
     }
 
     /// Bench mode: from now on keep the window full of `data` on `channel` (`None` stops).
@@ -343,5 +354,12 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // A refused probe reports the refusal and no packets.
+        s.member_mut().in_view = false;
+        s.probe(now, Channel::Unreliable, vec![1; 30]);
+        assert!(matches!(
+            drain(&mut s).as_slice(),
+            [ShellEvent::SendFailed(_)]
+        ));
     }
 }
