@@ -198,14 +198,16 @@ pub fn run(seed: u64, verbose: bool) -> Result<(), UsageError> {
             "NO"
         }
     );
+    let keeper = survivors[0];
     let keys: Vec<String> = sim
-        .node(survivors[0])
+        .node(keeper)
         .key_ledger()
         .iter()
         .map(|(epoch, print)| format!("{epoch}:{}", hex::encode(print)))
         .collect();
     println!(
-        "  keys a survivor held (epoch:fingerprint): {}",
+        "  keys {} held (epoch:fingerprint): {}",
+        NAMES[keeper.index()],
         keys.join(" ")
     );
     Ok(())
