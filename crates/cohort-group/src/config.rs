@@ -51,9 +51,10 @@ impl Default for RekeyPolicy {
 }
 
 /// How a fresh key reaches the members.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum RekeyMethod {
     /// LSGC: one message carrying the key wrapped for each member under its pair key.
+    #[default]
     OneMessage,
     /// Ensemble: the leader sends the key over pairwise channels down a tree of this degree;
     /// acks climb the tree; the key is installed with the next view.
@@ -61,12 +62,6 @@ pub enum RekeyMethod {
         /// Children per node (at least 1).
         degree: usize,
     },
-}
-
-impl Default for RekeyMethod {
-    fn default() -> Self {
-        RekeyMethod::OneMessage
-    }
 }
 
 /// A group's configuration. Every member of a group must use the same `group`, `protection`
@@ -156,7 +151,9 @@ impl GroupConfig {
                 Err("protection: name at least one MAC gear".into())
             }
             Protection::Authenticate { gears, .. } => {
-                match gears.iter().find(|g| (g.info().kind == GearKind::Aead) || **g == GearId::DangerNullForTesting) {
+                match gears.iter().find(|g| {
+                    (g.info().kind == GearKind::Aead) || **g == GearId::DangerNullForTesting
+                }) {
                     Some(g) => Err(format!("protection: {} is not a MAC gear", g.name())),
                     None => Ok(()),
                 }

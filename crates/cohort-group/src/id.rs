@@ -69,7 +69,12 @@ pub struct ViewId {
 
 impl fmt::Display for ViewId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.seq, hex::encode(&self.coordinator.as_bytes()[..4]))
+        write!(
+            f,
+            "{}:{}",
+            self.seq,
+            hex::encode(&self.coordinator.as_bytes()[..4])
+        )
     }
 }
 

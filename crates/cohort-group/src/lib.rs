@@ -6,8 +6,10 @@
 pub mod config;
 pub mod event;
 pub mod id;
+pub mod keys;
 mod member;
 pub mod pair;
+pub mod wire;
 
 pub use config::{GroupConfig, Protection, RekeyMethod, RekeyPolicy};
 pub use event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};

@@ -1,18 +1,248 @@
-//! The group member state machine.
-#![allow(missing_docs, unused)]
+//! The group member state machine: membership, the sequencer, the flush that makes view
+//! changes virtually synchronous, and key installation. See the crate README for the
+//! protocol walk-through.
+//!
+//! ```text
+//!  app: send / rekey / leave                         poll_event: View, Deliver, Rekeyed...
+//!        │                                                   ^
+//!        v                                                   │
+//!  ┌──────────────── GroupMember ─────────────────────────────┴──────────┐
+//!  │ reliable: pending ─Submit─> leader (sequencer) ─Ordered─> all: log │
+//!  │           ─> deliver in order;  gaps ─Nak─> leader                 │
+//!  │ unreliable: ─Unreliable─> every member                             │
+//!  │ membership: heartbeats; suspicion; Flush ─> FlushOk ─> Install     │
+//!  │ keys: ViewKeys per view (gears), GroupKey per epoch, PairTable     │
+//!  └──────┬───────────────────────────────────────────────┬────────────┘
+//!         │ protected group packets (gears, view key)       │ pair channel (joins,
+//!         v                                                 v  key shares)
+//!                                 UDP
+//! ```
 
-use crate::config::GroupConfig;
-use crate::event::{Channel, DropCounters, GroupEvent, SendError, Status};
-use crate::id::{MemberId, View};
+use crate::config::{GroupConfig, Protection, RekeyMethod};
+use crate::event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
+use crate::id::{Member, MemberId, View, ViewId};
+use crate::keys::{self, GearPlan, GroupKey, ViewKeys, GROUP_KEY_LEN};
+use crate::pair::{PairEvent, PairTable, PAIR_KIND};
+use crate::wire::{Install, KeyDelivery, Msg, PairMsg};
 use cohort_channel::identity::Identity;
 use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_crypto::CryptoProvider;
+use cohort_crypto::{CryptoProvider, Secret};
+use cohort_gears::controller::{Controller, ControllerConfig, Observation, ReceiverFeedback};
+use cohort_gears::{DropReason, GearId, PACKET_VERSION};
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::time::Duration;
+use zeroize::{Zeroize, Zeroizing};
 
-/// One member of a secure group.
+/// Most NAKed positions answered per NAK.
+const NAK_BATCH: u64 = 64;
+
+/// A reliable message with its place in the total order.
+#[derive(Clone, Debug)]
+struct OrderedMsg {
+    sender: u16,
+    seq: u64,
+    data: Vec<u8>,
+}
+
+/// An own reliable message not yet delivered.
+struct Pending {
+    seq: u64,
+    data: Vec<u8>,
+    sent_at: Option<Timestamp>,
+}
+
+/// The leader's sequencer state for the current view.
+struct Sequencer {
+    next_order: u64,
+    /// Per rank: the next message number expected from that sender.
+    expected: Vec<u64>,
+    /// Per rank: submissions that arrived ahead of `expected`.
+    early: Vec<BTreeMap<u64, Vec<u8>>>,
+    /// Per rank: positions delivered there, from heartbeats.
+    acked: Vec<u64>,
+    /// Per rank: last authenticated packet.
+    heard: Vec<Timestamp>,
+    /// Per rank: latest load report (0-255) and failure count.
+    loads: Vec<(u8, u64)>,
+}
+
+/// A view change this member is taking part in (it answered the coordinator).
+struct Flushing {
+    proposal: ViewId,
+    coordinator: u16,
+    /// The Install, once it arrived, waiting for the positions it needs.
+    install: Option<Box<Install>>,
+    last_nak: Option<Timestamp>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// Waiting for FlushOk from every survivor.
+    Collect,
+    /// Fetching positions up to `target` from the survivor at rank `from`.
+    Fetch { target: u64, from: u16 },
+    /// Waiting for pair channels to every new member (one-message rekey).
+    Pairing,
+    /// Waiting for the tree's acknowledgements.
+    Tree,
+}
+
+/// What a flush answer carried.
+struct FlushAnswer {
+    delivered: u64,
+    next_seq: u64,
+    pending: Vec<(u64, Vec<u8>)>,
+}
+
+/// What a view change is to do: the input to `start_coordinating`.
+struct Change {
+    /// Ranks (in the current view) expected to continue.
+    survivors: Vec<u16>,
+    /// Members to let in: (member, next message number, incarnation).
+    joiners: Vec<(Member, u64, u64)>,
+    /// Members to leave out, and why.
+    removed: Vec<(MemberId, RemovalReason)>,
+    /// Whether the next view gets a fresh key.
+    rekey: bool,
+    /// When the change was first wanted (rekey time is measured from here).
+    started: Timestamp,
+    /// Dissolve into the component led there instead of installing a view.
+    merge_into: Option<SocketAddr>,
+}
+
+/// A view change this member coordinates.
+struct Coordinator {
+    proposal: ViewId,
+    survivors: Vec<u16>,
+    joiners: Vec<(Member, u64, u64)>,
+    removed: Vec<(MemberId, RemovalReason)>,
+    answers: BTreeMap<u16, FlushAnswer>,
+    phase: Phase,
+    rekey: bool,
+    new_key: Option<GroupKey>,
+    tree_holders: BTreeSet<MemberId>,
+    /// Dissolve into the component whose leader is there.
+    merge_into: Option<SocketAddr>,
+    started: Timestamp,
+    deadline: Timestamp,
+    resend_at: Timestamp,
+    final_order: u64,
+}
+
+/// An installed view's sending side after the coordinator installed it: Install messages
+/// are resent until acknowledged.
+struct Announce {
+    view: ViewId,
+    install: Box<Install>,
+    welcome_key: Option<Zeroizing<Vec<u8>>>,
+    /// (member, is a joiner) not yet acknowledged.
+    unacked: Vec<(Member, bool)>,
+    resend_at: Timestamp,
+    until: Timestamp,
+}
+
+/// A previous view kept for its grace window: its keys, members and log answer late NAKs
+/// and accept late unreliable traffic.
+struct OldView {
+    view: View,
+    keys: ViewKeys,
+    log: BTreeMap<u64, OrderedMsg>,
+    expires: Timestamp,
+}
+
+/// Joining: asking contacts until a Welcome arrives.
+struct Joining {
+    contacts: Vec<SocketAddr>,
+    started: Timestamp,
+    next_try: Timestamp,
+    /// Peers that said they are not in a group, by id.
+    not_in_group: BTreeSet<MemberId>,
+    /// Whether anyone answered at all.
+    answered: bool,
+    /// Contacts that answered since the last attempt; the others' pair channels are
+    /// dropped before the next one (the far end may have forgotten them).
+    replied: BTreeSet<SocketAddr>,
+    attempts: u32,
+}
+
+/// One member of a secure group. See the [module docs](self) and the crate README.
 pub struct GroupMember {
+    provider: CryptoProvider,
     id: MemberId,
+    addr: SocketAddr,
+    config: GroupConfig,
+    plan: GearPlan,
+    controller: Option<Controller>,
+    rng: ChaCha20Rng,
+    pairs: PairTable,
+
+    joining: Option<Joining>,
+    /// Every member seen in a view, and the contacts given to `start`: where a leader looks
+    /// for other components of the group.
+    known: BTreeMap<MemberId, SocketAddr>,
+    contacts: Vec<SocketAddr>,
+    next_probe: Timestamp,
+    incarnation: u64,
+    /// Incarnations of the view's members, by rank.
+    incarnations: Vec<u64>,
+    expelled: bool,
+    view: Option<View>,
+    rank: u16,
+    keys: Option<ViewKeys>,
+    old_views: Vec<OldView>,
+    group_key: Option<GroupKey>,
+    key_ledger: Vec<(u64, [u8; 8])>,
+    last_rekey: Timestamp,
+
+    log: BTreeMap<u64, OrderedMsg>,
+    delivered: u64,
+    stable: u64,
+    last_ack_sent: u64,
+    last_nak: Option<Timestamp>,
+    delivered_at_leader_heartbeat: u64,
+    next_reliable: u64,
+    next_unreliable: u64,
+    pending: VecDeque<Pending>,
+    delivered_reliable: u64,
+    delivered_unreliable: u64,
+
+    sequencer: Option<Sequencer>,
+    leader_heard: Timestamp,
+    next_heartbeat: Timestamp,
+    highest_proposal: Option<ViewId>,
+    flushing: Option<Flushing>,
+    coordinator: Option<Coordinator>,
+    announce: Option<Announce>,
+    /// A key received down the rekey tree, for the proposal it belongs to.
+    tree_key: Option<(ViewId, GroupKey)>,
+    /// A tree node's children still to acknowledge, and who acknowledged.
+    tree_wait: Option<TreeWait>,
+    /// The last acknowledgement sent up the tree, repeated if the share comes again.
+    tree_acked: Option<(ViewId, Vec<MemberId>)>,
+    change_wanted: Vec<(MemberId, RemovalReason)>,
+    joiners_wanted: Vec<(Member, u64, u64)>,
+    rekey_wanted: Option<Timestamp>,
+    leaving: Option<Timestamp>,
+
+    load: f32,
+    out: VecDeque<(SocketAddr, Vec<u8>)>,
+    events: VecDeque<GroupEvent>,
     counters: DropCounters,
+    insecure_reported: HashMap<SocketAddr, Timestamp>,
+    scratch: Vec<u8>,
+}
+
+/// A tree node waiting for its children's key acknowledgements.
+struct TreeWait {
+    proposal: ViewId,
+    parent: SocketAddr,
+    parent_id: MemberId,
+    children: Vec<MemberId>,
+    holders: BTreeSet<MemberId>,
+    deadline: Timestamp,
 }
 
 impl GroupMember {
@@ -25,67 +255,2582 @@ impl GroupMember {
         config: GroupConfig,
         seed: [u8; 32],
     ) -> Result<Self, String> {
-        unimplemented!()
+        config.validate()?;
+        let plan = GearPlan::new(&config.protection);
+        let controller = match &config.protection {
+            Protection::Authenticate {
+                gears, floor_bits, ..
+            } if gears.len() > 1 => Some(
+                Controller::new(ControllerConfig::new(*floor_bits, plan.gears))
+                    .map_err(|e| format!("protection: {e}"))?,
+            ),
+            _ => None,
+        };
+        let mut rng = ChaCha20Rng::from_seed(seed);
+        let mut pair_seed = [0u8; 32];
+        rng.fill_bytes(&mut pair_seed);
+        let id = MemberId(identity.public());
+        let pairs = PairTable::new(
+            provider,
+            identity,
+            &config.group,
+            config.trust.clone(),
+            pair_seed,
+        );
+        Ok(GroupMember {
+            provider,
+            id,
+            addr,
+            config,
+            plan,
+            controller,
+            rng,
+            pairs,
+            joining: None,
+            known: BTreeMap::new(),
+            contacts: Vec::new(),
+            next_probe: Timestamp::ZERO,
+            incarnation: 0,
+            incarnations: Vec::new(),
+            expelled: false,
+            view: None,
+            rank: 0,
+            keys: None,
+            old_views: Vec::new(),
+            group_key: None,
+            key_ledger: Vec::new(),
+            last_rekey: Timestamp::ZERO,
+            log: BTreeMap::new(),
+            delivered: 0,
+            stable: 0,
+            last_ack_sent: 0,
+            last_nak: None,
+            delivered_at_leader_heartbeat: 0,
+            next_reliable: 0,
+            next_unreliable: 0,
+            pending: VecDeque::new(),
+            delivered_reliable: 0,
+            delivered_unreliable: 0,
+            sequencer: None,
+            leader_heard: Timestamp::ZERO,
+            next_heartbeat: Timestamp::ZERO,
+            highest_proposal: None,
+            flushing: None,
+            coordinator: None,
+            announce: None,
+            tree_key: None,
+            tree_wait: None,
+            tree_acked: None,
+            change_wanted: Vec::new(),
+            joiners_wanted: Vec::new(),
+            rekey_wanted: None,
+            leaving: None,
+            load: 0.0,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: DropCounters::default(),
+            insecure_reported: HashMap::new(),
+            scratch: Vec::new(),
+        })
     }
-    /// Starts: joins through `contacts`, or founds the group alone when none answers and this
-    /// member ranks first among those that do.
+
+    /// Starts: joins through `contacts`, or founds the group alone when there are none. With
+    /// contacts, it founds the group only when every contact that answers is outside any
+    /// group and ranks after it (by key bytes), or when nobody answers for three suspicion
+    /// timeouts.
     pub fn start(&mut self, now: Timestamp, contacts: &[SocketAddr]) {
-        unimplemented!()
+        self.expelled = false;
+        self.incarnation = self.rng.next_u64();
+        let contacts: Vec<SocketAddr> = contacts
+            .iter()
+            .copied()
+            .filter(|a| *a != self.addr)
+            .collect();
+        for c in &contacts {
+            if !self.contacts.contains(c) {
+                self.contacts.push(*c);
+            }
+        }
+        if contacts.is_empty() {
+            self.found(now);
+            return;
+        }
+        self.joining = Some(Joining {
+            contacts,
+            started: now,
+            next_try: now,
+            not_in_group: BTreeSet::new(),
+            answered: false,
+            replied: BTreeSet::new(),
+            attempts: 0,
+        });
+        self.drive_join(now);
     }
+
     /// This member's id.
     pub fn id(&self) -> MemberId {
         self.id
     }
+
     /// The installed view.
     pub fn view(&self) -> Option<&View> {
-        unimplemented!()
+        self.view.as_ref()
     }
-    /// Sends `data` on `channel`; returns the message's per-sender number.
-    pub fn send(&mut self, now: Timestamp, channel: Channel, data: &[u8]) -> Result<u64, SendError> {
-        unimplemented!()
+
+    /// Sends `data` on `channel`; returns the message's per-sender number. During a view
+    /// change reliable messages wait and are sent in the next view (Ensemble's "block").
+    pub fn send(
+        &mut self,
+        now: Timestamp,
+        channel: Channel,
+        data: &[u8],
+    ) -> Result<u64, SendError> {
+        if data.len() > self.config.max_message_len {
+            return Err(SendError::TooLong);
+        }
+        if self.view.is_none() || self.expelled {
+            return Err(SendError::NotInGroup);
+        }
+        match channel {
+            Channel::Unreliable => {
+                let seq = self.next_unreliable;
+                self.next_unreliable += 1;
+                let view = self.view.as_ref().map(|v| v.id);
+                let msg = Msg::Unreliable {
+                    seq,
+                    data: data.to_vec(),
+                };
+                self.broadcast(&msg);
+                if let Some(view) = view {
+                    self.delivered_unreliable += 1;
+                    self.events.push_back(GroupEvent::Deliver {
+                        channel: Channel::Unreliable,
+                        sender: self.id,
+                        view,
+                        seq,
+                        order: None,
+                        data: data.to_vec(),
+                    });
+                }
+                Ok(seq)
+            }
+            Channel::Reliable => {
+                if self.pending.len() >= self.config.send_window {
+                    return Err(SendError::WindowFull);
+                }
+                let seq = self.next_reliable;
+                self.next_reliable += 1;
+                self.pending.push_back(Pending {
+                    seq,
+                    data: data.to_vec(),
+                    sent_at: None,
+                });
+                self.submit_pending(now);
+                Ok(seq)
+            }
+        }
     }
-    /// Asks for a fresh group key now.
+
+    /// Asks for a fresh group key now (the leader runs the rekey).
     pub fn rekey(&mut self, now: Timestamp) {
-        unimplemented!()
+        if self.is_leader() {
+            self.rekey_wanted.get_or_insert(now);
+            self.maybe_start_change(now);
+        } else if let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) {
+            self.send_msg(leader, &Msg::RekeyRequest);
+        }
     }
-    /// Leaves the group.
+
+    /// Leaves the group: the leader installs a view without this member.
     pub fn leave(&mut self, now: Timestamp) {
-        unimplemented!()
+        if self.view.is_none() {
+            self.expelled = true;
+            self.joining = None;
+            self.events.push_back(GroupEvent::Expelled {
+                reason: RemovalReason::Left,
+            });
+            return;
+        }
+        self.leaving = Some(now);
+        if self.is_leader() {
+            self.change_wanted.push((self.id, RemovalReason::Left));
+            self.maybe_start_change(now);
+        } else if let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) {
+            self.send_msg(leader, &Msg::Leave);
+        }
     }
+
     /// Reports local CPU load (0.0 to 1.0) to the group's gear controllers.
     pub fn set_load(&mut self, load: f32) {
-        unimplemented!()
+        if load.is_finite() {
+            self.load = load.clamp(0.0, 1.0);
+        }
     }
+
     /// A snapshot for `status`.
     pub fn status(&self) -> Status {
-        unimplemented!()
+        Status {
+            view: self.view.clone(),
+            changing_view: self.flushing.is_some() || self.coordinator.is_some(),
+            delivered_reliable: self.delivered_reliable,
+            delivered_unreliable: self.delivered_unreliable,
+            pending: self.pending.len(),
+            gear: self.current_gear().name(),
+            dropped: self.counters,
+        }
     }
+
     /// Dropped packets by reason.
     pub fn counters(&self) -> &DropCounters {
         &self.counters
     }
-    /// Fingerprints (epoch, first 8 bytes of SHA-256 of the key) of every group key this
+
+    /// Fingerprints (epoch, first 8 bytes of a SHA-256 of the key) of every group key this
     /// member ever held: for checkers of who learned which key.
     pub fn key_ledger(&self) -> &[(u64, [u8; 8])] {
-        unimplemented!()
+        &self.key_ledger
     }
+
+    /// The fingerprint of the key the current view uses, if any.
+    pub fn key_fingerprint(&self) -> Option<[u8; 8]> {
+        self.group_key
+            .as_ref()
+            .map(|k| k.fingerprint(&self.provider))
+    }
+
+    // ---------------------------------------------------------------- helpers
+
+    fn is_leader(&self) -> bool {
+        self.view.is_some() && self.rank == 0 && !self.expelled
+    }
+
+    fn others(&self) -> impl Iterator<Item = &Member> + '_ {
+        let me = self.id;
+        self.view
+            .iter()
+            .flat_map(|v| v.members.iter())
+            .filter(move |m| m.id != me)
+    }
+
+    fn current_gear(&self) -> GearId {
+        match &self.controller {
+            Some(c) => c.current(),
+            None => self.plan.ladder[0],
+        }
+    }
+
+    fn send_gears(&self) -> Vec<GearId> {
+        let current = self.current_gear();
+        let strongest = self.plan.ladder[0];
+        if self.plan.dual_tags && current != strongest {
+            vec![strongest, current]
+        } else {
+            vec![current]
+        }
+    }
+
+    /// Protects `msg` under the current view's keys for the member at `to` (the body names
+    /// the destination's rank, so a copy replayed to another member is refused).
+    fn send_msg(&mut self, to: SocketAddr, msg: &Msg) {
+        let dest = self
+            .view
+            .as_ref()
+            .and_then(|v| v.members.iter().position(|m| m.addr == to))
+            .map_or(BROADCAST, |r| r as u16);
+        if let Some(packet) = self.seal(dest, msg) {
+            self.out.push_back((to, packet));
+        }
+    }
+
+    /// Protects `msg` once and sends the same packet to every other member: every receiver
+    /// sees the same sequence number, so a copy replayed anywhere hits a replay window.
+    fn broadcast(&mut self, msg: &Msg) {
+        let Some(packet) = self.seal(BROADCAST, msg) else {
+            return;
+        };
+        let others: Vec<SocketAddr> = self.others().map(|m| m.addr).collect();
+        for addr in others {
+            self.out.push_back((addr, packet.clone()));
+        }
+    }
+
+    fn seal(&mut self, dest: u16, msg: &Msg) -> Option<Vec<u8>> {
+        let gears = self.send_gears();
+        let keys = self.keys.as_mut()?;
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&dest.to_be_bytes());
+        msg.encode(&mut self.scratch);
+        let mut packet = Vec::with_capacity(self.scratch.len() + 48);
+        keys.seal(&gears, &self.scratch, &mut packet).ok()?;
+        Some(packet)
+    }
+
+    /// As `send_msg`, under a kept old view's keys.
+    fn send_msg_old(&mut self, view: ViewId, to: SocketAddr, msg: &Msg) {
+        let gears = self.send_gears();
+        let Some(old) = self.old_views.iter_mut().find(|o| o.view.id == view) else {
+            return;
+        };
+        let dest = old
+            .view
+            .members
+            .iter()
+            .position(|m| m.addr == to)
+            .map_or(BROADCAST, |r| r as u16);
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&dest.to_be_bytes());
+        msg.encode(&mut self.scratch);
+        let mut packet = Vec::with_capacity(self.scratch.len() + 48);
+        if old.keys.seal(&gears, &self.scratch, &mut packet).is_ok() {
+            self.out.push_back((to, packet));
+        }
+    }
+
+    fn send_pair(
+        &mut self,
+        now: Timestamp,
+        to: SocketAddr,
+        expect: Option<MemberId>,
+        msg: &PairMsg,
+    ) {
+        let mut body = Zeroizing::new(Vec::new());
+        msg.encode(&mut body);
+        self.pairs.send(now, to, expect, &body);
+    }
+
+    fn member_at(&self, rank: u16) -> Option<Member> {
+        self.view
+            .as_ref()
+            .and_then(|v| v.members.get(usize::from(rank)).copied())
+    }
+
+    fn record_key(&mut self, key: &GroupKey) {
+        let entry = (key.epoch, key.fingerprint(&self.provider));
+        if !self.key_ledger.contains(&entry) {
+            self.key_ledger.push(entry);
+        }
+    }
+
+    fn fresh_key(&mut self, epoch: u64) -> GroupKey {
+        let mut secret = Secret::zeroed(GROUP_KEY_LEN);
+        self.rng.fill_bytes(secret.expose_mut());
+        GroupKey::new(epoch, secret)
+    }
+
+    fn next_proposal(&mut self) -> ViewId {
+        let base = self.view.as_ref().map(|v| v.id.seq).unwrap_or(0);
+        let seen = self.highest_proposal.map(|p| p.seq).unwrap_or(0);
+        let id = ViewId {
+            seq: base.max(seen) + 1,
+            coordinator: self.id,
+        };
+        self.highest_proposal = Some(id);
+        id
+    }
+
+    // ---------------------------------------------------------------- joining
+
+    fn found(&mut self, now: Timestamp) {
+        self.joining = None;
+        let key = self.fresh_key(1);
+        let view = View {
+            id: self.next_proposal(),
+            members: vec![Member {
+                id: self.id,
+                addr: self.addr,
+            }],
+            key_epoch: 1,
+        };
+        let install = Install {
+            view: view.id,
+            members: view.members.clone(),
+            next_seqs: vec![self.pending.front().map_or(self.next_reliable, |p| p.seq)],
+            incarnations: vec![self.incarnation],
+            key_epoch: 1,
+            final_order: 0,
+            key: KeyDelivery::Same,
+            merge_into: None,
+            removed: Vec::new(),
+        };
+        self.install_view(now, &install, key, None);
+    }
+
+    fn drive_join(&mut self, now: Timestamp) {
+        let Some(j) = self.joining.as_mut() else {
+            return;
+        };
+        if now < j.next_try {
+            return;
+        }
+        let waited = now.saturating_duration_since(j.started);
+        let lowest = j.not_in_group.iter().all(|other| self.id < *other);
+        let everyone_out = j.answered && lowest && waited >= self.config.suspect_timeout;
+        let nobody = !j.answered && waited >= self.config.suspect_timeout * 3;
+        if everyone_out || nobody {
+            self.found(now);
+            return;
+        }
+        j.next_try = now.saturating_add(self.config.flush_timeout);
+        j.attempts += 1;
+        let stale: Vec<SocketAddr> = if j.attempts > 1 {
+            j.contacts
+                .iter()
+                .copied()
+                .filter(|c| !j.replied.contains(c))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        j.replied.clear();
+        let contacts = j.contacts.clone();
+        for c in stale {
+            self.pairs.forget(c);
+        }
+        // Own messages still pending (sent while the component dissolved) go first in the
+        // new view.
+        let next_seq = self.pending.front().map_or(self.next_reliable, |p| p.seq);
+        let msg = PairMsg::JoinRequest {
+            group: self.config.group.clone(),
+            incarnation: self.incarnation,
+            next_seq,
+        };
+        for c in contacts {
+            self.send_pair(now, c, None, &msg);
+        }
+    }
+
+    fn handle_pair_msg(&mut self, now: Timestamp, peer: MemberId, addr: SocketAddr, data: &[u8]) {
+        let Some(msg) = PairMsg::decode(data) else {
+            self.counters.count(Drop::Malformed);
+            return;
+        };
+        match msg {
+            PairMsg::JoinRequest {
+                group,
+                incarnation,
+                next_seq,
+            } => {
+                if group != self.config.group {
+                    self.counters.count(Drop::OtherGroup);
+                    return;
+                }
+                self.on_join_request(now, peer, addr, incarnation, next_seq);
+            }
+            PairMsg::Redirect { leader } => {
+                if let Some(j) = self.joining.as_mut() {
+                    j.answered = true;
+                    j.replied.insert(addr);
+                    if !j.contacts.contains(&leader) && leader != self.addr {
+                        j.contacts.push(leader);
+                        j.next_try = now;
+                    }
+                }
+            }
+            PairMsg::NotInGroup => {
+                if let Some(j) = self.joining.as_mut() {
+                    j.answered = true;
+                    j.replied.insert(addr);
+                    j.not_in_group.insert(peer);
+                }
+            }
+            PairMsg::Welcome { install, key } => self.on_welcome(now, peer, install, key),
+            PairMsg::KeyShare {
+                proposal,
+                key_epoch,
+                key,
+                below,
+                degree,
+            } => self.on_key_share(now, peer, addr, proposal, key_epoch, key, below, degree),
+            PairMsg::KeyAck { proposal, holders } => self.on_key_ack(now, peer, proposal, holders),
+            PairMsg::Ping => {}
+            PairMsg::Probe => {
+                if let Some(view) = self.view.as_ref() {
+                    if self.flushing.is_none() && self.coordinator.is_none() {
+                        let answer = PairMsg::ProbeAnswer {
+                            size: view.members.len() as u16,
+                            leader: view.leader().id,
+                            leader_addr: view.leader().addr,
+                        };
+                        self.send_pair(now, addr, Some(peer), &answer);
+                    }
+                }
+            }
+            PairMsg::ProbeAnswer {
+                size,
+                leader,
+                leader_addr,
+            } => self.on_probe_answer(now, size, leader, leader_addr),
+        }
+    }
+
+    fn on_join_request(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        addr: SocketAddr,
+        incarnation: u64,
+        next_seq: u64,
+    ) {
+        let Some(view) = self.view.clone() else {
+            if self.joining.is_some() {
+                if let Some(j) = self.joining.as_mut() {
+                    j.answered = true;
+                    if !j.contacts.contains(&addr) {
+                        j.contacts.push(addr);
+                    }
+                }
+                self.send_pair(now, addr, Some(peer), &PairMsg::NotInGroup);
+            }
+            return;
+        };
+        if !self.is_leader() {
+            let leader = view.leader().addr;
+            self.send_pair(now, addr, Some(peer), &PairMsg::Redirect { leader });
+            return;
+        }
+        // Already welcomed into the current view at this address: the Welcome was lost.
+        if let Some(a) = self.announce.as_ref() {
+            if a.unacked
+                .iter()
+                .any(|(m, j)| *j && m.id == peer && m.addr == addr)
+            {
+                let welcome = PairMsg::Welcome {
+                    install: a.install.clone(),
+                    key: a.welcome_key.clone().unwrap_or_default(),
+                };
+                self.send_pair(now, addr, Some(peer), &welcome);
+                return;
+            }
+        }
+        if let Some(r) = view.rank_of(&peer) {
+            if self.incarnations.get(r) == Some(&incarnation) {
+                // A late copy of a request already granted.
+                return;
+            }
+            // A member asking to join again restarted: its old incarnation leaves the view
+            // and the new one joins.
+            if !self.change_wanted.iter().any(|(m, _)| *m == peer) {
+                self.change_wanted.push((peer, RemovalReason::Suspected));
+            }
+        }
+        if self.coordinator.as_ref().is_some_and(|c| {
+            c.joiners
+                .iter()
+                .any(|(m, _, inc)| m.id == peer && *inc == incarnation)
+        }) {
+            return; // being let in right now
+        }
+        self.joiners_wanted.retain(|(m, _, _)| m.id != peer);
+        self.joiners_wanted
+            .push((Member { id: peer, addr }, next_seq, incarnation));
+        self.maybe_start_change(now);
+    }
+
+    fn on_welcome(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        install: Box<Install>,
+        key: Zeroizing<Vec<u8>>,
+    ) {
+        if self.joining.is_none() && self.view.is_some() {
+            return;
+        }
+        if install.view.coordinator != peer || key.len() != GROUP_KEY_LEN {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let mine = install.members.iter().position(|m| m.id == self.id);
+        if mine.and_then(|r| install.incarnations.get(r)) != Some(&self.incarnation) {
+            // Not for us, or for an earlier incarnation of this member.
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        self.joining = None;
+        let key = GroupKey::new(install.key_epoch, Secret::from_slice(&key));
+        self.install_view(now, &install, key, None);
+        self.ack_install(&install);
+    }
+
+    // ---------------------------------------------------------------- receive path
+
+    fn handle_group_packet(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
+        let Some((slot, _)) = keys::peek_header(data) else {
+            self.counters.count(Drop::Malformed);
+            return;
+        };
+        let mut packet = data.to_vec();
+        let current = self.keys.as_ref().is_some_and(|k| k.slot() == slot);
+        if current {
+            let Some(keys) = self.keys.as_mut() else {
+                return;
+            };
+            match keys.open(&mut packet) {
+                Ok((rank, body)) => {
+                    let my = self.rank;
+                    let Some(msg) = decode_for(&packet[body], my, &mut self.counters) else {
+                        return;
+                    };
+                    self.handle_msg(now, from, rank, msg);
+                }
+                Err(e) => self.count_open_failure(now, from, e),
+            }
+            return;
+        }
+        if let Some(i) = self.old_views.iter().position(|o| o.keys.slot() == slot) {
+            let result = self.old_views[i].keys.open(&mut packet);
+            match result {
+                Ok((rank, body)) => {
+                    let Some(my) = self.old_views[i].view.rank_of(&self.id) else {
+                        return;
+                    };
+                    let Some(msg) = decode_for(&packet[body], my as u16, &mut self.counters) else {
+                        return;
+                    };
+                    self.handle_old_msg(now, i, from, rank, msg);
+                }
+                Err(e) => self.count_open_failure(now, from, e),
+            }
+            return;
+        }
+        self.counters.count(Drop::KeyNotHeld);
+        self.maybe_insecure(now, from);
+    }
+
+    fn count_open_failure(&mut self, now: Timestamp, from: SocketAddr, e: DropReason) {
+        match e {
+            DropReason::Replayed | DropReason::TooOld => self.counters.count(Drop::Replayed),
+            DropReason::AuthFailed => {
+                self.counters.count(Drop::AuthFailed);
+                self.maybe_insecure(now, from);
+            }
+            _ => self.counters.count(Drop::Malformed),
+        }
+    }
+
+    /// Reports a packet under a key not held from an address outside the view (another
+    /// component, perhaps), at most once per second per address.
+    fn maybe_insecure(&mut self, now: Timestamp, from: SocketAddr) {
+        if self
+            .view
+            .as_ref()
+            .is_some_and(|v| v.members.iter().any(|m| m.addr == from))
+        {
+            return;
+        }
+        if self.insecure_reported.len() > 1024 {
+            self.insecure_reported.clear();
+        }
+        let last = self.insecure_reported.get(&from).copied();
+        if last.is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1)) {
+            self.insecure_reported.insert(from, now);
+            self.events.push_back(GroupEvent::Insecure { from });
+        }
+    }
+
+    fn handle_msg(&mut self, now: Timestamp, from: SocketAddr, rank: u16, msg: Msg) {
+        let Some(sender) = self.member_at(rank) else {
+            self.counters.count(Drop::Unexpected);
+            return;
+        };
+        if sender.id == self.id {
+            // Our own keys: a reflected or replayed packet.
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let _ = from;
+        if rank == 0 {
+            self.leader_heard = now;
+        }
+        if let Some(f) = self.flushing.as_ref() {
+            if f.coordinator == rank {
+                self.leader_heard = now;
+            }
+        }
+        if let Some(s) = self.sequencer.as_mut() {
+            s.heard[usize::from(rank)] = now;
+        }
+        match msg {
+            Msg::Heartbeat {
+                delivered,
+                ordered,
+                stable,
+                load,
+                failures,
+            } => self.on_heartbeat(now, rank, delivered, ordered, stable, load, failures),
+            Msg::Unreliable { seq, data } => {
+                if self.flushing.is_some() && self.coordinator.is_none() {
+                    // Still delivered: the unreliable channel makes no view promise.
+                }
+                if let Some(view) = self.view.as_ref().map(|v| v.id) {
+                    self.delivered_unreliable += 1;
+                    self.events.push_back(GroupEvent::Deliver {
+                        channel: Channel::Unreliable,
+                        sender: sender.id,
+                        view,
+                        seq,
+                        order: None,
+                        data,
+                    });
+                }
+            }
+            Msg::Submit { seq, data } => self.on_submit(now, rank, seq, data),
+            Msg::Ordered {
+                order,
+                sender: s,
+                seq,
+                data,
+            } => self.on_ordered(now, rank, order, s, seq, data),
+            Msg::Nak { from: lo, to } => self.on_nak(now, rank, lo, to),
+            Msg::Flush {
+                proposal,
+                survivors,
+            } => self.on_flush(now, rank, proposal, survivors),
+            Msg::FlushOk {
+                proposal,
+                delivered,
+                next_seq,
+                pending,
+            } => self.on_flush_ok(now, rank, proposal, delivered, next_seq, pending),
+            Msg::Install(install) => self.on_install(now, rank, install),
+            Msg::InstallAck => {
+                if let Some(a) = self.announce.as_mut() {
+                    a.unacked.retain(|(m, _)| m.id != sender.id);
+                }
+            }
+            Msg::Leave => {
+                if self.is_leader() {
+                    if !self.change_wanted.iter().any(|(m, _)| *m == sender.id) {
+                        self.change_wanted.push((sender.id, RemovalReason::Left));
+                    }
+                    self.maybe_start_change(now);
+                }
+            }
+            Msg::RekeyRequest => {
+                if self.is_leader() {
+                    self.rekey_wanted.get_or_insert(now);
+                    self.maybe_start_change(now);
+                }
+            }
+        }
+    }
+
+    fn handle_old_msg(&mut self, now: Timestamp, i: usize, from: SocketAddr, rank: u16, msg: Msg) {
+        let view = self.old_views[i].view.clone();
+        let Some(sender) = view.members.get(usize::from(rank)).copied() else {
+            self.counters.count(Drop::Unexpected);
+            return;
+        };
+        if sender.id == self.id {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        match msg {
+            Msg::Nak { from: lo, to } => {
+                let end = to.min(lo.saturating_add(NAK_BATCH));
+                let answers: Vec<(u64, OrderedMsg)> = self.old_views[i]
+                    .log
+                    .range(lo..end)
+                    .map(|(o, m)| (*o, m.clone()))
+                    .collect();
+                for (order, m) in answers {
+                    let msg = Msg::Ordered {
+                        order,
+                        sender: m.sender,
+                        seq: m.seq,
+                        data: m.data,
+                    };
+                    self.send_msg_old(view.id, from, &msg);
+                }
+            }
+            Msg::Unreliable { seq, data } => {
+                self.delivered_unreliable += 1;
+                self.events.push_back(GroupEvent::Deliver {
+                    channel: Channel::Unreliable,
+                    sender: sender.id,
+                    view: view.id,
+                    seq,
+                    order: None,
+                    data,
+                });
+            }
+            // A resent Install of the view we already have: the ack was lost.
+            Msg::Install(install) if self.view.as_ref().is_some_and(|v| v.id == install.view) => {
+                self.ack_install(&install);
+            }
+            Msg::Install(_) => {}
+            Msg::Leave | Msg::RekeyRequest => {
+                // Sent before the member saw the new view; it will ask again.
+            }
+            _ => {
+                // Heartbeats, flushes and ordering of a finished view: ignore quietly.
+            }
+        }
+        let _ = now;
+    }
+
+    // ---------------------------------------------------------------- reliable channel
+
+    fn submit_pending(&mut self, now: Timestamp) {
+        if self.flushing.is_some() || self.coordinator.is_some() || self.view.is_none() {
+            return;
+        }
+        if self.is_leader() {
+            let expected = self
+                .sequencer
+                .as_ref()
+                .map_or(0, |s| s.expected[usize::from(self.rank)]);
+            let due: Vec<(u64, Vec<u8>)> = self
+                .pending
+                .iter()
+                .filter(|p| p.seq >= expected)
+                .map(|p| (p.seq, p.data.clone()))
+                .collect();
+            let rank = self.rank;
+            for (seq, data) in due {
+                self.on_submit(now, rank, seq, data);
+            }
+            return;
+        }
+        let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) else {
+            return;
+        };
+        let resend = self.config.heartbeat_interval;
+        let due: Vec<(u64, Vec<u8>)> = self
+            .pending
+            .iter_mut()
+            .filter(|p| {
+                p.sent_at
+                    .is_none_or(|t| now.saturating_duration_since(t) >= resend)
+            })
+            .map(|p| {
+                p.sent_at = Some(now);
+                (p.seq, p.data.clone())
+            })
+            .collect();
+        for (seq, data) in due {
+            self.send_msg(leader, &Msg::Submit { seq, data });
+        }
+    }
+
+    fn on_submit(&mut self, now: Timestamp, rank: u16, seq: u64, data: Vec<u8>) {
+        if self.coordinator.is_some() || self.flushing.is_some() {
+            return;
+        }
+        let backlog = self.config.backlog_limit as u64;
+        let window = self.config.send_window as u64;
+        let Some(s) = self.sequencer.as_mut() else {
+            self.counters.count(Drop::Unexpected);
+            return;
+        };
+        let r = usize::from(rank);
+        if seq < s.expected[r] {
+            return; // already ordered
+        }
+        if seq > s.expected[r] {
+            if seq - s.expected[r] <= window {
+                s.early[r].insert(seq, data);
+            }
+            return;
+        }
+        if s.next_order.saturating_sub(self.stable) >= backlog {
+            // Full backlog: the laggards go with the next view change; the sender retries.
+            self.check_lagging(now);
+            return;
+        }
+        let mut batch = vec![(seq, data)];
+        s.expected[r] += 1;
+        while let Some(d) = s.early[r].remove(&s.expected[r]) {
+            batch.push((s.expected[r], d));
+            s.expected[r] += 1;
+        }
+        for (seq, data) in batch {
+            self.order(now, rank, seq, data);
+        }
+    }
+
+    /// Sequencer: gives a message its position and sends it to everyone.
+    fn order(&mut self, now: Timestamp, sender: u16, seq: u64, data: Vec<u8>) {
+        let Some(s) = self.sequencer.as_mut() else {
+            return;
+        };
+        let order = s.next_order;
+        s.next_order += 1;
+        let msg = Msg::Ordered {
+            order,
+            sender,
+            seq,
+            data,
+        };
+        self.broadcast(&msg);
+        if let Msg::Ordered { data, .. } = msg {
+            self.log.insert(order, OrderedMsg { sender, seq, data });
+        }
+        self.deliver_ready(now);
+    }
+
+    fn on_ordered(
+        &mut self,
+        now: Timestamp,
+        from_rank: u16,
+        order: u64,
+        sender: u16,
+        seq: u64,
+        data: Vec<u8>,
+    ) {
+        // Accept ordering only from the sequencer, or during a flush from the coordinator
+        // or from the survivor the coordinator is fetching from.
+        let allowed = match (&self.flushing, &self.coordinator) {
+            (_, Some(c)) => matches!(c.phase, Phase::Fetch { from, .. } if from == from_rank),
+            (Some(f), None) => f.coordinator == from_rank,
+            (None, None) => from_rank == 0,
+        };
+        if !allowed {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let members = self.view.as_ref().map_or(0, |v| v.members.len());
+        if usize::from(sender) >= members {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        if order < self.delivered || order >= self.delivered + self.config.backlog_limit as u64 {
+            return;
+        }
+        self.log
+            .entry(order)
+            .or_insert(OrderedMsg { sender, seq, data });
+        if self.flushing.is_some() || self.coordinator.is_some() {
+            self.progress_flush(now);
+            return;
+        }
+        self.deliver_ready(now);
+        if self.log.range(self.delivered..).next().is_some() {
+            self.nak_gap(now, None);
+        }
+    }
+
+    /// Delivers contiguous positions from the log (not during a view change).
+    fn deliver_ready(&mut self, now: Timestamp) {
+        if self.flushing.is_some() || self.coordinator.is_some() {
+            return;
+        }
+        self.deliver_up_to(u64::MAX);
+        let _ = now;
+        if self.delivered >= self.last_ack_sent + (self.config.backlog_limit as u64 / 4).max(1) {
+            self.send_heartbeat(now);
+        }
+    }
+
+    fn deliver_up_to(&mut self, limit: u64) {
+        let Some(view) = self.view.as_ref() else {
+            return;
+        };
+        let view_id = view.id;
+        while self.delivered < limit {
+            let Some(m) = self.log.get(&self.delivered) else {
+                break;
+            };
+            let Some(sender) = self
+                .view
+                .as_ref()
+                .and_then(|v| v.members.get(usize::from(m.sender)))
+            else {
+                break;
+            };
+            let (sender_id, seq, data) = (sender.id, m.seq, m.data.clone());
+            let order = self.delivered;
+            self.delivered += 1;
+            self.delivered_reliable += 1;
+            if sender_id == self.id {
+                while self.pending.front().is_some_and(|p| p.seq <= seq) {
+                    self.pending.pop_front();
+                }
+            }
+            self.events.push_back(GroupEvent::Deliver {
+                channel: Channel::Reliable,
+                sender: sender_id,
+                view: view_id,
+                seq,
+                order: Some(order),
+                data,
+            });
+        }
+    }
+
+    fn nak_gap(&mut self, now: Timestamp, known_end: Option<u64>) {
+        if self.is_leader() {
+            return;
+        }
+        let half = self.config.heartbeat_interval / 2;
+        if self
+            .last_nak
+            .is_some_and(|t| now.saturating_duration_since(t) < half)
+        {
+            return;
+        }
+        let next_have = self.log.range(self.delivered..).next().map(|(o, _)| *o);
+        let to = match (next_have, known_end) {
+            (Some(a), _) => a,
+            (None, Some(b)) => b,
+            (None, None) => return,
+        };
+        if to <= self.delivered {
+            return;
+        }
+        self.last_nak = Some(now);
+        let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) else {
+            return;
+        };
+        let msg = Msg::Nak {
+            from: self.delivered,
+            to,
+        };
+        self.send_msg(leader, &msg);
+    }
+
+    fn on_nak(&mut self, _now: Timestamp, rank: u16, lo: u64, to: u64) {
+        let Some(dest) = self.member_at(rank) else {
+            return;
+        };
+        // A NAK below the stable point is stale (the member acknowledged more since): every
+        // member's acknowledgement is at or above it. Lagging is detected by the backlog.
+        let end = to.min(lo.saturating_add(NAK_BATCH));
+        let answers: Vec<(u64, OrderedMsg)> = self
+            .log
+            .range(lo..end)
+            .map(|(o, m)| (*o, m.clone()))
+            .collect();
+        for (order, m) in answers {
+            let msg = Msg::Ordered {
+                order,
+                sender: m.sender,
+                seq: m.seq,
+                data: m.data,
+            };
+            self.send_msg(dest.addr, &msg);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_heartbeat(
+        &mut self,
+        now: Timestamp,
+        rank: u16,
+        delivered: u64,
+        ordered: u64,
+        stable: u64,
+        load: u8,
+        failures: u64,
+    ) {
+        if let Some(s) = self.sequencer.as_mut() {
+            let r = usize::from(rank);
+            s.acked[r] = s.acked[r].max(delivered.min(s.next_order));
+            s.loads[r] = (load, failures);
+            let my = usize::from(self.rank);
+            s.acked[my] = self.delivered;
+            let stable = s.acked.iter().copied().min().unwrap_or(0);
+            if stable > self.stable {
+                self.stable = stable;
+                self.log = self.log.split_off(&stable);
+            }
+            return;
+        }
+        if rank != 0 {
+            return;
+        }
+        // From the leader.
+        if self.flushing.is_none() && self.coordinator.is_none() {
+            let stable = stable.min(self.delivered);
+            if stable > self.stable {
+                self.stable = stable;
+                self.log = self.log.split_off(&stable);
+            }
+            if ordered > self.delivered && self.delivered == self.delivered_at_leader_heartbeat {
+                self.nak_gap(now, Some(ordered));
+            }
+            self.delivered_at_leader_heartbeat = self.delivered;
+        }
+        self.observe_feedback(now, load, failures);
+    }
+
+    fn observe_feedback(&mut self, now: Timestamp, load: u8, failures: u64) {
+        let local_failures = self.keys.as_ref().map_or(0, |k| k.failures());
+        let local_load = self.load;
+        if let Some(c) = self.controller.as_mut() {
+            let _ = c.observe(&Observation {
+                now,
+                local_load,
+                local_auth_failures: local_failures,
+                receiver: Some(ReceiverFeedback {
+                    load: f32::from(load) / 255.0,
+                    auth_failures: failures,
+                }),
+            });
+        }
+    }
+
+    fn check_lagging(&mut self, now: Timestamp) {
+        let Some(s) = self.sequencer.as_ref() else {
+            return;
+        };
+        let backlog = self.config.backlog_limit as u64;
+        if s.next_order.saturating_sub(self.stable) < backlog {
+            return;
+        }
+        let my = usize::from(self.rank);
+        let lagging: Vec<MemberId> = s
+            .acked
+            .iter()
+            .enumerate()
+            .filter(|(r, a)| *r != my && s.next_order.saturating_sub(**a) >= backlog)
+            .filter_map(|(r, _)| self.member_at(r as u16).map(|m| m.id))
+            .collect();
+        for id in lagging {
+            if !self.change_wanted.iter().any(|(m, _)| *m == id) {
+                self.change_wanted.push((id, RemovalReason::Lagged));
+            }
+        }
+        self.maybe_start_change(now);
+    }
+
+    fn send_heartbeat(&mut self, now: Timestamp) {
+        let load = (self.load * 255.0) as u8;
+        let failures = self.keys.as_ref().map_or(0, |k| k.failures());
+        if let Some(s) = self.sequencer.as_mut() {
+            let my = usize::from(self.rank);
+            s.acked[my] = self.delivered;
+            let stable = s.acked.iter().copied().min().unwrap_or(0);
+            if stable > self.stable {
+                self.stable = stable;
+                self.log = self.log.split_off(&stable);
+            }
+            let (max_load, sum_failures) = s.loads.iter().fold((0u8, 0u64), |(l, f), (ml, mf)| {
+                (l.max(*ml), f.saturating_add(*mf))
+            });
+            let msg = Msg::Heartbeat {
+                delivered: self.delivered,
+                ordered: s.next_order,
+                stable,
+                load: max_load.max(load),
+                failures: sum_failures,
+            };
+            self.broadcast(&msg);
+            self.observe_feedback(now, max_load, sum_failures);
+        } else if let Some(view) = self.view.as_ref() {
+            let to = match self.flushing.as_ref() {
+                Some(f) => view.members.get(usize::from(f.coordinator)).map(|m| m.addr),
+                None => Some(view.leader().addr),
+            };
+            let msg = Msg::Heartbeat {
+                delivered: self.delivered,
+                ordered: 0,
+                stable: 0,
+                load,
+                failures,
+            };
+            if let Some(to) = to {
+                self.send_msg(to, &msg);
+            }
+        }
+        self.last_ack_sent = self.delivered;
+    }
+
+    // ---------------------------------------------------------------- view changes
+
+    /// Leader: starts a view change if one is wanted and none is running.
+    fn maybe_start_change(&mut self, now: Timestamp) {
+        if !self.is_leader() || self.coordinator.is_some() || self.flushing.is_some() {
+            return;
+        }
+        let period_due = self
+            .config
+            .rekey_policy
+            .period
+            .is_some_and(|p| now.saturating_duration_since(self.last_rekey) >= p);
+        if let Some(view) = self.view.as_ref() {
+            let incarnations = &self.incarnations;
+            self.joiners_wanted.retain(|(m, _, inc)| {
+                view.rank_of(&m.id)
+                    .is_none_or(|r| incarnations.get(r) != Some(inc))
+            });
+        }
+        if self.change_wanted.is_empty()
+            && self.joiners_wanted.is_empty()
+            && self.rekey_wanted.is_none()
+            && !period_due
+        {
+            return;
+        }
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        let removed = std::mem::take(&mut self.change_wanted);
+        let mut joiners = std::mem::take(&mut self.joiners_wanted);
+        // Requests from members already in the view with the same incarnation are stale.
+        joiners.retain(|(m, _, inc)| {
+            view.rank_of(&m.id)
+                .is_none_or(|r| self.incarnations.get(r) != Some(inc))
+        });
+        let survivors: Vec<u16> = (0..view.members.len() as u16)
+            .filter(|r| {
+                !removed
+                    .iter()
+                    .any(|(m, _)| view.members[usize::from(*r)].id == *m)
+            })
+            .collect();
+        let membership_changes = !removed.is_empty() || !joiners.is_empty();
+        let rekey = self.rekey_wanted.is_some()
+            || period_due
+            || (membership_changes && self.config.rekey_policy.on_membership_change);
+        let started = self.rekey_wanted.take().unwrap_or(now);
+        self.start_coordinating(
+            now,
+            Change {
+                survivors,
+                joiners,
+                removed,
+                rekey,
+                started,
+                merge_into: None,
+            },
+        );
+    }
+
+    fn start_coordinating(&mut self, now: Timestamp, change: Change) {
+        let Change {
+            survivors,
+            joiners,
+            removed,
+            rekey,
+            started,
+            merge_into,
+        } = change;
+        let proposal = self.next_proposal();
+        // The coordinator takes part in its own flush: it drops ordering it has not
+        // delivered (only the flush decides what the view delivers from here).
+        self.log = self.log.split_off(&self.stable);
+        let delivered = self.delivered;
+        self.log.retain(|o, _| *o < delivered);
+        self.flushing = None;
+        let mut answers = BTreeMap::new();
+        if survivors.contains(&self.rank) {
+            answers.insert(
+                self.rank,
+                FlushAnswer {
+                    delivered: self.delivered,
+                    next_seq: self.next_reliable,
+                    pending: self
+                        .pending
+                        .iter()
+                        .map(|p| (p.seq, p.data.clone()))
+                        .collect(),
+                },
+            );
+        }
+        self.coordinator = Some(Coordinator {
+            proposal,
+            survivors: survivors.clone(),
+            joiners,
+            removed,
+            answers,
+            phase: Phase::Collect,
+            rekey,
+            new_key: None,
+            tree_holders: BTreeSet::new(),
+            merge_into,
+            started,
+            deadline: now.saturating_add(self.config.flush_timeout),
+            resend_at: now,
+            final_order: 0,
+        });
+        self.progress_flush(now);
+    }
+
+    fn send_flush(&mut self, now: Timestamp) {
+        let Some(c) = self.coordinator.as_mut() else {
+            return;
+        };
+        c.resend_at = now.saturating_add(self.config.flush_timeout / 4);
+        let msg = Msg::Flush {
+            proposal: c.proposal,
+            survivors: c.survivors.clone(),
+        };
+        let missing: Vec<u16> = c
+            .survivors
+            .iter()
+            .copied()
+            .filter(|r| !c.answers.contains_key(r))
+            .collect();
+        for r in missing {
+            if let Some(m) = self.member_at(r) {
+                self.send_msg(m.addr, &msg);
+            }
+        }
+    }
+
+    fn on_flush(&mut self, now: Timestamp, rank: u16, proposal: ViewId, survivors: Vec<u16>) {
+        if proposal.coordinator != self.member_at(rank).map(|m| m.id).unwrap_or(self.id) {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        if !survivors.contains(&self.rank) {
+            return;
+        }
+        let current = self
+            .flushing
+            .as_ref()
+            .map(|f| f.proposal)
+            .or(self.coordinator.as_ref().map(|c| c.proposal));
+        if current.is_some_and(|p| proposal < p) {
+            return;
+        }
+        if self.view.as_ref().is_some_and(|v| proposal <= v.id) {
+            return;
+        }
+        if current != Some(proposal) {
+            // A newer view change: join it (abandoning ours, if we coordinated one; what we
+            // wanted to change is asked again in the next view).
+            if let Some(c) = self.coordinator.take() {
+                self.change_wanted.extend(c.removed);
+                self.joiners_wanted.extend(c.joiners);
+            }
+            self.highest_proposal =
+                Some(self.highest_proposal.map_or(proposal, |h| h.max(proposal)));
+            self.log = self.log.split_off(&self.stable);
+            let delivered = self.delivered;
+            self.log.retain(|o, _| *o < delivered);
+            self.flushing = Some(Flushing {
+                proposal,
+                coordinator: rank,
+                install: None,
+                last_nak: None,
+            });
+        }
+        self.leader_heard = now;
+        let msg = Msg::FlushOk {
+            proposal,
+            delivered: self.delivered,
+            next_seq: self.next_reliable,
+            pending: self
+                .pending
+                .iter()
+                .map(|p| (p.seq, p.data.clone()))
+                .collect(),
+        };
+        if let Some(m) = self.member_at(rank) {
+            self.send_msg(m.addr, &msg);
+        }
+    }
+
+    fn on_flush_ok(
+        &mut self,
+        now: Timestamp,
+        rank: u16,
+        proposal: ViewId,
+        delivered: u64,
+        next_seq: u64,
+        pending: Vec<(u64, Vec<u8>)>,
+    ) {
+        let Some(c) = self.coordinator.as_mut() else {
+            return;
+        };
+        if c.proposal != proposal || !c.survivors.contains(&rank) || c.phase != Phase::Collect {
+            return;
+        }
+        c.answers.insert(
+            rank,
+            FlushAnswer {
+                delivered,
+                next_seq,
+                pending,
+            },
+        );
+        self.progress_flush(now);
+    }
+
+    /// Moves the coordinated view change forward as far as it can go now.
+    fn progress_flush(&mut self, now: Timestamp) {
+        // Participant waiting for positions before installing.
+        if let Some(f) = self.flushing.as_mut() {
+            if let Some(install) = f.install.clone() {
+                let final_order = install.final_order;
+                let have_all = (self.delivered..final_order).all(|o| self.log.contains_key(&o));
+                if have_all {
+                    self.finish_participant_install(now, install);
+                } else if f.last_nak.is_none_or(|t| {
+                    now.saturating_duration_since(t) >= self.config.heartbeat_interval / 2
+                }) {
+                    f.last_nak = Some(now);
+                    let coord = f.coordinator;
+                    let from = (self.delivered..final_order)
+                        .find(|o| !self.log.contains_key(o))
+                        .unwrap_or(self.delivered);
+                    if let Some(m) = self.member_at(coord) {
+                        self.send_msg(
+                            m.addr,
+                            &Msg::Nak {
+                                from,
+                                to: final_order,
+                            },
+                        );
+                    }
+                }
+            }
+            return;
+        }
+        let Some(c) = self.coordinator.as_ref() else {
+            return;
+        };
+        match c.phase {
+            Phase::Collect => {
+                if c.survivors.iter().all(|r| c.answers.contains_key(r)) {
+                    let (holder, target) = c
+                        .answers
+                        .iter()
+                        .map(|(r, a)| (*r, a.delivered))
+                        .max_by_key(|(_, d)| *d)
+                        .unwrap_or((self.rank, self.delivered));
+                    if let Some(c) = self.coordinator.as_mut() {
+                        c.phase = Phase::Fetch {
+                            target,
+                            from: holder,
+                        };
+                    }
+                    self.progress_flush(now);
+                } else if now >= c.resend_at {
+                    self.send_flush(now);
+                }
+            }
+            Phase::Fetch { target, from } => {
+                let missing = (self.delivered..target).find(|o| !self.log.contains_key(o));
+                match missing {
+                    None => {
+                        self.append_pending(target);
+                        self.start_key_phase(now);
+                    }
+                    Some(lo) => {
+                        if now >= c.resend_at {
+                            if let Some(c) = self.coordinator.as_mut() {
+                                c.resend_at =
+                                    now.saturating_add(self.config.heartbeat_interval / 2);
+                            }
+                            if let Some(m) = self.member_at(from) {
+                                self.send_msg(
+                                    m.addr,
+                                    &Msg::Nak {
+                                        from: lo,
+                                        to: target,
+                                    },
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            Phase::Pairing => {
+                let new_ids: Vec<(MemberId, SocketAddr)> =
+                    self.new_members().iter().map(|m| (m.id, m.addr)).collect();
+                let missing: Vec<(MemberId, SocketAddr)> = new_ids
+                    .into_iter()
+                    .filter(|(id, _)| *id != self.id && self.pairs.pair_key(id).is_none())
+                    .collect();
+                if missing.is_empty() {
+                    self.send_install(now);
+                } else if now >= c.resend_at {
+                    if let Some(c) = self.coordinator.as_mut() {
+                        c.resend_at = now.saturating_add(self.config.flush_timeout / 4);
+                    }
+                    for (id, addr) in missing {
+                        self.send_pair(now, addr, Some(id), &PairMsg::Ping);
+                    }
+                }
+            }
+            Phase::Tree => {
+                let new_ids: Vec<MemberId> = self.tree_members().iter().map(|m| m.id).collect();
+                if new_ids
+                    .iter()
+                    .all(|id| *id == self.id || c.tree_holders.contains(id))
+                {
+                    self.send_install(now);
+                } else if now >= c.resend_at {
+                    // Key shares travel as datagrams: send again to the children that have
+                    // not answered (each forwards again to its own).
+                    self.send_tree_shares(now);
+                }
+            }
+        }
+    }
+
+    /// Appends the survivors' pending messages (not yet ordered) after `target`.
+    fn append_pending(&mut self, target: u64) {
+        let Some(c) = self.coordinator.as_mut() else {
+            return;
+        };
+        let mut order = target;
+        let mut ordered_seqs: HashMap<u16, u64> = HashMap::new();
+        for m in self.log.values() {
+            let e = ordered_seqs.entry(m.sender).or_insert(0);
+            *e = (*e).max(m.seq + 1);
+        }
+        let mut appended = Vec::new();
+        for (rank, answer) in c.answers.iter() {
+            let done = ordered_seqs.get(rank).copied().unwrap_or(0);
+            for (seq, data) in &answer.pending {
+                if *seq >= done && *seq < answer.next_seq {
+                    appended.push((
+                        order,
+                        OrderedMsg {
+                            sender: *rank,
+                            seq: *seq,
+                            data: data.clone(),
+                        },
+                    ));
+                    order += 1;
+                }
+            }
+        }
+        c.final_order = order;
+        let targets: Vec<u16> = c.survivors.clone();
+        for (o, m) in appended {
+            let msg = Msg::Ordered {
+                order: o,
+                sender: m.sender,
+                seq: m.seq,
+                data: m.data.clone(),
+            };
+            self.log.insert(o, m);
+            for r in &targets {
+                if *r != self.rank {
+                    if let Some(mm) = self.member_at(*r) {
+                        self.send_msg(mm.addr, &msg);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next view's members, by rank: survivors in their old order, then joiners.
+    fn new_members(&self) -> Vec<Member> {
+        let Some(c) = self.coordinator.as_ref() else {
+            return Vec::new();
+        };
+        let mut members: Vec<Member> = c
+            .survivors
+            .iter()
+            .filter_map(|r| self.member_at(*r))
+            .collect();
+        for (j, _, _) in &c.joiners {
+            if !members.iter().any(|m| m.id == j.id) {
+                members.push(*j);
+            }
+        }
+        members
+    }
+
+    /// The members a tree rekey reaches: the surviving members other than the coordinator.
+    /// Joiners get the key in their Welcome, over their pair channel with the coordinator.
+    fn tree_members(&self) -> Vec<Member> {
+        let Some(c) = self.coordinator.as_ref() else {
+            return Vec::new();
+        };
+        c.survivors
+            .iter()
+            .filter(|r| **r != self.rank)
+            .filter_map(|r| self.member_at(*r))
+            .collect()
+    }
+
+    fn start_key_phase(&mut self, now: Timestamp) {
+        let rekey = self.coordinator.as_ref().is_some_and(|c| c.rekey);
+        if !rekey {
+            self.send_install(now);
+            return;
+        }
+        let epoch = self.group_key.as_ref().map_or(0, |k| k.epoch) + 1;
+        let key = self.fresh_key(epoch);
+        match self.config.rekey_method {
+            RekeyMethod::OneMessage => {
+                if let Some(c) = self.coordinator.as_mut() {
+                    c.new_key = Some(key);
+                    c.phase = Phase::Pairing;
+                    c.resend_at = now;
+                    c.deadline = now.saturating_add(self.config.flush_timeout);
+                }
+                self.progress_flush(now);
+            }
+            RekeyMethod::Tree { .. } => {
+                if let Some(c) = self.coordinator.as_mut() {
+                    c.new_key = Some(key);
+                    c.phase = Phase::Tree;
+                    c.tree_holders.clear();
+                    c.resend_at = now;
+                    c.deadline = now.saturating_add(self.config.flush_timeout);
+                }
+                self.progress_flush(now);
+            }
+        }
+    }
+
+    /// Coordinator: sends the fresh key to its tree children that do not hold it yet.
+    fn send_tree_shares(&mut self, now: Timestamp) {
+        let RekeyMethod::Tree { degree } = self.config.rekey_method else {
+            return;
+        };
+        let members = self.tree_members();
+        let Some(c) = self.coordinator.as_mut() else {
+            return;
+        };
+        c.resend_at = now.saturating_add(self.config.flush_timeout / 4);
+        let Some(key) = c.new_key.as_ref() else {
+            return;
+        };
+        let (proposal, epoch, key) = (c.proposal, key.epoch, Zeroizing::new(key.expose().to_vec()));
+        let holders = c.tree_holders.clone();
+        for (child, below) in split_tree(&members, degree) {
+            if holders.contains(&child.id) && below.iter().all(|m| holders.contains(&m.id)) {
+                continue;
+            }
+            let share = PairMsg::KeyShare {
+                proposal,
+                key_epoch: epoch,
+                key: key.clone(),
+                below,
+                degree: degree as u16,
+            };
+            self.send_pair(now, child.addr, Some(child.id), &share);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_key_share(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        addr: SocketAddr,
+        proposal: ViewId,
+        key_epoch: u64,
+        key: Zeroizing<Vec<u8>>,
+        below: Vec<Member>,
+        degree: u16,
+    ) {
+        // Only the proposal's coordinator or a member of the current view (a tree parent)
+        // may hand out keys, and only for a proposal this member is flushing for.
+        let in_view = self.view.as_ref().is_some_and(|v| v.contains(&peer));
+        let expected = self
+            .flushing
+            .as_ref()
+            .is_some_and(|f| f.proposal == proposal);
+        if key.len() != GROUP_KEY_LEN || !in_view || !expected || degree == 0 {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        if self.tree_key.as_ref().is_some_and(|(p, _)| *p == proposal) {
+            // A resent share: forward again to children that did not answer, or repeat the
+            // acknowledgement.
+            match self.tree_wait.as_ref() {
+                Some(t) => {
+                    let holders = t.holders.clone();
+                    for (child, sub) in split_tree(&below, usize::from(degree)) {
+                        if holders.contains(&child.id) {
+                            continue;
+                        }
+                        let share = PairMsg::KeyShare {
+                            proposal,
+                            key_epoch,
+                            key: key.clone(),
+                            below: sub,
+                            degree,
+                        };
+                        self.send_pair(now, child.addr, Some(child.id), &share);
+                    }
+                }
+                None => {
+                    if let Some((p, holders)) = self.tree_acked.clone() {
+                        if p == proposal {
+                            let ack = PairMsg::KeyAck { proposal, holders };
+                            self.send_pair(now, addr, Some(peer), &ack);
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        let group_key = GroupKey::new(key_epoch, Secret::from_slice(&key));
+        let children = split_tree(&below, usize::from(degree));
+        for (child, sub) in &children {
+            let share = PairMsg::KeyShare {
+                proposal,
+                key_epoch,
+                key: key.clone(),
+                below: sub.clone(),
+                degree,
+            };
+            self.send_pair(now, child.addr, Some(child.id), &share);
+        }
+        self.tree_key = Some((proposal, group_key));
+        let mut holders = BTreeSet::new();
+        holders.insert(self.id);
+        self.tree_wait = Some(TreeWait {
+            proposal,
+            parent: addr,
+            parent_id: peer,
+            children: children.iter().map(|(c, _)| c.id).collect(),
+            holders,
+            deadline: now.saturating_add(self.config.flush_timeout / 2),
+        });
+        self.progress_tree(now, false);
+    }
+
+    fn on_key_ack(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        proposal: ViewId,
+        holders: Vec<MemberId>,
+    ) {
+        if let Some(c) = self.coordinator.as_mut() {
+            if c.proposal == proposal && c.phase == Phase::Tree {
+                c.tree_holders.insert(peer);
+                c.tree_holders.extend(holders);
+                self.progress_flush(now);
+                return;
+            }
+        }
+        if let Some(t) = self.tree_wait.as_mut() {
+            if t.proposal == proposal && t.children.contains(&peer) {
+                t.holders.insert(peer);
+                t.holders.extend(holders);
+                self.progress_tree(now, false);
+            }
+        }
+    }
+
+    /// A tree node acknowledges up once all children answered (or at its deadline, with
+    /// those that did).
+    fn progress_tree(&mut self, now: Timestamp, timed_out: bool) {
+        let Some(t) = self.tree_wait.as_ref() else {
+            return;
+        };
+        let complete = t.children.iter().all(|c| t.holders.contains(c));
+        if complete || timed_out || now >= t.deadline {
+            let ack = PairMsg::KeyAck {
+                proposal: t.proposal,
+                holders: t.holders.iter().copied().collect(),
+            };
+            let (parent, parent_id) = (t.parent, t.parent_id);
+            self.tree_acked = Some((t.proposal, t.holders.iter().copied().collect()));
+            self.tree_wait = None;
+            self.send_pair(now, parent, Some(parent_id), &ack);
+        }
+    }
+
+    /// The coordinator sends Install to survivors (old keys) and Welcome to joiners (pair
+    /// channels), then installs the view itself.
+    fn send_install(&mut self, now: Timestamp) {
+        let members = self.new_members();
+        let Some(c) = self.coordinator.take() else {
+            return;
+        };
+        let old_epoch = self.group_key.as_ref().map_or(0, |k| k.epoch);
+        let key_epoch = if c.rekey { old_epoch + 1 } else { old_epoch };
+        let next_seqs: Vec<u64> = members
+            .iter()
+            .map(|m| {
+                if let Some(r) = self.view.as_ref().and_then(|v| v.rank_of(&m.id)) {
+                    if let Some(a) = c.answers.get(&(r as u16)) {
+                        return a.next_seq;
+                    }
+                }
+                c.joiners
+                    .iter()
+                    .find(|(j, _, _)| j.id == m.id)
+                    .map_or(0, |(_, s, _)| *s)
+            })
+            .collect();
+        let incarnations: Vec<u64> = members
+            .iter()
+            .map(|m| {
+                if let Some(j) = c.joiners.iter().find(|(j, _, _)| j.id == m.id) {
+                    return j.2;
+                }
+                self.view
+                    .as_ref()
+                    .and_then(|v| v.rank_of(&m.id))
+                    .and_then(|r| self.incarnations.get(r).copied())
+                    .unwrap_or(0)
+            })
+            .collect();
+        let key = match (&c.new_key, self.config.rekey_method) {
+            (None, _) => KeyDelivery::Same,
+            (Some(k), RekeyMethod::Tree { .. }) => KeyDelivery::Tree(k.fingerprint(&self.provider)),
+            (Some(k), RekeyMethod::OneMessage) => {
+                let mut wraps = Vec::with_capacity(members.len());
+                for (r, m) in members.iter().enumerate() {
+                    if m.id == self.id {
+                        wraps.push(Vec::new());
+                        continue;
+                    }
+                    let wrapped = self
+                        .pairs
+                        .pair_key(&m.id)
+                        .and_then(|pk| {
+                            keys::wrap(&self.provider, pk.expose(), &c.proposal, r as u16, k).ok()
+                        })
+                        .unwrap_or_default();
+                    wraps.push(wrapped);
+                }
+                KeyDelivery::Wrapped(wraps)
+            }
+        };
+        let install = Box::new(Install {
+            view: c.proposal,
+            members: members.clone(),
+            next_seqs,
+            incarnations,
+            key_epoch,
+            final_order: c.final_order,
+            key,
+            merge_into: c.merge_into,
+            removed: c.removed.clone(),
+        });
+        let new_key = match c.new_key {
+            Some(k) => k,
+            None => match self.group_key.as_ref() {
+                Some(k) => k.duplicate(),
+                None => return,
+            },
+        };
+        let welcome_key = Zeroizing::new(new_key.expose().to_vec());
+        let mut unacked = Vec::new();
+        let mut told = Vec::new();
+        let old_members = self
+            .view
+            .as_ref()
+            .map(|v| v.members.clone())
+            .unwrap_or_default();
+        for m in &members {
+            if m.id == self.id {
+                continue;
+            }
+            let joiner = c.joiners.iter().any(|(j, _, _)| j.id == m.id);
+            unacked.push((*m, joiner));
+        }
+        for m in &old_members {
+            if m.id != self.id && !members.iter().any(|n| n.id == m.id) {
+                let why = c
+                    .removed
+                    .iter()
+                    .find(|(id, _)| *id == m.id)
+                    .map(|(_, r)| *r);
+                if matches!(why, Some(RemovalReason::Left | RemovalReason::Lagged)) {
+                    told.push(*m);
+                }
+            }
+        }
+        let old_view = self.view.as_ref().map(|v| v.id);
+        for (m, joiner) in &unacked {
+            if *joiner {
+                let w = PairMsg::Welcome {
+                    install: install.clone(),
+                    key: welcome_key.clone(),
+                };
+                self.send_pair(now, m.addr, Some(m.id), &w);
+            } else {
+                self.send_msg(m.addr, &Msg::Install(install.clone()));
+            }
+        }
+        for m in &told {
+            self.send_msg(m.addr, &Msg::Install(install.clone()));
+        }
+        if let Some(target) = c.merge_into {
+            self.deliver_up_to(install.final_order);
+            self.dissolve(now, target);
+            return;
+        }
+        let took = now.saturating_duration_since(c.started);
+        let removed = c.removed.clone();
+        let leaving_self = !members.iter().any(|m| m.id == self.id);
+        self.announce = Some(Announce {
+            view: install.view,
+            install: install.clone(),
+            welcome_key: Some(welcome_key),
+            unacked,
+            resend_at: now.saturating_add(self.config.flush_timeout / 4),
+            until: now.saturating_add(self.config.key_grace),
+        });
+        let _ = old_view;
+        if leaving_self {
+            self.leave_now(RemovalReason::Left);
+            return;
+        }
+        // The coordinator delivers what every survivor delivers before the new view.
+        self.deliver_up_to(install.final_order);
+        self.install_view(now, &install, new_key, Some((took, removed)));
+    }
+
+    fn on_install(&mut self, now: Timestamp, rank: u16, install: Box<Install>) {
+        let Some(coord) = self.member_at(rank) else {
+            return;
+        };
+        if install.view.coordinator != coord.id {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        if !install.members.iter().any(|m| m.id == self.id) {
+            // We were removed (left or lagged).
+            let reason = if self.leaving.is_some() {
+                RemovalReason::Left
+            } else {
+                RemovalReason::Lagged
+            };
+            if self
+                .flushing
+                .as_ref()
+                .is_some_and(|f| f.proposal == install.view)
+                || self.view.as_ref().is_some_and(|v| install.view > v.id)
+            {
+                self.leave_now(reason);
+            }
+            return;
+        }
+        let Some(f) = self.flushing.as_mut() else {
+            return;
+        };
+        if f.proposal != install.view || f.coordinator != rank {
+            return;
+        }
+        if f.install.is_none() {
+            f.install = Some(install);
+        }
+        self.progress_flush(now);
+    }
+
+    fn finish_participant_install(&mut self, now: Timestamp, install: Box<Install>) {
+        if let Some(target) = install.merge_into {
+            self.deliver_up_to(install.final_order);
+            self.dissolve(now, target);
+            return;
+        }
+        let coord_id = install.view.coordinator;
+        let my_rank = install.members.iter().position(|m| m.id == self.id);
+        let Some(my_rank) = my_rank else {
+            return;
+        };
+        let key = match &install.key {
+            KeyDelivery::Same => self.group_key.as_ref().map(|k| k.duplicate()),
+            KeyDelivery::Wrapped(wraps) => wraps.get(my_rank).and_then(|w| {
+                self.pairs.pair_key(&coord_id).and_then(|pk| {
+                    keys::unwrap(
+                        &self.provider,
+                        pk.expose(),
+                        &install.view,
+                        my_rank as u16,
+                        install.key_epoch,
+                        w,
+                    )
+                })
+            }),
+            KeyDelivery::Tree(fp) => match self.tree_key.as_ref() {
+                Some((p, k)) if *p == install.view && k.fingerprint(&self.provider) == *fp => {
+                    Some(k.duplicate())
+                }
+                _ => None,
+            },
+        };
+        let Some(key) = key else {
+            // The key did not arrive or did not authenticate: wait for a retransmission (the
+            // pair channel may still be coming up) or for the next view change.
+            if let Some(f) = self.flushing.as_mut() {
+                f.install = None;
+            }
+            return;
+        };
+        if key.epoch != install.key_epoch {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        self.deliver_up_to(install.final_order);
+        self.install_view(now, &install, key, None);
+        self.ack_install(&install);
+    }
+
+    /// Installs `install` with `key`: new keys, new log, events.
+    fn install_view(
+        &mut self,
+        now: Timestamp,
+        install: &Install,
+        key: GroupKey,
+        coordinated: Option<(Duration, Vec<(MemberId, RemovalReason)>)>,
+    ) {
+        let Some(rank) = install.members.iter().position(|m| m.id == self.id) else {
+            return;
+        };
+        let view = View {
+            id: install.view,
+            members: install.members.clone(),
+            key_epoch: install.key_epoch,
+        };
+        let keys = match ViewKeys::derive(
+            &self.provider,
+            &self.config.group,
+            &key,
+            view.id,
+            view.members.len(),
+            rank as u16,
+            &self.plan,
+        ) {
+            Ok(k) => k,
+            Err(_) => return,
+        };
+        // Keep the old view for its grace window.
+        if let (Some(old_view), Some(old_keys)) = (self.view.take(), self.keys.take()) {
+            let log = std::mem::take(&mut self.log);
+            self.old_views.push(OldView {
+                view: old_view.clone(),
+                keys: old_keys,
+                log,
+                expires: now.saturating_add(self.config.key_grace),
+            });
+            while self.old_views.len() > 2 {
+                self.old_views.remove(0);
+            }
+            let removed = install.removed.clone();
+            for m in &old_view.members {
+                if !view.contains(&m.id) {
+                    let reason = removed
+                        .iter()
+                        .find(|(id, _)| *id == m.id)
+                        .map_or(RemovalReason::Suspected, |(_, r)| *r);
+                    self.events.push_back(GroupEvent::Removed {
+                        member: m.id,
+                        reason,
+                    });
+                    self.pairs.forget(m.addr);
+                }
+            }
+        }
+        let rekeyed = self.group_key.as_ref().is_none_or(|k| k.epoch != key.epoch);
+        self.record_key(&key);
+        self.group_key = Some(key);
+        self.rank = rank as u16;
+        self.incarnations = install.incarnations.clone();
+        self.keys = Some(keys);
+        self.log = BTreeMap::new();
+        self.delivered = 0;
+        self.stable = 0;
+        self.last_ack_sent = 0;
+        self.last_nak = None;
+        self.delivered_at_leader_heartbeat = 0;
+        self.flushing = None;
+        self.tree_key = None;
+        self.tree_wait = None;
+        self.highest_proposal = Some(self.highest_proposal.map_or(view.id, |h| h.max(view.id)));
+        let next_own = install
+            .next_seqs
+            .get(rank)
+            .copied()
+            .unwrap_or(self.next_reliable);
+        self.pending.retain(|p| p.seq >= next_own);
+        for p in self.pending.iter_mut() {
+            p.sent_at = None;
+        }
+        self.next_reliable = self.next_reliable.max(next_own);
+        self.sequencer = if rank == 0 {
+            let n = view.members.len();
+            Some(Sequencer {
+                next_order: 0,
+                expected: install.next_seqs.clone(),
+                early: (0..n).map(|_| BTreeMap::new()).collect(),
+                acked: vec![0; n],
+                heard: vec![now; n],
+                loads: vec![(0, 0); n],
+            })
+        } else {
+            None
+        };
+        self.leader_heard = now;
+        self.next_heartbeat = now;
+        for m in &view.members {
+            if m.id != self.id {
+                self.known.insert(m.id, m.addr);
+            }
+        }
+        self.view = Some(view.clone());
+        self.events.push_back(GroupEvent::View(view.clone()));
+        if rekeyed {
+            self.last_rekey = now;
+            self.events.push_back(GroupEvent::Rekeyed {
+                key_epoch: view.key_epoch,
+                members: view.members.len(),
+                took: coordinated.as_ref().map(|(t, _)| *t),
+            });
+        }
+        self.submit_pending(now);
+        if self.leaving.is_some() && rank != 0 {
+            let leader = view.leader().addr;
+            self.send_msg(leader, &Msg::Leave);
+        } else if self.leaving.is_some() {
+            self.change_wanted.push((self.id, RemovalReason::Left));
+        }
+        self.maybe_start_change(now);
+    }
+
+    /// Leaves this component (after its final flush) to join the one led at `target`.
+    fn dissolve(&mut self, now: Timestamp, target: SocketAddr) {
+        self.forget_pairs();
+        self.view = None;
+        self.keys = None;
+        self.sequencer = None;
+        self.flushing = None;
+        self.coordinator = None;
+        self.announce = None;
+        self.log.clear();
+        self.old_views.clear();
+        for p in self.pending.iter_mut() {
+            p.sent_at = None;
+        }
+        self.incarnation = self.rng.next_u64();
+        let mut contacts = vec![target];
+        contacts.extend(self.contacts.iter().copied().filter(|c| *c != target));
+        self.joining = Some(Joining {
+            contacts,
+            started: now,
+            next_try: now,
+            not_in_group: BTreeSet::new(),
+            answered: false,
+            replied: BTreeSet::new(),
+            attempts: 0,
+        });
+        self.drive_join(now);
+    }
+
+    /// The leader looks for other components among the members it knows.
+    fn probe(&mut self, now: Timestamp) {
+        let Some(view) = self.view.as_ref() else {
+            return;
+        };
+        let mut targets: Vec<(SocketAddr, Option<MemberId>)> = self
+            .known
+            .iter()
+            .filter(|(id, _)| !view.contains(id))
+            .map(|(id, a)| (*a, Some(*id)))
+            .collect();
+        for c in &self.contacts {
+            if !view.members.iter().any(|m| m.addr == *c) && !targets.iter().any(|(a, _)| a == c) {
+                targets.push((*c, None));
+            }
+        }
+        for (addr, id) in targets {
+            self.send_pair(now, addr, id, &PairMsg::Probe);
+        }
+    }
+
+    fn on_probe_answer(
+        &mut self,
+        now: Timestamp,
+        size: u16,
+        leader: MemberId,
+        leader_addr: SocketAddr,
+    ) {
+        if !self.is_leader() || self.coordinator.is_some() || self.flushing.is_some() {
+            return;
+        }
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        if view.contains(&leader) || leader_addr == self.addr {
+            return;
+        }
+        // The smaller component yields; between equals, the one whose leader's key sorts
+        // higher. Both leaders compute the same answer.
+        let mine = (view.members.len() as u16, std::cmp::Reverse(self.id));
+        let theirs = (size, std::cmp::Reverse(leader));
+        if mine >= theirs {
+            return;
+        }
+        let survivors: Vec<u16> = (0..view.members.len() as u16).collect();
+        self.start_coordinating(
+            now,
+            Change {
+                survivors,
+                joiners: Vec::new(),
+                removed: Vec::new(),
+                rekey: false,
+                started: now,
+                merge_into: Some(leader_addr),
+            },
+        );
+    }
+
+    /// Tells the view's coordinator (under the new view's keys) that it is installed here.
+    fn ack_install(&mut self, install: &Install) {
+        let coordinator = install
+            .members
+            .iter()
+            .find(|m| m.id == install.view.coordinator)
+            .map(|m| m.addr);
+        if let Some(addr) = coordinator {
+            self.send_msg(addr, &Msg::InstallAck);
+        }
+    }
+
+    /// Drops the pair channels to every member this one knows (their ends may drop theirs
+    /// when they remove this member).
+    fn forget_pairs(&mut self) {
+        let addrs: Vec<SocketAddr> = self.known.values().copied().collect();
+        for a in addrs {
+            self.pairs.forget(a);
+        }
+    }
+
+    fn leave_now(&mut self, reason: RemovalReason) {
+        self.forget_pairs();
+        self.view = None;
+        self.keys = None;
+        self.group_key = None;
+        self.sequencer = None;
+        self.flushing = None;
+        self.coordinator = None;
+        self.pending.clear();
+        self.log.clear();
+        self.old_views.clear();
+        self.expelled = true;
+        self.events.push_back(GroupEvent::Expelled { reason });
+    }
+
+    // ---------------------------------------------------------------- timers
+
+    fn on_tick(&mut self, now: Timestamp) {
+        self.old_views.retain(|o| o.expires > now);
+        if let Some(a) = self.announce.as_ref() {
+            if now >= a.until || self.view.as_ref().is_none_or(|v| v.id != a.view) {
+                self.announce = None;
+            } else if now >= a.resend_at {
+                let a = self.announce.take();
+                if let Some(mut a) = a {
+                    a.resend_at = now.saturating_add(self.config.flush_timeout / 4);
+                    let old = self.old_views.last().map(|o| o.view.id);
+                    for (m, joiner) in a.unacked.clone() {
+                        if joiner {
+                            let w = PairMsg::Welcome {
+                                install: a.install.clone(),
+                                key: a.welcome_key.clone().unwrap_or_default(),
+                            };
+                            self.send_pair(now, m.addr, Some(m.id), &w);
+                        } else if let Some(old) = old {
+                            self.send_msg_old(old, m.addr, &Msg::Install(a.install.clone()));
+                        }
+                    }
+                    self.announce = Some(a);
+                }
+            }
+        }
+        if self.joining.is_some() {
+            self.drive_join(now);
+        }
+        if self.view.is_none() || self.expelled {
+            return;
+        }
+        if now >= self.next_heartbeat {
+            self.next_heartbeat = now.saturating_add(self.config.heartbeat_interval);
+            self.send_heartbeat(now);
+            self.submit_pending(now);
+            if let Some(l) = self.leaving {
+                if !self.is_leader()
+                    && now.saturating_duration_since(l) >= self.config.heartbeat_interval
+                {
+                    if let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) {
+                        self.send_msg(leader, &Msg::Leave);
+                    }
+                }
+            }
+        }
+        // The leader looks for other components now and then.
+        if self.is_leader() && now >= self.next_probe {
+            let jitter = Duration::from_millis(self.rng.next_u32() as u64 % 100);
+            self.next_probe = now
+                .saturating_add(self.config.suspect_timeout * 2)
+                .saturating_add(jitter);
+            if self.coordinator.is_none() {
+                self.probe(now);
+            }
+        }
+        // The leader suspects silent members.
+        if let Some(s) = self.sequencer.as_ref() {
+            if self.coordinator.is_none() && self.flushing.is_none() {
+                let timeout = self.config.suspect_timeout;
+                let my = usize::from(self.rank);
+                let silent: Vec<MemberId> = s
+                    .heard
+                    .iter()
+                    .enumerate()
+                    .filter(|(r, t)| *r != my && now.saturating_duration_since(**t) > timeout)
+                    .filter_map(|(r, _)| self.member_at(r as u16).map(|m| m.id))
+                    .collect();
+                for id in silent {
+                    if !self.change_wanted.iter().any(|(m, _)| *m == id) {
+                        self.change_wanted.push((id, RemovalReason::Suspected));
+                    }
+                }
+                self.check_lagging(now);
+                self.maybe_start_change(now);
+            }
+        }
+        // Coordinator: deadlines exclude the silent and start again.
+        if let Some(c) = self.coordinator.as_ref() {
+            if now >= c.deadline {
+                self.restart_flush(now);
+            } else {
+                self.progress_flush(now);
+            }
+        }
+        if self.flushing.is_some() {
+            self.progress_flush(now);
+        }
+        if let Some(t) = self.tree_wait.as_ref() {
+            if now >= t.deadline {
+                self.progress_tree(now, true);
+            }
+        }
+        // A member suspects the leader (or the coordinator it follows) and, when its turn
+        // comes by rank, takes over.
+        if !self.is_leader() && self.coordinator.is_none() {
+            let silence = now.saturating_duration_since(self.leader_heard);
+            let turn = self.config.suspect_timeout * u32::from(self.rank.max(1));
+            if silence > turn {
+                let Some(view) = self.view.clone() else {
+                    return;
+                };
+                let followed = self.flushing.as_ref().map_or(0, |f| f.coordinator);
+                let survivors: Vec<u16> = (0..view.members.len() as u16)
+                    .filter(|r| *r != 0 && *r != followed)
+                    .collect();
+                let mut removed = vec![(view.members[0].id, RemovalReason::Suspected)];
+                if followed != 0 {
+                    if let Some(m) = view.members.get(usize::from(followed)) {
+                        removed.push((m.id, RemovalReason::Suspected));
+                    }
+                }
+                let rekey = self.config.rekey_policy.on_membership_change;
+                self.start_coordinating(
+                    now,
+                    Change {
+                        survivors,
+                        joiners: Vec::new(),
+                        removed,
+                        rekey,
+                        started: now,
+                        merge_into: None,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The coordinator's deadline passed: exclude who did not answer, and start over.
+    fn restart_flush(&mut self, now: Timestamp) {
+        let Some(c) = self.coordinator.take() else {
+            return;
+        };
+        let silent: Vec<MemberId> = match c.phase {
+            Phase::Collect => c
+                .survivors
+                .iter()
+                .filter(|r| !c.answers.contains_key(r))
+                .filter_map(|r| self.member_at(*r).map(|m| m.id))
+                .collect(),
+            Phase::Fetch { from, .. } => {
+                self.member_at(from).map(|m| vec![m.id]).unwrap_or_default()
+            }
+            Phase::Pairing => self
+                .new_members()
+                .into_iter()
+                .filter(|m| m.id != self.id && self.pairs.pair_key(&m.id).is_none())
+                .map(|m| m.id)
+                .collect(),
+            Phase::Tree => {
+                let holders = c.tree_holders.clone();
+                self.coordinator = Some(c);
+                let missing: Vec<MemberId> = self
+                    .tree_members()
+                    .into_iter()
+                    .filter(|m| !holders.contains(&m.id))
+                    .map(|m| m.id)
+                    .collect();
+                let Some(c2) = self.coordinator.take() else {
+                    return;
+                };
+                return self.restart_with(now, c2, missing);
+            }
+        };
+        self.restart_with(now, c, silent);
+    }
+
+    fn restart_with(&mut self, now: Timestamp, c: Coordinator, silent: Vec<MemberId>) {
+        let mut removed = c.removed.clone();
+        let mut survivors = c.survivors.clone();
+        let mut joiners = c.joiners.clone();
+        for id in &silent {
+            removed.push((*id, RemovalReason::Suspected));
+            joiners.retain(|(j, _, _)| j.id != *id);
+            if let Some(r) = self.view.as_ref().and_then(|v| v.rank_of(id)) {
+                survivors.retain(|s| usize::from(*s) != r);
+            }
+        }
+        let rekey =
+            c.rekey || (!silent.is_empty() && self.config.rekey_policy.on_membership_change);
+        self.start_coordinating(
+            now,
+            Change {
+                survivors,
+                joiners,
+                removed,
+                rekey,
+                started: c.started,
+                merge_into: c.merge_into,
+            },
+        );
+    }
+}
+
+/// The destination rank of a packet sent to every member.
+const BROADCAST: u16 = u16::MAX;
+
+/// Parses a protected body: the destination rank, then the message. A message for another
+/// member (a copy replayed to the wrong place) is dropped as unexpected.
+fn decode_for(body: &[u8], my_rank: u16, counters: &mut DropCounters) -> Option<Msg> {
+    if body.len() < 2 {
+        counters.count(Drop::Malformed);
+        return None;
+    }
+    let dest = u16::from_be_bytes([body[0], body[1]]);
+    if dest != BROADCAST && dest != my_rank {
+        counters.count(Drop::Unexpected);
+        return None;
+    }
+    let msg = Msg::decode(&body[2..]);
+    if msg.is_none() {
+        counters.count(Drop::Malformed);
+    }
+    msg
+}
+
+/// Splits `members` among up to `degree` children: each child gets the members below it.
+fn split_tree(members: &[Member], degree: usize) -> Vec<(Member, Vec<Member>)> {
+    let degree = degree.max(1);
+    if members.is_empty() {
+        return Vec::new();
+    }
+    let children = degree.min(members.len());
+    let mut out = Vec::with_capacity(children);
+    // Child i takes a contiguous share: its first member is the child, the rest below it.
+    let base = members.len() / children;
+    let extra = members.len() % children;
+    let mut start = 0;
+    for i in 0..children {
+        let len = base + usize::from(i < extra);
+        let share = &members[start..start + len];
+        out.push((share[0], share[1..].to_vec()));
+        start += len;
+    }
+    out
 }
 
 impl Machine for GroupMember {
     type Event = GroupEvent;
+
     fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
-        unimplemented!()
+        match data.first() {
+            Some(&PACKET_VERSION) => self.handle_group_packet(now, from, data),
+            Some(&PAIR_KIND) => {
+                self.pairs.handle_datagram(now, from, data);
+                self.drain_pairs(now);
+            }
+            _ => self.counters.count(Drop::Malformed),
+        }
     }
+
     fn handle_timeout(&mut self, now: Timestamp) {
-        unimplemented!()
+        self.pairs.handle_timeout(now);
+        self.drain_pairs(now);
+        self.on_tick(now);
     }
+
     fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
-        unimplemented!()
+        if let Some((to, packet)) = self.out.pop_front() {
+            buf.extend_from_slice(&packet);
+            return Some(Transmit {
+                destination: to,
+                size: packet.len(),
+            });
+        }
+        self.pairs.poll_transmit(now, buf)
     }
+
     fn poll_timeout(&self) -> Option<Timestamp> {
-        unimplemented!()
+        let mut t: Option<Timestamp> = self.pairs.poll_timeout();
+        let mut consider = |x: Timestamp| {
+            t = Some(t.map_or(x, |y| y.min(x)));
+        };
+        if let Some(j) = self.joining.as_ref() {
+            consider(j.next_try);
+        }
+        if self.view.is_some() && !self.expelled {
+            consider(self.next_heartbeat);
+            if self.rank == 0 {
+                consider(self.next_probe);
+            }
+            if let Some(c) = self.coordinator.as_ref() {
+                consider(c.deadline);
+                consider(c.resend_at);
+            }
+        }
+        if let Some(a) = self.announce.as_ref() {
+            consider(a.resend_at);
+        }
+        if let Some(tw) = self.tree_wait.as_ref() {
+            consider(tw.deadline);
+        }
+        for o in &self.old_views {
+            consider(o.expires);
+        }
+        t
     }
+
     fn poll_event(&mut self) -> Option<GroupEvent> {
-        unimplemented!()
+        self.events.pop_front()
+    }
+}
+
+impl GroupMember {
+    fn drain_pairs(&mut self, now: Timestamp) {
+        while let Some(e) = self.pairs.poll_event() {
+            match e {
+                PairEvent::Established { .. } => {
+                    if self
+                        .coordinator
+                        .as_ref()
+                        .is_some_and(|c| c.phase == Phase::Pairing)
+                    {
+                        self.progress_flush(now);
+                    }
+                    // A participant whose Install waited for the pair key tries again.
+                    if self.flushing.is_some() {
+                        self.progress_flush(now);
+                    }
+                }
+                PairEvent::Message {
+                    peer,
+                    addr,
+                    mut data,
+                } => {
+                    self.handle_pair_msg(now, peer, addr, &data);
+                    // Pair messages may carry group keys.
+                    data.zeroize();
+                }
+                PairEvent::Failed { .. } => self.counters.count(Drop::Untrusted),
+            }
+        }
     }
 }

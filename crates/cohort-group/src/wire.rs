@@ -1,0 +1,639 @@
+//! The group's messages: the bodies of protected group packets ([`Msg`]) and of pair-channel
+//! messages ([`PairMsg`]). Layouts are in `docs/wire.md`; every parser checks bounds and
+//! returns `None` on anything malformed.
+
+use crate::event::RemovalReason;
+use crate::id::{Member, MemberId, ViewId};
+use cohort_core::wire::{Reader, Truncated, Writer};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use zeroize::Zeroizing;
+
+/// Version of the group message formats (the first byte of every pair message; group
+/// packets carry it in the key-slot header's derivation, see `keys.rs`).
+pub const GROUP_VERSION: u8 = 1;
+/// Most members a view may list (keeps every list bounded when parsing).
+pub const MAX_MEMBERS: usize = 4096;
+/// Most pending messages in one flush answer.
+pub const MAX_PENDING: usize = 1024;
+
+/// A message inside a protected group packet.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Msg {
+    /// Liveness and acknowledgement. Members send it to the leader; the leader to all.
+    Heartbeat {
+        /// Reliable messages of this view delivered here (the next expected position).
+        delivered: u64,
+        /// Leader only: positions assigned so far in this view.
+        ordered: u64,
+        /// Leader only: positions every member has delivered (members may forget below).
+        stable: u64,
+        /// The sender's CPU load, 0 to 255.
+        load: u8,
+        /// Failed verifications at the sender, cumulative.
+        failures: u64,
+    },
+    /// An unreliable application message.
+    Unreliable {
+        /// The sender's message number.
+        seq: u64,
+        /// Payload.
+        data: Vec<u8>,
+    },
+    /// A reliable message on its way to the sequencer (the leader).
+    Submit {
+        /// The sender's message number.
+        seq: u64,
+        /// Payload.
+        data: Vec<u8>,
+    },
+    /// A reliable message with its position, from the sequencer (or a flush coordinator).
+    Ordered {
+        /// Position in the view's total order.
+        order: u64,
+        /// The sender's rank in the view.
+        sender: u16,
+        /// The sender's message number.
+        seq: u64,
+        /// Payload.
+        data: Vec<u8>,
+    },
+    /// Please resend positions `from..to` of this view.
+    Nak {
+        /// First missing position.
+        from: u64,
+        /// One past the last missing position.
+        to: u64,
+    },
+    /// The coordinator starts a view change: stop sending, report what you have.
+    Flush {
+        /// The id the next view will have.
+        proposal: ViewId,
+        /// The members the coordinator expects to continue (by rank in the current view).
+        survivors: Vec<u16>,
+    },
+    /// A member's answer to [`Msg::Flush`].
+    FlushOk {
+        /// The proposal answered.
+        proposal: ViewId,
+        /// Reliable messages of this view delivered here.
+        delivered: u64,
+        /// This member's next reliable message number.
+        next_seq: u64,
+        /// Own reliable messages not yet seen ordered: `(seq, data)`.
+        pending: Vec<(u64, Vec<u8>)>,
+    },
+    /// The next view. Members deliver up to `final_order` positions of this view, then
+    /// install it.
+    Install(Box<Install>),
+    /// A member installed the view (sent under the new view's key).
+    InstallAck,
+    /// A member asks the leader to remove it.
+    Leave,
+    /// A member asks the leader for a fresh key.
+    RekeyRequest,
+}
+
+/// The key a new view uses.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KeyDelivery {
+    /// The current group key stays (no rekey was due).
+    Same,
+    /// LSGC: the fresh key wrapped for each member of the new view, by rank, under its
+    /// pair key with the coordinator (the coordinator's own entry is empty).
+    Wrapped(Vec<Vec<u8>>),
+    /// Ensemble: the fresh key already went down the tree; this is its fingerprint.
+    Tree([u8; 8]),
+}
+
+/// The body of [`Msg::Install`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Install {
+    /// The new view's id.
+    pub view: ViewId,
+    /// Its members, by rank.
+    pub members: Vec<Member>,
+    /// Each member's next reliable message number, by rank.
+    pub next_seqs: Vec<u64>,
+    /// Each member's incarnation (a random number drawn when it starts), by rank: a join
+    /// request with another incarnation comes from a restarted process.
+    pub incarnations: Vec<u64>,
+    /// The new view's key epoch.
+    pub key_epoch: u64,
+    /// Positions of the old view every survivor delivers before installing.
+    pub final_order: u64,
+    /// The new view's key.
+    pub key: KeyDelivery,
+    /// Set when the view change dissolves this component into another one (whose leader is
+    /// at this address): members deliver up to `final_order` and then join there instead
+    /// of installing the view.
+    pub merge_into: Option<SocketAddr>,
+    /// Members of the old view left out, and why (as far as the coordinator knows).
+    pub removed: Vec<(MemberId, RemovalReason)>,
+}
+
+/// A message over a pair channel (already encrypted and mutually authenticated).
+#[derive(Clone, Debug, PartialEq)]
+pub enum PairMsg {
+    /// Let me in. Carries the joiner's next reliable message number.
+    JoinRequest {
+        /// The group name.
+        group: String,
+        /// The joiner's incarnation.
+        incarnation: u64,
+        /// The joiner's next reliable message number.
+        next_seq: u64,
+    },
+    /// I am in a view; its leader is there.
+    Redirect {
+        /// The leader's address.
+        leader: SocketAddr,
+    },
+    /// I am not in a view either.
+    NotInGroup,
+    /// For a joiner: the view, with the group key in clear (the channel encrypts it).
+    Welcome {
+        /// The view.
+        install: Box<Install>,
+        /// The group key (wiped when dropped).
+        key: Zeroizing<Vec<u8>>,
+    },
+    /// Tree rekey: a fresh key for the receiver and the members below it.
+    KeyShare {
+        /// The view change this key is for.
+        proposal: ViewId,
+        /// Key epoch.
+        key_epoch: u64,
+        /// The key (wiped when dropped).
+        key: Zeroizing<Vec<u8>>,
+        /// Members below the receiver, in tree order (the receiver splits them among its
+        /// children).
+        below: Vec<Member>,
+        /// Tree degree.
+        degree: u16,
+    },
+    /// Nothing: opens the pair channel (its handshake authenticates both ends).
+    Ping,
+    /// A component leader looks for other components of the group.
+    Probe,
+    /// The answer to a probe: the view the answering member is in.
+    ProbeAnswer {
+        /// Its members.
+        size: u16,
+        /// Its leader.
+        leader: MemberId,
+        /// Where the leader is.
+        leader_addr: SocketAddr,
+    },
+    /// Tree rekey: these members (the sender and those below it that answered) hold the key.
+    KeyAck {
+        /// The view change.
+        proposal: ViewId,
+        /// Who holds it.
+        holders: Vec<MemberId>,
+    },
+}
+
+fn put_view_id(w: &mut Writer<'_>, id: &ViewId) {
+    w.u64(id.seq).bytes(id.coordinator.as_bytes());
+}
+
+fn get_view_id(r: &mut Reader<'_>) -> Result<ViewId, Truncated> {
+    let seq = r.u64()?;
+    let coordinator = MemberId::from_bytes(r.array()?);
+    Ok(ViewId { seq, coordinator })
+}
+
+fn put_addr(w: &mut Writer<'_>, addr: &SocketAddr) {
+    match addr.ip() {
+        IpAddr::V4(ip) => {
+            w.u8(4).bytes(&ip.octets());
+        }
+        IpAddr::V6(ip) => {
+            w.u8(6).bytes(&ip.octets());
+        }
+    }
+    w.u16(addr.port());
+}
+
+fn get_addr(r: &mut Reader<'_>) -> Option<SocketAddr> {
+    let ip = match r.u8().ok()? {
+        4 => IpAddr::V4(Ipv4Addr::from(r.array::<4>().ok()?)),
+        6 => IpAddr::V6(Ipv6Addr::from(r.array::<16>().ok()?)),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, r.u16().ok()?))
+}
+
+fn put_member(w: &mut Writer<'_>, m: &Member) {
+    w.bytes(m.id.as_bytes());
+    put_addr(w, &m.addr);
+}
+
+fn get_member(r: &mut Reader<'_>) -> Option<Member> {
+    let id = MemberId::from_bytes(r.array().ok()?);
+    let addr = get_addr(r)?;
+    Some(Member { id, addr })
+}
+
+fn put_bytes32(w: &mut Writer<'_>, data: &[u8]) {
+    w.u32(data.len() as u32).bytes(data);
+}
+
+fn get_bytes32(r: &mut Reader<'_>) -> Option<Vec<u8>> {
+    let n = r.u32().ok()? as usize;
+    Some(r.bytes(n).ok()?.to_vec())
+}
+
+fn get_count(r: &mut Reader<'_>, max: usize) -> Option<usize> {
+    let n = r.u16().ok()? as usize;
+    (n <= max).then_some(n)
+}
+
+fn put_install(w: &mut Writer<'_>, i: &Install) {
+    put_view_id(w, &i.view);
+    w.u16(i.members.len() as u16);
+    for ((m, s), inc) in i.members.iter().zip(&i.next_seqs).zip(&i.incarnations) {
+        put_member(w, m);
+        w.u64(*s).u64(*inc);
+    }
+    w.u64(i.key_epoch).u64(i.final_order);
+    match &i.key {
+        KeyDelivery::Same => {
+            w.u8(0);
+        }
+        KeyDelivery::Wrapped(wraps) => {
+            w.u8(1);
+            for wrap in wraps {
+                w.u8(wrap.len() as u8).bytes(wrap);
+            }
+        }
+        KeyDelivery::Tree(fp) => {
+            w.u8(2).bytes(fp);
+        }
+    }
+    match &i.merge_into {
+        None => {
+            w.u8(0);
+        }
+        Some(addr) => {
+            w.u8(1);
+            put_addr(w, addr);
+        }
+    }
+    w.u16(i.removed.len() as u16);
+    for (id, why) in &i.removed {
+        let code = match why {
+            RemovalReason::Left => 1,
+            RemovalReason::Suspected => 2,
+            RemovalReason::Lagged => 3,
+        };
+        w.bytes(id.as_bytes()).u8(code);
+    }
+}
+
+fn get_install(r: &mut Reader<'_>) -> Option<Install> {
+    let view = get_view_id(r).ok()?;
+    let n = get_count(r, MAX_MEMBERS)?;
+    if n == 0 {
+        return None;
+    }
+    let mut members = Vec::with_capacity(n);
+    let mut next_seqs = Vec::with_capacity(n);
+    let mut incarnations = Vec::with_capacity(n);
+    for _ in 0..n {
+        members.push(get_member(r)?);
+        next_seqs.push(r.u64().ok()?);
+        incarnations.push(r.u64().ok()?);
+    }
+    let key_epoch = r.u64().ok()?;
+    let final_order = r.u64().ok()?;
+    let key = match r.u8().ok()? {
+        0 => KeyDelivery::Same,
+        1 => {
+            let mut wraps = Vec::with_capacity(n);
+            for _ in 0..n {
+                let len = r.u8().ok()? as usize;
+                wraps.push(r.bytes(len).ok()?.to_vec());
+            }
+            KeyDelivery::Wrapped(wraps)
+        }
+        2 => KeyDelivery::Tree(r.array().ok()?),
+        _ => return None,
+    };
+    let merge_into = match r.u8().ok()? {
+        0 => None,
+        1 => Some(get_addr(r)?),
+        _ => return None,
+    };
+    let count = get_count(r, MAX_MEMBERS)?;
+    let mut removed = Vec::with_capacity(count);
+    for _ in 0..count {
+        let id = MemberId::from_bytes(r.array().ok()?);
+        let why = match r.u8().ok()? {
+            1 => RemovalReason::Left,
+            2 => RemovalReason::Suspected,
+            3 => RemovalReason::Lagged,
+            _ => return None,
+        };
+        removed.push((id, why));
+    }
+    Some(Install {
+        view,
+        members,
+        next_seqs,
+        incarnations,
+        key_epoch,
+        final_order,
+        key,
+        merge_into,
+        removed,
+    })
+}
+
+impl Msg {
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out);
+        match self {
+            Msg::Heartbeat {
+                delivered,
+                ordered,
+                stable,
+                load,
+                failures,
+            } => {
+                w.u8(1)
+                    .u64(*delivered)
+                    .u64(*ordered)
+                    .u64(*stable)
+                    .u8(*load)
+                    .u64(*failures);
+            }
+            Msg::Unreliable { seq, data } => {
+                w.u8(2).u64(*seq).bytes(data);
+            }
+            Msg::Submit { seq, data } => {
+                w.u8(3).u64(*seq).bytes(data);
+            }
+            Msg::Ordered {
+                order,
+                sender,
+                seq,
+                data,
+            } => {
+                w.u8(4).u64(*order).u16(*sender).u64(*seq).bytes(data);
+            }
+            Msg::Nak { from, to } => {
+                w.u8(5).u64(*from).u64(*to);
+            }
+            Msg::Flush {
+                proposal,
+                survivors,
+            } => {
+                w.u8(6);
+                put_view_id(&mut w, proposal);
+                w.u16(survivors.len() as u16);
+                for s in survivors {
+                    w.u16(*s);
+                }
+            }
+            Msg::FlushOk {
+                proposal,
+                delivered,
+                next_seq,
+                pending,
+            } => {
+                w.u8(7);
+                put_view_id(&mut w, proposal);
+                w.u64(*delivered).u64(*next_seq).u16(pending.len() as u16);
+                for (seq, data) in pending {
+                    w.u64(*seq);
+                    put_bytes32(&mut w, data);
+                }
+            }
+            Msg::Install(install) => {
+                w.u8(8);
+                put_install(&mut w, install);
+            }
+            Msg::InstallAck => {
+                w.u8(9);
+            }
+            Msg::Leave => {
+                w.u8(10);
+            }
+            Msg::RekeyRequest => {
+                w.u8(11);
+            }
+        }
+    }
+
+    /// Parses a message; `None` if malformed (including trailing bytes where the layout has
+    /// no open-ended field).
+    pub fn decode(bytes: &[u8]) -> Option<Msg> {
+        let mut r = Reader::new(bytes);
+        let msg = match r.u8().ok()? {
+            1 => Msg::Heartbeat {
+                delivered: r.u64().ok()?,
+                ordered: r.u64().ok()?,
+                stable: r.u64().ok()?,
+                load: r.u8().ok()?,
+                failures: r.u64().ok()?,
+            },
+            2 => Msg::Unreliable {
+                seq: r.u64().ok()?,
+                data: r.rest().to_vec(),
+            },
+            3 => Msg::Submit {
+                seq: r.u64().ok()?,
+                data: r.rest().to_vec(),
+            },
+            4 => Msg::Ordered {
+                order: r.u64().ok()?,
+                sender: r.u16().ok()?,
+                seq: r.u64().ok()?,
+                data: r.rest().to_vec(),
+            },
+            5 => {
+                let from = r.u64().ok()?;
+                let to = r.u64().ok()?;
+                if to <= from {
+                    return None;
+                }
+                Msg::Nak { from, to }
+            }
+            6 => {
+                let proposal = get_view_id(&mut r).ok()?;
+                let n = get_count(&mut r, MAX_MEMBERS)?;
+                let mut survivors = Vec::with_capacity(n);
+                for _ in 0..n {
+                    survivors.push(r.u16().ok()?);
+                }
+                Msg::Flush {
+                    proposal,
+                    survivors,
+                }
+            }
+            7 => {
+                let proposal = get_view_id(&mut r).ok()?;
+                let delivered = r.u64().ok()?;
+                let next_seq = r.u64().ok()?;
+                let n = get_count(&mut r, MAX_PENDING)?;
+                let mut pending = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let seq = r.u64().ok()?;
+                    pending.push((seq, get_bytes32(&mut r)?));
+                }
+                Msg::FlushOk {
+                    proposal,
+                    delivered,
+                    next_seq,
+                    pending,
+                }
+            }
+            8 => Msg::Install(Box::new(get_install(&mut r)?)),
+            9 => Msg::InstallAck,
+            10 => Msg::Leave,
+            11 => Msg::RekeyRequest,
+            _ => return None,
+        };
+        r.is_empty().then_some(msg)
+    }
+}
+
+impl PairMsg {
+    /// Appends the encoding (version byte first) to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out);
+        w.u8(GROUP_VERSION);
+        match self {
+            PairMsg::JoinRequest {
+                group,
+                incarnation,
+                next_seq,
+            } => {
+                w.u8(1)
+                    .u8(group.len() as u8)
+                    .bytes(group.as_bytes())
+                    .u64(*incarnation)
+                    .u64(*next_seq);
+            }
+            PairMsg::Redirect { leader } => {
+                w.u8(2);
+                put_addr(&mut w, leader);
+            }
+            PairMsg::NotInGroup => {
+                w.u8(3);
+            }
+            PairMsg::Welcome { install, key } => {
+                w.u8(4);
+                put_install(&mut w, install);
+                w.u8(key.len() as u8).bytes(key);
+            }
+            PairMsg::KeyShare {
+                proposal,
+                key_epoch,
+                key,
+                below,
+                degree,
+            } => {
+                w.u8(5);
+                put_view_id(&mut w, proposal);
+                w.u64(*key_epoch).u8(key.len() as u8).bytes(key);
+                w.u16(below.len() as u16);
+                for m in below {
+                    put_member(&mut w, m);
+                }
+                w.u16(*degree);
+            }
+            PairMsg::Ping => {
+                w.u8(7);
+            }
+            PairMsg::Probe => {
+                w.u8(8);
+            }
+            PairMsg::ProbeAnswer {
+                size,
+                leader,
+                leader_addr,
+            } => {
+                w.u8(9).u16(*size).bytes(leader.as_bytes());
+                put_addr(&mut w, leader_addr);
+            }
+            PairMsg::KeyAck { proposal, holders } => {
+                w.u8(6);
+                put_view_id(&mut w, proposal);
+                w.u16(holders.len() as u16);
+                for h in holders {
+                    w.bytes(h.as_bytes());
+                }
+            }
+        }
+    }
+
+    /// Parses a pair message; `None` if malformed or of another version.
+    pub fn decode(bytes: &[u8]) -> Option<PairMsg> {
+        let mut r = Reader::new(bytes);
+        if r.u8().ok()? != GROUP_VERSION {
+            return None;
+        }
+        let msg = match r.u8().ok()? {
+            1 => {
+                let n = r.u8().ok()? as usize;
+                let group = String::from_utf8(r.bytes(n).ok()?.to_vec()).ok()?;
+                PairMsg::JoinRequest {
+                    group,
+                    incarnation: r.u64().ok()?,
+                    next_seq: r.u64().ok()?,
+                }
+            }
+            2 => PairMsg::Redirect {
+                leader: get_addr(&mut r)?,
+            },
+            3 => PairMsg::NotInGroup,
+            4 => {
+                let install = Box::new(get_install(&mut r)?);
+                let n = r.u8().ok()? as usize;
+                PairMsg::Welcome {
+                    install,
+                    key: Zeroizing::new(r.bytes(n).ok()?.to_vec()),
+                }
+            }
+            5 => {
+                let proposal = get_view_id(&mut r).ok()?;
+                let key_epoch = r.u64().ok()?;
+                let n = r.u8().ok()? as usize;
+                let key = Zeroizing::new(r.bytes(n).ok()?.to_vec());
+                let count = get_count(&mut r, MAX_MEMBERS)?;
+                let mut below = Vec::with_capacity(count);
+                for _ in 0..count {
+                    below.push(get_member(&mut r)?);
+                }
+                PairMsg::KeyShare {
+                    proposal,
+                    key_epoch,
+                    key,
+                    below,
+                    degree: r.u16().ok()?,
+                }
+            }
+            6 => {
+                let proposal = get_view_id(&mut r).ok()?;
+                let n = get_count(&mut r, MAX_MEMBERS)?;
+                let mut holders = Vec::with_capacity(n);
+                for _ in 0..n {
+                    holders.push(MemberId::from_bytes(r.array().ok()?));
+                }
+                PairMsg::KeyAck { proposal, holders }
+            }
+            7 => PairMsg::Ping,
+            8 => PairMsg::Probe,
+            9 => PairMsg::ProbeAnswer {
+                size: r.u16().ok()?,
+                leader: MemberId::from_bytes(r.array().ok()?),
+                leader_addr: get_addr(&mut r)?,
+            },
+            _ => return None,
+        };
+        r.is_empty().then_some(msg)
+    }
+}

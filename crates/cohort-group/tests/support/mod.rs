@@ -1,0 +1,496 @@
+//! A simulated group and the checkers that read its events.
+#![allow(dead_code)]
+
+use cohort_channel::identity::Identity;
+use cohort_core::{Machine, Timestamp, Transmit};
+use cohort_crypto::{CryptoProvider, Secret};
+use cohort_group::{Channel, GroupConfig, GroupEvent, GroupMember, MemberId, ViewId};
+use cohort_sim::{NodeId, Sim, SimConfig, SimFailure};
+use rand_core::RngCore;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// One member's reliable deliveries in one view: (sender, message number), in order.
+type Deliveries = Vec<(MemberId, u64)>;
+
+/// A member with a tap on what it sends, so the adversary can replay real packets.
+pub struct Node {
+    pub member: GroupMember,
+    pub tap: Vec<(SocketAddr, Vec<u8>)>,
+    pub sent_count: u64,
+}
+
+impl Machine for Node {
+    type Event = GroupEvent;
+    fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
+        self.member.handle_datagram(now, from, data);
+    }
+    fn handle_timeout(&mut self, now: Timestamp) {
+        self.member.handle_timeout(now);
+    }
+    fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let t = self.member.poll_transmit(now, buf)?;
+        self.sent_count += 1;
+        // Keep a sample of the packets: every 7th, up to 400.
+        if self.sent_count % 7 == 0 && self.tap.len() < 400 {
+            self.tap.push((t.destination, buf[..t.size].to_vec()));
+        }
+        Some(t)
+    }
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        self.member.poll_timeout()
+    }
+    fn poll_event(&mut self) -> Option<GroupEvent> {
+        self.member.poll_event()
+    }
+}
+
+/// Everything a test needs about one simulated group.
+pub struct Group {
+    pub sim: Sim<Node>,
+    pub nodes: Vec<NodeId>,
+    pub ids: Vec<MemberId>,
+    pub identities: Vec<Identity>,
+    pub config: GroupConfig,
+    /// What each node's application sent: (node index, channel, seq) -> data.
+    pub sent: HashMap<(usize, Channel, u64), Vec<u8>>,
+    /// Crashed node indexes.
+    pub crashed: BTreeSet<usize>,
+}
+
+pub fn identity(seed: u64, i: usize) -> Identity {
+    let provider = CryptoProvider::default_provider();
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    bytes[8..16].copy_from_slice(&(i as u64).to_le_bytes());
+    bytes[16] = 0x5a;
+    Identity::from_secret(&provider, Secret::from_slice(&bytes)).expect("identity")
+}
+
+impl Group {
+    /// `n` members (not started) in a simulator seeded with `seed`.
+    pub fn new(seed: u64, n: usize, tweak: impl Fn(&mut GroupConfig)) -> Group {
+        let sim_config = SimConfig {
+            mtu: 65_536,
+            log_packets: false,
+            latency: Duration::from_millis(5),
+            ..SimConfig::with_seed(seed)
+        };
+        let mut sim: Sim<Node> = Sim::new(sim_config);
+        let identities: Vec<Identity> = (0..n).map(|i| identity(seed, i)).collect();
+        let ids: Vec<MemberId> = identities.iter().map(|i| MemberId(i.public())).collect();
+        let mut config = GroupConfig::new("sim", ids.clone());
+        config.heartbeat_interval = Duration::from_millis(50);
+        config.suspect_timeout = Duration::from_millis(400);
+        config.flush_timeout = Duration::from_millis(300);
+        tweak(&mut config);
+        let mut nodes = Vec::new();
+        for ident in &identities {
+            let mut seed_bytes = [0u8; 32];
+            sim.rng().fill_bytes(&mut seed_bytes);
+            let config = config.clone();
+            let ident = ident.clone();
+            let node = sim.add_node_with(|_, addr| Node {
+                member: GroupMember::new(
+                    CryptoProvider::default_provider(),
+                    ident,
+                    addr,
+                    config,
+                    seed_bytes,
+                )
+                .expect("member"),
+                tap: Vec::new(),
+                sent_count: 0,
+            });
+            nodes.push(node);
+        }
+        Group {
+            sim,
+            nodes,
+            ids,
+            identities,
+            config,
+            sent: HashMap::new(),
+            crashed: BTreeSet::new(),
+        }
+    }
+
+    /// Starts every member with every other member as a contact.
+    pub fn start_all(&mut self) {
+        let addrs: Vec<SocketAddr> = self.nodes.iter().map(|n| self.sim.addr(*n)).collect();
+        for (i, n) in self.nodes.clone().into_iter().enumerate() {
+            let contacts: Vec<SocketAddr> = addrs
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, a)| *a)
+                .collect();
+            self.sim
+                .with_node(n, |node, now| node.member.start(now, &contacts));
+        }
+    }
+
+    pub fn run_for(&mut self, d: Duration) -> Result<(), SimFailure> {
+        let until = self.sim.now().saturating_add(d);
+        self.sim.run_until(until)
+    }
+
+    /// Sends from node `i`; records what was accepted.
+    pub fn send(&mut self, i: usize, channel: Channel, data: Vec<u8>) -> bool {
+        if self.crashed.contains(&i) {
+            return false;
+        }
+        let n = self.nodes[i];
+        let d = data.clone();
+        let r = self
+            .sim
+            .with_node(n, |node, now| node.member.send(now, channel, &d));
+        match r {
+            Ok(seq) => {
+                self.sent.insert((i, channel, seq), data);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub fn crash(&mut self, i: usize) {
+        self.crashed.insert(i);
+        self.sim.crash(self.nodes[i]);
+    }
+
+    pub fn index_of(&self, id: &MemberId) -> Option<usize> {
+        self.ids.iter().position(|x| x == id)
+    }
+
+    /// The latest view each live node installed (and has not been expelled since).
+    pub fn current_views(&self) -> Vec<Option<(ViewId, Vec<MemberId>, u64)>> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                self.sim
+                    .node(*n)
+                    .member
+                    .view()
+                    .map(|v| (v.id, v.ids().collect(), v.key_epoch))
+            })
+            .collect()
+    }
+
+    /// Whether the live nodes in `set` share one view whose members are exactly `set`.
+    pub fn converged(&self, set: &[usize]) -> bool {
+        let views = self.current_views();
+        let want: BTreeSet<MemberId> = set.iter().map(|i| self.ids[*i]).collect();
+        let mut id = None;
+        for i in set {
+            let Some((vid, members, _)) = &views[*i] else {
+                return false;
+            };
+            if members.iter().copied().collect::<BTreeSet<_>>() != want {
+                return false;
+            }
+            if *id.get_or_insert(*vid) != *vid {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Runs until `set` converges or `bound` passes; returns the time it took.
+    pub fn wait_converged(
+        &mut self,
+        set: &[usize],
+        bound: Duration,
+    ) -> Result<Duration, SimFailure> {
+        let start = self.sim.now();
+        let step = Duration::from_millis(20);
+        loop {
+            if self.converged(set) {
+                return Ok(self.sim.now().saturating_duration_since(start));
+            }
+            if self.sim.now().saturating_duration_since(start) > bound {
+                let views = self.current_views();
+                return Err(self.sim.failure(format!(
+                    "members {set:?} did not converge within {bound:?}: views {:?}",
+                    views
+                        .iter()
+                        .map(|v| v.as_ref().map(|(id, m, e)| (id.to_string(), m.len(), *e)))
+                        .collect::<Vec<_>>()
+                )));
+            }
+            self.run_for(step)?;
+        }
+    }
+
+    /// Every checker over the recorded events.
+    pub fn check_all(&self) -> Result<(), SimFailure> {
+        let per_node = self.events_per_node();
+        self.check_integrity(&per_node)?;
+        self.check_fifo_and_order(&per_node)?;
+        self.check_agreement(&per_node)?;
+        self.check_self_delivery(&per_node)?;
+        self.check_key_secrecy()?;
+        Ok(())
+    }
+
+    pub fn events_per_node(&self) -> Vec<Vec<GroupEvent>> {
+        let mut out: Vec<Vec<GroupEvent>> = vec![Vec::new(); self.nodes.len()];
+        for (_, node, e) in self.sim.events() {
+            if let Some(i) = self.nodes.iter().position(|n| *n == node) {
+                out[i].push(e.clone());
+            }
+        }
+        out
+    }
+
+    /// No delivery of anything the application did not send, no duplicates, and data
+    /// exactly as sent (no forged, replayed or modified message gets through).
+    fn check_integrity(&self, per_node: &[Vec<GroupEvent>]) -> Result<(), SimFailure> {
+        for (i, events) in per_node.iter().enumerate() {
+            let mut seen = HashSet::new();
+            for e in events {
+                if let GroupEvent::Deliver {
+                    channel,
+                    sender,
+                    seq,
+                    data,
+                    ..
+                } = e
+                {
+                    let Some(s) = self.index_of(sender) else {
+                        return Err(self
+                            .sim
+                            .failure(format!("node {i} delivered from a stranger")));
+                    };
+                    match self.sent.get(&(s, *channel, *seq)) {
+                        Some(d) if d == data => {}
+                        Some(_) => {
+                            return Err(self.sim.failure(format!(
+                                "node {i} delivered a modified message {s}/{channel:?}/{seq}"
+                            )))
+                        }
+                        None => {
+                            return Err(self.sim.failure(format!(
+                                "node {i} delivered a message never sent: {s}/{channel:?}/{seq}"
+                            )))
+                        }
+                    }
+                    if !seen.insert((s, *channel, *seq)) {
+                        return Err(self
+                            .sim
+                            .failure(format!("node {i} delivered {s}/{channel:?}/{seq} twice")));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reliable deliveries: per-sender FIFO at every node, positions contiguous within each
+    /// view, and total order: two members that deliver in one view and go on to the same next
+    /// view (or are both still in it) deliver the same sequence there, one a prefix of the
+    /// other. Members whose next views differ split in a partition; the last messages of the
+    /// view they split from may then be ordered differently on the two sides (this is
+    /// "agreed", not "safe", delivery; see the crate README).
+    fn check_fifo_and_order(&self, per_node: &[Vec<GroupEvent>]) -> Result<(), SimFailure> {
+        // (view) -> node -> (deliveries, next view)
+        let mut by_view: HashMap<ViewId, Vec<(usize, Deliveries, Option<ViewId>)>> = HashMap::new();
+        for (i, events) in per_node.iter().enumerate() {
+            let mut last: HashMap<MemberId, u64> = HashMap::new();
+            let mut current: Option<(ViewId, Vec<(MemberId, u64)>)> = None;
+            for e in events {
+                match e {
+                    GroupEvent::View(v) => {
+                        if let Some((id, list)) = current.take() {
+                            by_view.entry(id).or_default().push((i, list, Some(v.id)));
+                        }
+                        current = Some((v.id, Vec::new()));
+                    }
+                    GroupEvent::Deliver {
+                        channel: Channel::Reliable,
+                        sender,
+                        view,
+                        seq,
+                        order,
+                        ..
+                    } => {
+                        if let Some(prev) = last.get(sender) {
+                            if seq <= prev {
+                                return Err(self.sim.failure(format!(
+                                    "node {i}: FIFO broken for {sender:?}: {seq} after {prev}"
+                                )));
+                            }
+                        }
+                        last.insert(*sender, *seq);
+                        let Some((id, list)) = current.as_mut() else {
+                            return Err(self
+                                .sim
+                                .failure(format!("node {i} delivered outside a view")));
+                        };
+                        if *id != *view || *order != Some(list.len() as u64) {
+                            return Err(self.sim.failure(format!(
+                                "node {i}: delivered {order:?} of view {view}, expected {} of {id}",
+                                list.len()
+                            )));
+                        }
+                        list.push((*sender, *seq));
+                    }
+                    _ => {}
+                }
+            }
+            if let Some((id, list)) = current.take() {
+                by_view.entry(id).or_default().push((i, list, None));
+            }
+        }
+        for (view, nodes) in &by_view {
+            for a in 0..nodes.len() {
+                for b in (a + 1)..nodes.len() {
+                    let (na, la, sa) = &nodes[a];
+                    let (nb, lb, sb) = &nodes[b];
+                    // A crashed member's last view has no successor: it may have been on
+                    // either side of a split.
+                    let crashed =
+                        |n: &usize, s: &Option<ViewId>| s.is_none() && self.crashed.contains(n);
+                    let together = (sa == sb || sa.is_none() || sb.is_none())
+                        && !crashed(na, sa)
+                        && !crashed(nb, sb);
+                    if !together {
+                        continue;
+                    }
+                    let n = la.len().min(lb.len());
+                    if la[..n] != lb[..n] {
+                        return Err(self.sim.failure(format!(
+                            "total order broken in view {view}: nodes {na} and {nb} differ"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Agreement: members that pass together from V1 to V2 delivered the same messages in V1,
+    /// in the same order.
+    fn check_agreement(&self, per_node: &[Vec<GroupEvent>]) -> Result<(), SimFailure> {
+        // For each node: list of (view, next view, delivered set in view).
+        let mut transitions: HashMap<(ViewId, ViewId), Vec<(usize, Deliveries)>> = HashMap::new();
+        for (i, events) in per_node.iter().enumerate() {
+            let mut current: Option<ViewId> = None;
+            let mut delivered = Vec::new();
+            for e in events {
+                match e {
+                    GroupEvent::View(v) => {
+                        if let Some(c) = current {
+                            transitions
+                                .entry((c, v.id))
+                                .or_default()
+                                .push((i, std::mem::take(&mut delivered)));
+                        }
+                        delivered.clear();
+                        current = Some(v.id);
+                    }
+                    GroupEvent::Expelled { .. } => {
+                        current = None;
+                        delivered.clear();
+                    }
+                    GroupEvent::Deliver {
+                        channel: Channel::Reliable,
+                        sender,
+                        seq,
+                        view,
+                        ..
+                    } => {
+                        if Some(*view) != current {
+                            return Err(self.sim.failure(format!(
+                                "node {i} delivered in view {view} while in {current:?}"
+                            )));
+                        }
+                        delivered.push((*sender, *seq));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for ((v1, v2), list) in &transitions {
+            for w in list.windows(2) {
+                if w[0].1 != w[1].1 {
+                    return Err(self.sim.failure(format!(
+                        "agreement broken from {v1} to {v2}: node {} delivered {} messages, node {} delivered {}",
+                        w[0].0,
+                        w[0].1.len(),
+                        w[1].0,
+                        w[1].1.len()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Self delivery: every reliable message a live node sent reached its own application,
+    /// unless the node was expelled or crashed (checked at the end, after a quiet period).
+    fn check_self_delivery(&self, per_node: &[Vec<GroupEvent>]) -> Result<(), SimFailure> {
+        for (i, events) in per_node.iter().enumerate() {
+            if self.crashed.contains(&i) {
+                continue;
+            }
+            if events
+                .iter()
+                .any(|e| matches!(e, GroupEvent::Expelled { .. }))
+            {
+                continue;
+            }
+            let delivered: HashSet<u64> = events
+                .iter()
+                .filter_map(|e| match e {
+                    GroupEvent::Deliver {
+                        channel: Channel::Reliable,
+                        sender,
+                        seq,
+                        ..
+                    } if *sender == self.ids[i] => Some(*seq),
+                    _ => None,
+                })
+                .collect();
+            for (s, ch, seq) in self.sent.keys() {
+                if *s == i && *ch == Channel::Reliable && !delivered.contains(seq) {
+                    return Err(self.sim.failure(format!(
+                        "self delivery: node {i} never delivered its own message {seq}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A member not in a live member's current view never held that view's key (with the
+    /// default policy, which rekeys on every membership change).
+    fn check_key_secrecy(&self) -> Result<(), SimFailure> {
+        if !self.config.rekey_policy.on_membership_change {
+            return Ok(());
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if self.crashed.contains(&i) {
+                continue;
+            }
+            let m = &self.sim.node(*n).member;
+            let (Some(view), Some(fp)) = (m.view(), m.key_fingerprint()) else {
+                continue;
+            };
+            for (j, other) in self.nodes.iter().enumerate() {
+                if view.contains(&self.ids[j]) {
+                    continue;
+                }
+                let ledger = self.sim.node(*other).member.key_ledger();
+                if ledger.iter().any(|(_, f)| *f == fp) {
+                    return Err(self.sim.failure(format!(
+                        "node {j}, outside node {i}'s view {}, holds its key (epoch {})",
+                        view.id, view.key_epoch
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
