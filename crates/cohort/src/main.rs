@@ -2,15 +2,18 @@
 //!
 //! ```text
 //!   cohort gears list|tag|bench  ──▶ cohort-gears (registry, plain MACs, GearKey timing)
-//!   cohort demo                  ──▶ cohort-sim running two cohort-gears GearLinks
+//!   cohort demo                  ──▶ cohort-sim running channels, GearLinks, group members
 //!   cohort keygen                ──▶ cohort-channel identity (Ed25519 identity file)
 //!   cohort tunnel server|client  ──▶ cohort-net TCP driver ──▶ cohort-channel
+//!   cohort group run|bench       ──▶ cohort-net UDP driver ──▶ cohort-group members
 //! ```
 
 mod bench;
 mod demo;
 mod demo_channel;
+mod demo_group;
 mod gears_cmd;
+mod group_cmd;
 mod keygen_cmd;
 mod tunnel_cmd;
 
@@ -33,8 +36,9 @@ enum Command {
         #[command(subcommand)]
         command: gears_cmd::GearsCommand,
     },
-    /// Two in-process peers exchange protected packets while the gear controller reacts to
-    /// load and to a forgery burst, in the deterministic simulator.
+    /// A secure channel; two in-process peers exchange protected packets while the gear
+    /// controller reacts to load and to a forgery burst; a group of four survives a crash.
+    /// All in the deterministic simulator.
     Demo(demo::DemoArgs),
     /// Write a new Ed25519 identity file (owner-only) and print its public key.
     Keygen(keygen_cmd::KeygenArgs),
@@ -42,6 +46,11 @@ enum Command {
     Tunnel {
         #[command(subcommand)]
         command: tunnel_cmd::TunnelCommand,
+    },
+    /// Secure process groups over UDP: run a member, or benchmark a group on loopback.
+    Group {
+        #[command(subcommand)]
+        command: group_cmd::GroupCommand,
     },
 }
 
@@ -57,6 +66,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Keygen(args) => keygen_cmd::run(&args),
         Command::Tunnel { command } => tunnel_cmd::run(command),
+        Command::Group { command } => group_cmd::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

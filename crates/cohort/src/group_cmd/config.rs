@@ -1,0 +1,572 @@
+//! The group member's TOML configuration file, parsed into what `GroupMember::new` takes.
+//!
+//! ```toml
+//! identity = "alice.key"            # from `cohort keygen`; relative to this file
+//! group = "ops"
+//! listen = "127.0.0.1:7001"
+//! peers = ["127.0.0.1:7002"]        # contacts; may be empty
+//! trust = ["ed25519:<hex>"]         # principals allowed in
+//! gear = "aes-128-gcm"              # an AEAD, "none", a MAC gear, or a comma list of MAC gears
+//! ```
+//!
+//! Optional keys: `rekey` (`"one-message"` or `"tree"`), `tree_degree`,
+//! `rekey_on_membership_change`, `rekey_period_secs` (0: never), `heartbeat_ms`,
+//! `suspect_ms`, `flush_ms`, `key_grace_ms`, `backlog`, `send_window`, `max_message_len`,
+//! and for MAC gears `floor_bits` (default: the weakest listed gear's bound) and
+//! `dual_tags` (default false). Any other key is an error, and every error names its key.
+
+use cohort_channel::identity::Identity;
+use cohort_crypto::CryptoProvider;
+use cohort_gears::{GearId, GearKind};
+use cohort_group::{GroupConfig, MemberId, Protection, RekeyMethod};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::{Table, Value};
+
+/// Everything needed to start one member.
+pub struct MemberSetup {
+    /// The member's identity, read from the `identity` file.
+    pub identity: Identity,
+    /// The group's configuration, already validated.
+    pub config: GroupConfig,
+    /// The UDP address to bind and to be reached at.
+    pub listen: SocketAddr,
+    /// Contacts to join through.
+    pub peers: Vec<SocketAddr>,
+}
+
+/// A configuration problem: the key (or the file) at fault and what is wrong with it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The key, as written in the file (`trust[2]`), or the file's path for file-level
+    /// problems.
+    pub key: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "config error: {}: {}", self.key, self.problem)
+    }
+}
+
+fn err(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.into(),
+        problem: problem.into(),
+    }
+}
+
+/// Every key the file may hold.
+const KEYS: &[&str] = &[
+    "identity",
+    "group",
+    "listen",
+    "peers",
+    "trust",
+    "gear",
+    "rekey",
+    "tree_degree",
+    "rekey_on_membership_change",
+    "rekey_period_secs",
+    "heartbeat_ms",
+    "suspect_ms",
+    "flush_ms",
+    "key_grace_ms",
+    "backlog",
+    "send_window",
+    "max_message_len",
+    "floor_bits",
+    "dual_tags",
+];
+
+/// Largest configuration file read (a config is a few hundred bytes).
+const MAX_CONFIG_LEN: u64 = 1 << 20;
+
+/// Reads and parses the file at `path`; `listen` (from the command line) overrides the
+/// file's `listen`.
+pub fn load(
+    provider: &CryptoProvider,
+    path: &Path,
+    listen: Option<SocketAddr>,
+) -> Result<MemberSetup, ConfigError> {
+    let shown = path.display().to_string();
+    let meta = std::fs::metadata(path).map_err(|e| err(&shown, format!("cannot read: {e}")))?;
+    if meta.len() > MAX_CONFIG_LEN {
+        return Err(err(&shown, "larger than 1 MiB: not a config file"));
+    }
+    let text =
+        std::fs::read_to_string(path).map_err(|e| err(&shown, format!("cannot read: {e}")))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    parse(provider, &text, base, listen).map_err(|e| {
+        if e.key.is_empty() {
+            err(shown, e.problem)
+        } else {
+            e
+        }
+    })
+}
+
+/// Parses a configuration's text; relative paths are relative to `base`. A file-level
+/// problem (bad TOML) comes back with an empty key.
+pub fn parse(
+    provider: &CryptoProvider,
+    text: &str,
+    base: &Path,
+    listen: Option<SocketAddr>,
+) -> Result<MemberSetup, ConfigError> {
+    let table: Table =
+        toml::from_str(text).map_err(|e| err("", format!("not valid TOML: {}", e.message())))?;
+    let mut keys: Vec<&String> = table.keys().collect();
+    keys.sort();
+    if let Some(unknown) = keys.iter().find(|k| !KEYS.contains(&k.as_str())) {
+        return Err(err(
+            unknown.as_str(),
+            format!("unknown key (known keys: {})", KEYS.join(", ")),
+        ));
+    }
+    let fields = Fields(&table);
+
+    let identity_path = base.join(fields.required_str("identity")?);
+    let identity = read_identity(provider, &identity_path)?;
+    let group = fields.required_str("group")?;
+
+    let listen = match (listen, fields.str("listen")?) {
+        (Some(addr), _) => addr,
+        (None, Some(text)) => parse_addr("listen", text)?,
+        (None, None) => return Err(err("listen", "missing (or give --listen)")),
+    };
+    if listen.ip().is_unspecified() {
+        return Err(err(
+            "listen",
+            format!(
+                "{} is not an address peers can reach: give this member's own IP",
+                listen.ip()
+            ),
+        ));
+    }
+    let peers = fields
+        .str_list("peers")?
+        .into_iter()
+        .enumerate()
+        .map(|(i, text)| parse_addr(&format!("peers[{i}]"), text))
+        .collect::<Result<Vec<_>, _>>()?;
+    let trust = fields
+        .str_list("trust")?
+        .into_iter()
+        .enumerate()
+        .map(|(i, text)| {
+            text.parse::<MemberId>().map_err(|e| {
+                err(
+                    format!("trust[{i}]"),
+                    format!("not an ed25519 public key: {e}"),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let mut config = GroupConfig::new(group, trust);
+    let gear = fields.str("gear")?.unwrap_or("aes-128-gcm");
+    config.protection = parse_gear(gear).map_err(|e| err("gear", e))?;
+    if let Protection::Authenticate {
+        floor_bits,
+        dual_tags,
+        ..
+    } = &mut config.protection
+    {
+        if let Some(bits) = fields.number("floor_bits")? {
+            *floor_bits = bits;
+        }
+        if let Some(dual) = fields.bool("dual_tags")? {
+            *dual_tags = dual;
+        }
+    } else {
+        for key in ["floor_bits", "dual_tags"] {
+            if table.contains_key(key) {
+                return Err(err(key, "only for MAC gears (gear names MAC gears)"));
+            }
+        }
+    }
+
+    let degree = fields.uint("tree_degree")?;
+    config.rekey_method = match fields.str("rekey")? {
+        None | Some("one-message") => {
+            if degree.is_some() {
+                return Err(err("tree_degree", "only with rekey = \"tree\""));
+            }
+            RekeyMethod::OneMessage
+        }
+        Some("tree") => RekeyMethod::Tree {
+            degree: usize::try_from(degree.unwrap_or(4))
+                .map_err(|_| err("tree_degree", "too large"))?,
+        },
+        Some(other) => {
+            return Err(err(
+                "rekey",
+                format!("unknown method {other:?} (one-message or tree)"),
+            ))
+        }
+    };
+    if let Some(on) = fields.bool("rekey_on_membership_change")? {
+        config.rekey_policy.on_membership_change = on;
+    }
+    if let Some(secs) = fields.number("rekey_period_secs")? {
+        config.rekey_policy.period = if secs == 0.0 {
+            None
+        } else {
+            Some(
+                Duration::try_from_secs_f64(secs)
+                    .map_err(|_| err("rekey_period_secs", "not a usable number of seconds"))?,
+            )
+        };
+    }
+    for (key, slot) in [
+        ("heartbeat_ms", &mut config.heartbeat_interval),
+        ("suspect_ms", &mut config.suspect_timeout),
+        ("flush_ms", &mut config.flush_timeout),
+        ("key_grace_ms", &mut config.key_grace),
+    ] {
+        if let Some(ms) = fields.uint(key)? {
+            *slot = Duration::from_millis(ms);
+        }
+    }
+    for (key, slot) in [
+        ("backlog", &mut config.backlog_limit),
+        ("send_window", &mut config.send_window),
+        ("max_message_len", &mut config.max_message_len),
+    ] {
+        if let Some(n) = fields.uint(key)? {
+            *slot = usize::try_from(n).map_err(|_| err(key, "too large"))?;
+        }
+    }
+    config.validate().map_err(validation_error)?;
+    Ok(MemberSetup {
+        identity,
+        config,
+        listen,
+        peers,
+    })
+}
+
+/// Parses a gear choice: an AEAD gear name (encrypt), `none` (no protection at all), a MAC
+/// gear name, or a comma-separated list of MAC gears, strongest first (authenticate only,
+/// adaptive with two or more). The floor is the weakest listed gear's bound.
+pub fn parse_gear(text: &str) -> Result<Protection, String> {
+    let text = text.trim();
+    if text == "none" {
+        return Ok(Protection::DangerNoneForTesting);
+    }
+    let mut gears = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        let gear = GearId::from_name(name)
+            .ok_or_else(|| format!("unknown gear {name:?} (see `cohort gears list`)"))?;
+        if gears.contains(&gear) {
+            return Err(format!("{name} is listed twice"));
+        }
+        gears.push(gear);
+    }
+    match gears.as_slice() {
+        [one] if one.info().kind == GearKind::Aead => Ok(Protection::Encrypt(*one)),
+        [one] if one.info().kind == GearKind::Null => Err(format!(
+            "{} is not a group gear; use \"none\" for an unprotected test group",
+            one.name()
+        )),
+        _ => {
+            if let Some(g) = gears.iter().find(|g| g.info().kind != GearKind::Mac) {
+                return Err(format!(
+                    "{} is not a MAC gear (a list may hold MAC gears only)",
+                    g.name()
+                ));
+            }
+            let floor_bits = gears
+                .iter()
+                .map(|g| g.info().forgery_bits)
+                .fold(f64::INFINITY, f64::min);
+            Ok(Protection::Authenticate {
+                gears,
+                floor_bits,
+                dual_tags: false,
+            })
+        }
+    }
+}
+
+/// `GroupConfig::validate` names struct fields; the user wrote config keys.
+fn validation_error(message: String) -> ConfigError {
+    let (field, rest) = message.split_once(": ").unwrap_or(("", message.as_str()));
+    let key = match field {
+        "heartbeat_interval" => "heartbeat_ms",
+        "suspect_timeout" => "suspect_ms",
+        "flush_timeout" => "flush_ms",
+        "key_grace" => "key_grace_ms",
+        "backlog_limit" => "backlog",
+        "rekey_method" => "tree_degree",
+        "protection" => "gear",
+        "" => "config",
+        other => other,
+    };
+    err(key, rest)
+}
+
+fn read_identity(provider: &CryptoProvider, path: &PathBuf) -> Result<Identity, ConfigError> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path)
+        .map(zeroize::Zeroizing::new)
+        .map_err(|e| err("identity", format!("cannot read {shown}: {e}")))?;
+    Identity::from_file_text(provider, &text).map_err(|e| err("identity", format!("{shown}: {e}")))
+}
+
+fn parse_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
+    text.parse()
+        .map_err(|e| err(key, format!("not an IP:PORT address ({text:?}): {e}")))
+}
+
+/// Typed access to the table; every error names the key.
+struct Fields<'a>(&'a Table);
+
+impl Fields<'_> {
+    fn str(&self, key: &str) -> Result<Option<&str>, ConfigError> {
+        match self.0.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(err(
+                key,
+                format!("must be a string, not {}", other.type_str()),
+            )),
+        }
+    }
+
+    fn required_str(&self, key: &str) -> Result<&str, ConfigError> {
+        self.str(key)?.ok_or_else(|| err(key, "missing"))
+    }
+
+    fn str_list(&self, key: &str) -> Result<Vec<&str>, ConfigError> {
+        match self.0.get(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) => Ok(s.as_str()),
+                    other => Err(err(
+                        format!("{key}[{i}]"),
+                        format!("must be a string, not {}", other.type_str()),
+                    )),
+                })
+                .collect(),
+            Some(other) => Err(err(
+                key,
+                format!("must be a list of strings, not {}", other.type_str()),
+            )),
+        }
+    }
+
+    fn bool(&self, key: &str) -> Result<Option<bool>, ConfigError> {
+        match self.0.get(key) {
+            None => Ok(None),
+            Some(Value::Boolean(b)) => Ok(Some(*b)),
+            Some(other) => Err(err(
+                key,
+                format!("must be true or false, not {}", other.type_str()),
+            )),
+        }
+    }
+
+    fn uint(&self, key: &str) -> Result<Option<u64>, ConfigError> {
+        match self.0.get(key) {
+            None => Ok(None),
+            Some(Value::Integer(n)) => u64::try_from(*n)
+                .map(Some)
+                .map_err(|_| err(key, format!("must not be negative ({n})"))),
+            Some(other) => Err(err(
+                key,
+                format!("must be a whole number, not {}", other.type_str()),
+            )),
+        }
+    }
+
+    fn number(&self, key: &str) -> Result<Option<f64>, ConfigError> {
+        let n = match self.0.get(key) {
+            None => return Ok(None),
+            Some(Value::Integer(n)) => *n as f64,
+            Some(Value::Float(x)) => *x,
+            Some(other) => {
+                return Err(err(
+                    key,
+                    format!("must be a number, not {}", other.type_str()),
+                ))
+            }
+        };
+        if !n.is_finite() || n < 0.0 {
+            return Err(err(
+                key,
+                format!("must be a finite number, at least 0 ({n})"),
+            ));
+        }
+        Ok(Some(n))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // reason: test code; a panic is the failure report
+mod tests {
+    use super::*;
+
+    struct Dir(PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A temporary directory holding `alice.key`; returns it and alice's public key.
+    fn dir_with_key(name: &str) -> (Dir, String) {
+        let provider = CryptoProvider::default_provider();
+        let dir = std::env::temp_dir().join(format!("cohort-gcfg-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let id = Identity::generate(&provider).unwrap();
+        std::fs::write(dir.join("alice.key"), id.to_file_text().as_bytes()).unwrap();
+        (Dir(dir), id.public().to_string())
+    }
+
+    fn parse_in(dir: &Dir, text: &str) -> Result<MemberSetup, ConfigError> {
+        parse(&CryptoProvider::default_provider(), text, &dir.0, None)
+    }
+
+    const BASE: &str = "identity = \"alice.key\"\ngroup = \"ops\"\nlisten = \"127.0.0.1:7001\"\n";
+
+    #[test]
+    fn a_full_config_parses() {
+        let (dir, public) = dir_with_key("full");
+        let text = format!(
+            "{BASE}peers = [\"127.0.0.1:7002\", \"[::1]:7003\"]\ntrust = [\"{public}\"]\n\
+             gear = \"umac-64, umac-32\"\nrekey = \"tree\"\ntree_degree = 3\n\
+             rekey_on_membership_change = false\nrekey_period_secs = 2.5\nheartbeat_ms = 50\n\
+             suspect_ms = 500\nflush_ms = 300\nbacklog = 100\nsend_window = 8\n\
+             max_message_len = 1000\ndual_tags = true\n"
+        );
+        let setup = parse_in(&dir, &text).unwrap();
+        assert_eq!(setup.identity.public().to_string(), public);
+        assert_eq!(setup.peers.len(), 2);
+        assert_eq!(setup.config.trust.len(), 1);
+        assert_eq!(setup.config.rekey_method, RekeyMethod::Tree { degree: 3 });
+        assert!(!setup.config.rekey_policy.on_membership_change);
+        assert_eq!(
+            setup.config.rekey_policy.period,
+            Some(Duration::from_millis(2500))
+        );
+        assert_eq!(setup.config.heartbeat_interval, Duration::from_millis(50));
+        assert_eq!(setup.config.send_window, 8);
+        match &setup.config.protection {
+            Protection::Authenticate {
+                gears,
+                floor_bits,
+                dual_tags,
+            } => {
+                assert_eq!(gears, &[GearId::Umac64, GearId::Umac32]);
+                assert_eq!(*floor_bits, GearId::Umac32.info().forgery_bits);
+                assert!(dual_tags);
+            }
+            other => panic!("{other:?}"),
+        }
+        let minimal = parse_in(&dir, BASE).unwrap();
+        assert_eq!(minimal.config.protection, Protection::default());
+        assert!(minimal.peers.is_empty());
+    }
+
+    #[test]
+    fn every_error_names_its_key() {
+        let (dir, public) = dir_with_key("errors");
+        let cases: &[(&str, &str)] = &[
+            ("trust = [\"ed25519:00\"]", "trust[0]"),
+            ("trust = [\"PUBLIC\", \"nope\"]", "trust[1]"),
+            ("trust = \"PUBLIC\"", "trust"),
+            ("peers = [\"localhost\"]", "peers[0]"),
+            ("peers = [7]", "peers[0]"),
+            ("gear = \"rot13\"", "gear"),
+            ("gear = \"umac-64,aes-128-gcm\"", "gear"),
+            ("gear = \"danger-null-for-testing\"", "gear"),
+            ("colour = \"blue\"", "colour"),
+            ("heartbeat_ms = -5", "heartbeat_ms"),
+            ("heartbeat_ms = 0", "heartbeat_ms"),
+            ("suspect_ms = 10", "suspect_ms"),
+            ("send_window = 0", "send_window"),
+            ("backlog = 1", "backlog"),
+            ("rekey = \"carrier-pigeon\"", "rekey"),
+            ("tree_degree = 2", "tree_degree"),
+            ("rekey = \"tree\"\ntree_degree = 0", "tree_degree"),
+            ("rekey_period_secs = -1.0", "rekey_period_secs"),
+            ("dual_tags = true", "dual_tags"),
+            ("max_message_len = 100000", "max_message_len"),
+        ];
+        for (line, key) in cases {
+            let text = format!("{BASE}{}\n", line.replace("PUBLIC", &public));
+            let e = parse_in(&dir, &text)
+                .err()
+                .unwrap_or_else(|| panic!("{line} parsed"));
+            assert_eq!(&e.key, key, "{line}: {e}");
+        }
+        let e = parse_in(&dir, "group = \"ops\"\nlisten = \"127.0.0.1:1\"")
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "identity");
+        let e = parse_in(&dir, "identity = \"missing.key\"\ngroup = \"x\"")
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "identity");
+        std::fs::write(dir.0.join("bad.key"), "hello\n").unwrap();
+        let e = parse_in(&dir, "identity = \"bad.key\"\ngroup = \"x\"")
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "identity");
+        let e = parse_in(&dir, "identity = \"alice.key\"\ngroup = \"x\"")
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "listen");
+        let text = BASE.replace("127.0.0.1:7001", "0.0.0.0:7001");
+        assert_eq!(parse_in(&dir, &text).err().unwrap().key, "listen");
+        let e = parse_in(&dir, "identity = [").err().unwrap();
+        assert_eq!(e.key, "");
+        let e = parse_in(&dir, &BASE.replace("\"ops\"", "\"\""))
+            .err()
+            .unwrap();
+        assert_eq!(e.key, "group");
+    }
+
+    #[test]
+    fn the_command_line_overrides_listen() {
+        let (dir, _) = dir_with_key("listen");
+        let addr: SocketAddr = "127.0.0.1:9999".parse().unwrap();
+        let provider = CryptoProvider::default_provider();
+        let setup = parse(&provider, BASE, &dir.0, Some(addr)).unwrap();
+        assert_eq!(setup.listen, addr);
+        let text = "identity = \"alice.key\"\ngroup = \"ops\"\n";
+        assert_eq!(
+            parse(&provider, text, &dir.0, Some(addr)).unwrap().listen,
+            addr
+        );
+    }
+
+    #[test]
+    fn gears_parse_to_protections() {
+        assert_eq!(
+            parse_gear("none").unwrap(),
+            Protection::DangerNoneForTesting
+        );
+        assert_eq!(
+            parse_gear("chacha20-poly1305").unwrap(),
+            Protection::Encrypt(GearId::ChaCha20Poly1305)
+        );
+        assert!(matches!(
+            parse_gear("hmac-sha256").unwrap(),
+            Protection::Authenticate { ref gears, .. } if gears == &[GearId::HmacSha256]
+        ));
+        assert!(parse_gear("aes-128-gcm,aes-256-gcm").is_err());
+        assert!(parse_gear("umac-64,umac-64").is_err());
+        assert!(parse_gear("").is_err());
+    }
+}

@@ -1,0 +1,339 @@
+//! The JSON lines `cohort group run` speaks: events out on standard output, commands in on
+//! standard input. Payloads travel in standard base64 (with padding).
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use cohort_group::{Channel, DropCounters, GroupEvent, Status, View};
+use serde_json::{json, Map, Value};
+use std::net::SocketAddr;
+
+/// The first line: who this member is and where it listens.
+pub fn started(id: &cohort_group::MemberId, listen: SocketAddr) -> Value {
+    json!({"event": "started", "id": id.to_string(), "listen": listen.to_string()})
+}
+
+/// A view's fields (without `"event"`).
+pub fn view_fields(view: &View) -> Map<String, Value> {
+    let members: Vec<String> = view.ids().map(|m| m.to_string()).collect();
+    let addrs: Vec<String> = view.members.iter().map(|m| m.addr.to_string()).collect();
+    let mut map = Map::new();
+    map.insert("view_id".into(), json!(view.id.to_string()));
+    map.insert("view_seq".into(), json!(view.id.seq));
+    map.insert("members".into(), json!(members));
+    map.insert("addrs".into(), json!(addrs));
+    map.insert(
+        "leader".into(),
+        json!(view.members.first().map(|m| m.id.to_string())),
+    );
+    map.insert("key_epoch".into(), json!(view.key_epoch));
+    map
+}
+
+/// One line for one event of the member.
+pub fn event(event: &GroupEvent) -> Value {
+    match event {
+        GroupEvent::View(view) => {
+            let mut map = Map::new();
+            map.insert("event".into(), json!("view"));
+            map.extend(view_fields(view));
+            Value::Object(map)
+        }
+        GroupEvent::Deliver {
+            channel,
+            sender,
+            view,
+            seq,
+            order,
+            data,
+        } => json!({
+            "event": "deliver",
+            "channel": channel.name(),
+            "sender": sender.to_string(),
+            "view_id": view.to_string(),
+            "seq": seq,
+            "order": order,
+            "data": BASE64.encode(data),
+        }),
+        GroupEvent::Rekeyed {
+            key_epoch,
+            members,
+            took,
+        } => json!({
+            "event": "rekey",
+            "key_epoch": key_epoch,
+            "members": members,
+            "took_ms": took.map(|d| d.as_secs_f64() * 1e3),
+        }),
+        GroupEvent::Removed { member, reason } => json!({
+            "event": "removed",
+            "member": member.to_string(),
+            "reason": reason.name(),
+        }),
+        GroupEvent::Expelled { reason } => json!({"event": "expelled", "reason": reason.name()}),
+        GroupEvent::Insecure { from } => json!({"event": "insecure", "from": from.to_string()}),
+    }
+}
+
+/// Dropped-packet counters as an object of `name: count`.
+pub fn counters(counters: &DropCounters) -> Value {
+    let map: Map<String, Value> = counters
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    Value::Object(map)
+}
+
+/// The answer to a `status` command.
+pub fn status(status: &Status) -> Value {
+    json!({
+        "event": "status",
+        "view": status.view.as_ref().map(|v| Value::Object(view_fields(v))),
+        "changing_view": status.changing_view,
+        "delivered_reliable": status.delivered_reliable,
+        "delivered_unreliable": status.delivered_unreliable,
+        "pending": status.pending,
+        "gear": status.gear,
+        "dropped": counters(&status.dropped),
+    })
+}
+
+/// The periodic line when drop counters changed.
+pub fn dropped(dropped: &DropCounters) -> Value {
+    let mut map = Map::new();
+    map.insert("event".into(), json!("dropped"));
+    if let Value::Object(c) = counters(dropped) {
+        map.extend(c);
+    }
+    map.insert("total".into(), json!(dropped.total()));
+    Value::Object(map)
+}
+
+/// An error answering a command (`cmd` is `None` when the line was not a command at all).
+pub fn error(cmd: Option<&str>, error: &str) -> Value {
+    json!({"event": "error", "cmd": cmd, "error": error})
+}
+
+/// A command read from standard input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Send `data` on `channel`.
+    Send {
+        /// Which channel.
+        channel: Channel,
+        /// The decoded payload.
+        data: Vec<u8>,
+    },
+    /// Ask for a fresh group key.
+    Rekey,
+    /// Leave the group and exit.
+    Leave,
+    /// Report the member's status.
+    Status,
+}
+
+/// Why a line is not a command: the command's name when it was known, and the problem.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CommandError {
+    /// The `cmd` field, if the line had a string one.
+    pub cmd: Option<String>,
+    /// What is wrong.
+    pub error: String,
+}
+
+impl CommandError {
+    /// The error line for it.
+    pub fn to_json(&self) -> Value {
+        error(self.cmd.as_deref(), &self.error)
+    }
+}
+
+/// Parses one input line.
+pub fn parse_command(line: &str) -> Result<Command, CommandError> {
+    let fail = |cmd: Option<&str>, error: String| CommandError {
+        cmd: cmd.map(str::to_string),
+        error,
+    };
+    let value: Value =
+        serde_json::from_str(line).map_err(|e| fail(None, format!("not JSON: {e}")))?;
+    let Value::Object(map) = value else {
+        return Err(fail(None, "a command is a JSON object".into()));
+    };
+    let cmd = match map.get("cmd") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => return Err(fail(None, "\"cmd\" must be a string".into())),
+        None => return Err(fail(None, "missing \"cmd\"".into())),
+    };
+    let allowed: &[&str] = match cmd {
+        "send" => &["cmd", "channel", "data"],
+        "rekey" | "leave" | "status" => &["cmd"],
+        other => {
+            return Err(fail(
+                Some(other),
+                "unknown command (send, rekey, leave, status)".into(),
+            ))
+        }
+    };
+    if let Some(extra) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
+        return Err(fail(Some(cmd), format!("unknown field {extra:?}")));
+    }
+    match cmd {
+        "send" => {
+            let channel = match map.get("channel").and_then(Value::as_str) {
+                Some("reliable") | None => Channel::Reliable,
+                Some("unreliable") => Channel::Unreliable,
+                Some(other) => {
+                    return Err(fail(
+                        Some(cmd),
+                        format!("unknown channel {other:?} (reliable or unreliable)"),
+                    ))
+                }
+            };
+            if map.get("channel").is_some_and(|c| !c.is_string()) {
+                return Err(fail(Some(cmd), "\"channel\" must be a string".into()));
+            }
+            let data = map
+                .get("data")
+                .and_then(Value::as_str)
+                .ok_or_else(|| fail(Some(cmd), "\"data\" must be a base64 string".into()))?;
+            let data = BASE64
+                .decode(data)
+                .map_err(|e| fail(Some(cmd), format!("\"data\" is not base64: {e}")))?;
+            Ok(Command::Send { channel, data })
+        }
+        "rekey" => Ok(Command::Rekey),
+        "leave" => Ok(Command::Leave),
+        _ => Ok(Command::Status),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // reason: test code; a panic is the failure report
+mod tests {
+    use super::*;
+    use cohort_group::{Member, MemberId, RemovalReason, ViewId};
+    use std::time::Duration;
+
+    fn member(byte: u8) -> MemberId {
+        MemberId::from_bytes([byte; 32])
+    }
+
+    #[test]
+    fn commands_parse() {
+        assert_eq!(
+            parse_command(r#"{"cmd":"send","channel":"unreliable","data":"aGk="}"#),
+            Ok(Command::Send {
+                channel: Channel::Unreliable,
+                data: b"hi".to_vec()
+            })
+        );
+        assert_eq!(
+            parse_command(r#"{"cmd":"send","data":""}"#),
+            Ok(Command::Send {
+                channel: Channel::Reliable,
+                data: vec![]
+            })
+        );
+        assert_eq!(parse_command(r#"{"cmd":"rekey"}"#), Ok(Command::Rekey));
+        assert_eq!(parse_command(r#" {"cmd":"leave"} "#), Ok(Command::Leave));
+        assert_eq!(parse_command(r#"{"cmd":"status"}"#), Ok(Command::Status));
+    }
+
+    #[test]
+    fn bad_commands_are_errors_with_the_command_named() {
+        for (line, cmd) in [
+            ("", None),
+            ("nonsense", None),
+            ("[1,2]", None),
+            (r#"{"cmd":5}"#, None),
+            (r#"{"data":"aGk="}"#, None),
+            (r#"{"cmd":"dance"}"#, Some("dance")),
+            (r#"{"cmd":"send"}"#, Some("send")),
+            (r#"{"cmd":"send","data":"!!"}"#, Some("send")),
+            (r#"{"cmd":"send","data":7}"#, Some("send")),
+            (
+                r#"{"cmd":"send","channel":"smoke","data":""}"#,
+                Some("send"),
+            ),
+            (r#"{"cmd":"send","channel":1,"data":""}"#, Some("send")),
+            (r#"{"cmd":"rekey","now":true}"#, Some("rekey")),
+        ] {
+            let e = parse_command(line).unwrap_err();
+            assert_eq!(e.cmd.as_deref(), cmd, "{line}");
+            assert_eq!(e.to_json()["event"], "error");
+        }
+    }
+
+    #[test]
+    fn events_have_the_documented_fields() {
+        let view = View {
+            id: ViewId {
+                seq: 3,
+                coordinator: member(1),
+            },
+            members: vec![
+                Member {
+                    id: member(1),
+                    addr: "127.0.0.1:1".parse().unwrap(),
+                },
+                Member {
+                    id: member(2),
+                    addr: "127.0.0.1:2".parse().unwrap(),
+                },
+            ],
+            key_epoch: 7,
+        };
+        let v = event(&GroupEvent::View(view.clone()));
+        assert_eq!(v["event"], "view");
+        assert_eq!(v["view_id"], "3:01010101");
+        assert_eq!(v["view_seq"], 3);
+        assert_eq!(v["members"][1], member(2).to_string());
+        assert_eq!(v["leader"], member(1).to_string());
+        assert_eq!(v["key_epoch"], 7);
+        let d = event(&GroupEvent::Deliver {
+            channel: Channel::Reliable,
+            sender: member(2),
+            view: view.id,
+            seq: 4,
+            order: Some(9),
+            data: b"hi".to_vec(),
+        });
+        assert_eq!(
+            (&d["channel"], &d["seq"], &d["order"], &d["data"]),
+            (&json!("reliable"), &json!(4), &json!(9), &json!("aGk="))
+        );
+        let d = event(&GroupEvent::Deliver {
+            channel: Channel::Unreliable,
+            sender: member(2),
+            view: view.id,
+            seq: 4,
+            order: None,
+            data: vec![],
+        });
+        assert!(d["order"].is_null());
+        let r = event(&GroupEvent::Rekeyed {
+            key_epoch: 2,
+            members: 3,
+            took: Some(Duration::from_micros(1500)),
+        });
+        assert_eq!(r["took_ms"], 1.5);
+        let r = event(&GroupEvent::Removed {
+            member: member(2),
+            reason: RemovalReason::Suspected,
+        });
+        assert_eq!(r["reason"], "suspected");
+        let mut c = DropCounters::default();
+        c.count(cohort_group::Drop::AuthFailed);
+        let s = status(&Status {
+            view: Some(view),
+            changing_view: false,
+            delivered_reliable: 1,
+            delivered_unreliable: 2,
+            pending: 0,
+            gear: "aes-128-gcm",
+            dropped: c,
+        });
+        assert_eq!(s["view"]["key_epoch"], 7);
+        assert_eq!(s["dropped"]["auth_failed"], 1);
+        assert_eq!(dropped(&c)["total"], 1);
+    }
+}

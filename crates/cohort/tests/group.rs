@@ -1,0 +1,417 @@
+//! `cohort group run` as a user runs it: bad configurations are refused with a message naming
+//! the key; three members on loopback form a view, deliver reliable messages in one order,
+//! carry unreliable ones, rekey, survive a SIGKILL of one of them, answer status and leave.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use cohort_channel::identity::Identity;
+use cohort_crypto::CryptoProvider;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long any one expected line may take.
+const WAIT: Duration = Duration::from_secs(20);
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cohort-group-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Writes `<name>.key` in `dir`; returns the public key text.
+fn keygen(dir: &Path, name: &str) -> String {
+    let provider = CryptoProvider::default_provider();
+    let id = Identity::generate(&provider).unwrap();
+    std::fs::write(
+        dir.join(format!("{name}.key")),
+        id.to_file_text().as_bytes(),
+    )
+    .unwrap();
+    id.public().to_string()
+}
+
+fn quoted(items: &[String]) -> String {
+    let q: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
+    format!("[{}]", q.join(", "))
+}
+
+/// A running `cohort group run`: its JSON lines, its stdin, killed when dropped.
+struct Member {
+    name: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+    stderr: PathBuf,
+    id: String,
+    listen: String,
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Member {
+    /// Starts member `name` (its key is `<name>.key` in `dir`) on a free loopback port.
+    fn start(dir: &Path, name: &str, peers: &[String], trust: &[String]) -> Member {
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "identity = \"{name}.key\"\ngroup = \"test\"\nlisten = \"127.0.0.1:0\"\n\
+                 peers = {}\ntrust = {}\nheartbeat_ms = 50\nsuspect_ms = 500\nflush_ms = 300\n",
+                quoted(peers),
+                quoted(trust)
+            ),
+        )
+        .unwrap();
+        let stderr = dir.join(format!("{name}.stderr"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(["group", "run", "--config"])
+            .arg(&config)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("run cohort");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let value = serde_json::from_str(&line).unwrap_or_else(
+                    |e| json!({"event": "NOT JSON", "line": line, "error": e.to_string()}),
+                );
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut member = Member {
+            name: name.to_string(),
+            child,
+            stdin,
+            lines,
+            seen: Vec::new(),
+            stderr,
+            id: String::new(),
+            listen: String::new(),
+        };
+        let started = member.wait("the started line", |v| v["event"] == "started");
+        member.id = started["id"].as_str().unwrap().to_string();
+        member.listen = started["listen"].as_str().unwrap().to_string();
+        member
+    }
+
+    fn command(&mut self, cmd: Value) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn raw(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, channel: &str, data: &[u8]) {
+        self.command(json!({"cmd": "send", "channel": channel, "data": BASE64.encode(data)}));
+    }
+
+    /// The first line from now on that satisfies `pred` (earlier lines stay in `seen`).
+    fn wait(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(v) => {
+                    assert_ne!(v["event"], "NOT JSON", "{}: {v}", self.name);
+                    self.seen.push(v.clone());
+                    if pred(&v) {
+                        return v;
+                    }
+                }
+                Err(_) => panic!(
+                    "{} never printed {what}; it printed:\n{}\nstderr:\n{}",
+                    self.name,
+                    self.seen
+                        .iter()
+                        .map(|v| v.to_string())
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                    std::fs::read_to_string(&self.stderr).unwrap_or_default()
+                ),
+            }
+        }
+    }
+
+    /// Waits for a view of `n` members with a key epoch above `epoch`.
+    fn wait_view(&mut self, n: usize, epoch: i64) -> Value {
+        self.wait(&format!("a view of {n} with key epoch > {epoch}"), |v| {
+            v["event"] == "view"
+                && v["members"].as_array().map(Vec::len) == Some(n)
+                && v["key_epoch"].as_i64().unwrap() > epoch
+        })
+    }
+
+    /// Waits until `n` reliable deliveries have been seen in total; returns them in order as
+    /// (order, sender, seq, data).
+    fn reliable(&mut self, n: usize) -> Vec<(i64, String, i64, String)> {
+        let count = |seen: &[Value]| {
+            seen.iter()
+                .filter(|v| v["event"] == "deliver" && v["channel"] == "reliable")
+                .count()
+        };
+        while count(&self.seen) < n {
+            self.wait(&format!("{n} reliable deliveries"), |v| {
+                v["event"] == "deliver" && v["channel"] == "reliable"
+            });
+        }
+        self.seen
+            .iter()
+            .filter(|v| v["event"] == "deliver" && v["channel"] == "reliable")
+            .map(|v| {
+                (
+                    v["order"].as_i64().unwrap(),
+                    v["sender"].as_str().unwrap().to_string(),
+                    v["seq"].as_i64().unwrap(),
+                    v["data"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Waits for the process to end; its exit status.
+    fn exit_status(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "{} did not exit", self.name);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Waits until every member has installed the same view of `n` members with a key epoch
+/// above `epoch`; returns it.
+fn converge(members: &mut [&mut Member], n: usize, epoch: i64) -> Value {
+    let mut latest: Vec<Value> = members.iter_mut().map(|m| m.wait_view(n, epoch)).collect();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if latest.iter().all(|v| v["view_id"] == latest[0]["view_id"]) {
+            return latest.swap_remove(0);
+        }
+        assert!(Instant::now() < deadline, "the views differ: {latest:?}");
+        let top = latest
+            .iter()
+            .map(|v| v["view_seq"].as_i64().unwrap())
+            .max()
+            .unwrap();
+        for (m, v) in members.iter_mut().zip(&mut latest) {
+            if v["view_seq"].as_i64().unwrap() < top {
+                *v = m.wait_view(n, epoch);
+            }
+        }
+    }
+}
+
+fn run_config(dir: &Path, text: &str) -> (Option<i32>, String) {
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["group", "run", "--config"])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_configs_exit_2_naming_the_key() {
+    let dir = tempdir("bad");
+    let public = keygen(&dir, "alice");
+    std::fs::write(dir.join("junk.key"), "not a key\n").unwrap();
+    let base = "identity = \"alice.key\"\ngroup = \"ops\"\nlisten = \"127.0.0.1:0\"\n";
+    for (extra, key) in [
+        (
+            format!("trust = [\"{public}\", \"ed25519:xyz\"]"),
+            "trust[1]: not an ed25519 public key",
+        ),
+        ("gear = \"rot13\"".to_string(), "gear: unknown gear"),
+        (
+            "peers = [\"127.0.0.1\"]".to_string(),
+            "peers[0]: not an IP:PORT address",
+        ),
+        ("colour = \"blue\"".to_string(), "colour: unknown key"),
+        ("suspect_ms = 10".to_string(), "suspect_ms:"),
+        ("send_window = 0".to_string(), "send_window:"),
+        (
+            "heartbeat_ms = \"fast\"".to_string(),
+            "heartbeat_ms: must be a whole number",
+        ),
+    ] {
+        let (code, stderr) = run_config(&dir, &format!("{base}{extra}\n"));
+        assert_eq!(code, Some(2), "{extra}: {stderr}");
+        assert!(
+            stderr.contains(&format!("config error: {key}")),
+            "{extra}: {stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    }
+    for (text, key) in [
+        (
+            base.replace("alice.key", "missing.key"),
+            "identity: cannot read",
+        ),
+        (base.replace("alice.key", "junk.key"), "identity:"),
+        (base.replace("127.0.0.1:0", "127.0.0.1"), "listen:"),
+        ("identity = \"alice.key\"\n".to_string(), "group: missing"),
+        ("this is not toml".to_string(), "not valid TOML"),
+    ] {
+        let (code, stderr) = run_config(&dir, &text);
+        assert_eq!(code, Some(2), "{text}: {stderr}");
+        assert!(stderr.contains(key), "{text}: {stderr}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["group", "run", "--config"])
+        .arg(dir.join("nowhere.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere.toml: cannot read"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn three_members_form_a_group_talk_rekey_survive_a_kill_and_leave() {
+    let dir = tempdir("three");
+    let names = ["alice", "bob", "carol"];
+    let trust: Vec<String> = names.iter().map(|n| keygen(&dir, n)).collect();
+    let mut alice = Member::start(&dir, "alice", &[], &trust);
+    let mut bob = Member::start(&dir, "bob", &[alice.listen.clone()], &trust);
+    let mut carol = Member::start(
+        &dir,
+        "carol",
+        &[alice.listen.clone(), bob.listen.clone()],
+        &trust,
+    );
+
+    // One view of 3, the same at all three.
+    let view = converge(&mut [&mut alice, &mut bob, &mut carol], 3, -1);
+    for id in [&alice.id, &bob.id, &carol.id] {
+        assert!(view["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m == id.as_str()));
+    }
+    assert_eq!(view["leader"], view["members"][0]);
+
+    // Reliable: the same messages in the same order everywhere.
+    for i in 0..5 {
+        alice.send("reliable", format!("a{i}").as_bytes());
+        bob.send("reliable", format!("b{i}").as_bytes());
+    }
+    let orders: Vec<_> = [&mut alice, &mut bob, &mut carol]
+        .into_iter()
+        .map(|m| m.reliable(10))
+        .collect();
+    assert_eq!(orders[0].len(), 10);
+    assert!(orders.iter().all(|o| o == &orders[0]), "{orders:?}");
+    let a_order: Vec<&String> = orders[0]
+        .iter()
+        .filter(|(_, sender, _, _)| *sender == alice.id)
+        .map(|(_, _, _, data)| data)
+        .collect();
+    let expected: Vec<String> = (0..5).map(|i| BASE64.encode(format!("a{i}"))).collect();
+    assert_eq!(
+        a_order,
+        expected.iter().collect::<Vec<_>>(),
+        "alice's FIFO order"
+    );
+
+    // Unreliable: on loopback, at least one of three arrives at each other member.
+    for i in 0..3 {
+        carol.send("unreliable", format!("u{i}").as_bytes());
+    }
+    for m in [&mut alice, &mut bob] {
+        let got = m.wait("an unreliable delivery", |v| {
+            v["event"] == "deliver" && v["channel"] == "unreliable"
+        });
+        assert_eq!(got["sender"], carol.id.as_str());
+        assert!(got["order"].is_null());
+    }
+
+    // Status, and bad lines answered with errors.
+    alice.raw("this is not json");
+    alice.wait("an error for a bad line", |v| {
+        v["event"] == "error" && v["cmd"].is_null()
+    });
+    alice.command(json!({"cmd": "send", "data": "!!!"}));
+    alice.wait("an error for bad base64", |v| {
+        v["event"] == "error" && v["cmd"] == "send"
+    });
+    alice.command(json!({"cmd": "status"}));
+    let status = alice.wait("a status line", |v| v["event"] == "status");
+    assert_eq!(status["view"]["members"].as_array().unwrap().len(), 3);
+    assert!(status["delivered_reliable"].as_u64().unwrap() >= 10);
+    assert!(status["dropped"].is_object());
+
+    // Rekey: a higher key epoch at all three.
+    let epoch = |m: &Member| {
+        m.seen
+            .iter()
+            .filter(|v| v["event"] == "view")
+            .filter_map(|v| v["key_epoch"].as_i64())
+            .max()
+            .unwrap()
+    };
+    let before = epoch(&alice).max(epoch(&bob)).max(epoch(&carol));
+    alice.command(json!({"cmd": "rekey"}));
+    let after = converge(&mut [&mut alice, &mut bob, &mut carol], 3, before);
+    assert!(after["key_epoch"].as_i64().unwrap() > before);
+
+    // SIGKILL carol: a view of 2 with a higher key epoch, and carol removed.
+    let carol_id = carol.id.clone();
+    let top = after["key_epoch"].as_i64().unwrap();
+    drop(carol);
+    let two = converge(&mut [&mut alice, &mut bob], 2, top);
+    assert!(!two["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|x| x == carol_id.as_str()));
+    for m in [&mut alice, &mut bob] {
+        let removed = |v: &Value| v["event"] == "removed" && v["member"] == carol_id.as_str();
+        if !m.seen.iter().any(removed) {
+            m.wait("carol's removal", removed);
+        }
+    }
+
+    // Bob leaves: his process exits 0; alice carries on alone.
+    bob.command(json!({"cmd": "leave"}));
+    let status = bob.exit_status(Duration::from_secs(10));
+    assert!(status.success(), "bob: {status}");
+    alice.wait_view(1, -1);
+    alice.command(json!({"cmd": "status"}));
+    let status = alice.wait("a status line", |v| v["event"] == "status");
+    assert_eq!(status["view"]["members"].as_array().unwrap().len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
