@@ -118,11 +118,13 @@ pub enum Drop {
     Unexpected,
     /// A pair-channel or join packet from a principal outside the trust list.
     Untrusted,
+    /// A pair channel failed for another reason (handshake failure or timeout).
+    PairFailed,
 }
 
 impl Drop {
     /// Every reason, in the order of the counters.
-    pub const ALL: [Drop; 7] = [
+    pub const ALL: [Drop; 8] = [
         Drop::Malformed,
         Drop::OtherGroup,
         Drop::KeyNotHeld,
@@ -130,6 +132,7 @@ impl Drop {
         Drop::Replayed,
         Drop::Unexpected,
         Drop::Untrusted,
+        Drop::PairFailed,
     ];
 
     /// A short snake_case name.
@@ -142,13 +145,14 @@ impl Drop {
             Drop::Replayed => "replayed",
             Drop::Unexpected => "unexpected",
             Drop::Untrusted => "untrusted",
+            Drop::PairFailed => "pair_failed",
         }
     }
 }
 
 /// Dropped packets by reason.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DropCounters([u64; 7]);
+pub struct DropCounters([u64; 8]);
 
 impl DropCounters {
     /// Counts one drop.

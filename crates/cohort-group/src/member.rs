@@ -170,9 +170,11 @@ struct Joining {
     /// dropped before the next one (the far end may have forgotten them).
     replied: BTreeSet<SocketAddr>,
     attempts: u32,
+    /// A member in a group pointed at its leader: a group exists, do not found another.
+    redirected: bool,
 }
 
-/// One member of a secure group. See the [module docs](self) and the crate README.
+/// One member of a secure group: see the crate README for the protocol.
 pub struct GroupMember {
     provider: CryptoProvider,
     id: MemberId,
@@ -368,6 +370,7 @@ impl GroupMember {
             answered: false,
             replied: BTreeSet::new(),
             attempts: 0,
+            redirected: false,
         });
         self.drive_join(now);
     }
@@ -685,7 +688,9 @@ impl GroupMember {
         }
         let waited = now.saturating_duration_since(j.started);
         let lowest = j.not_in_group.iter().all(|other| self.id < *other);
-        let everyone_out = j.answered && lowest && waited >= self.config.suspect_timeout;
+        // Founding needs answers from outside any group; a redirect means a group exists.
+        let everyone_out =
+            j.answered && !j.redirected && lowest && waited >= self.config.suspect_timeout;
         let nobody = !j.answered && waited >= self.config.suspect_timeout * 3;
         if everyone_out || nobody {
             self.found(now);
@@ -740,6 +745,7 @@ impl GroupMember {
             PairMsg::Redirect { leader } => {
                 if let Some(j) = self.joining.as_mut() {
                     j.answered = true;
+                    j.redirected = true;
                     j.replied.insert(addr);
                     if !j.contacts.contains(&leader) && leader != self.addr {
                         j.contacts.push(leader);
@@ -809,14 +815,19 @@ impl GroupMember {
             self.send_pair(now, addr, Some(peer), &PairMsg::Redirect { leader });
             return;
         }
+        if view.members.len() + self.joiners_wanted.len() >= crate::wire::MAX_MEMBERS {
+            self.counters.count(Drop::Unexpected); // full: the wire formats list at most this many
+            return;
+        }
         // Already welcomed into the current view at this address: the Welcome was lost.
         if let Some(a) = self.announce.as_ref() {
             if a.unacked
                 .iter()
                 .any(|(m, j)| *j && m.id == peer && m.addr == addr)
             {
+                let whole_fits = fits_one_datagram(&a.install);
                 let welcome = PairMsg::Welcome {
-                    install: a.install.clone(),
+                    install: install_copy_for(&a.install, &peer, whole_fits),
                     key: a.welcome_key.clone().unwrap_or_default(),
                 };
                 self.send_pair(now, addr, Some(peer), &welcome);
@@ -854,8 +865,8 @@ impl GroupMember {
         install: Box<Install>,
         key: Zeroizing<Vec<u8>>,
     ) {
-        if self.joining.is_none() && self.view.is_some() {
-            return;
+        if self.joining.is_none() {
+            return; // not asking (any more): a late Welcome, or one after leave()
         }
         if install.view.coordinator != peer || key.len() != GROUP_KEY_LEN {
             self.counters.count(Drop::Unexpected);
@@ -939,8 +950,14 @@ impl GroupMember {
         {
             return;
         }
-        if self.insecure_reported.len() > 1024 {
-            self.insecure_reported.clear();
+        if self.insecure_reported.len() >= 1024 {
+            // Bounded: forget addresses not reported within the last second; if the table is
+            // still full (a flood from many addresses), report nothing new.
+            self.insecure_reported
+                .retain(|_, t| now.saturating_duration_since(*t) < Duration::from_secs(1));
+            if self.insecure_reported.len() >= 1024 {
+                return;
+            }
         }
         let last = self.insecure_reported.get(&from).copied();
         if last.is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1)) {
@@ -2181,15 +2198,17 @@ impl GroupMember {
             }
         }
         let old_view = self.view.as_ref().map(|v| v.id);
+        let whole_fits = fits_one_datagram(&install);
         for (m, joiner) in &unacked {
+            let copy = install_copy_for(&install, &m.id, whole_fits);
             if *joiner {
                 let w = PairMsg::Welcome {
-                    install: install.clone(),
+                    install: copy,
                     key: welcome_key.clone(),
                 };
                 self.send_pair(now, m.addr, Some(m.id), &w);
             } else {
-                self.send_msg(m.addr, &Msg::Install(install.clone()));
+                self.send_msg(m.addr, &Msg::Install(copy));
             }
         }
         for m in &told {
@@ -2339,6 +2358,9 @@ impl GroupMember {
         };
         if key.epoch != install.key_epoch {
             self.counters.count(Drop::Unexpected);
+            if let Some(f) = self.flushing.as_mut() {
+                f.install = None;
+            }
             return;
         }
         self.deliver_up_to(install.final_order);
@@ -2387,8 +2409,9 @@ impl GroupMember {
                 self.old_views.remove(0);
             }
             let removed = install.removed.clone();
+            let staying: std::collections::HashSet<MemberId> = view.ids().collect();
             for m in &old_view.members {
-                if !view.contains(&m.id) {
+                if !staying.contains(&m.id) {
                     let reason = removed
                         .iter()
                         .find(|(id, _)| *id == m.id)
@@ -2494,6 +2517,7 @@ impl GroupMember {
             answered: false,
             replied: BTreeSet::new(),
             attempts: 0,
+            redirected: false,
         });
         self.drive_join(now);
     }
@@ -2604,15 +2628,17 @@ impl GroupMember {
                 if let Some(mut a) = a {
                     a.resend_at = now.saturating_add(self.config.flush_timeout / 4);
                     let old = self.old_views.last().map(|o| o.view.id);
+                    let whole_fits = fits_one_datagram(&a.install);
                     for (m, joiner) in a.unacked.clone() {
+                        let copy = install_copy_for(&a.install, &m.id, whole_fits);
                         if joiner {
                             let w = PairMsg::Welcome {
-                                install: a.install.clone(),
+                                install: copy,
                                 key: a.welcome_key.clone().unwrap_or_default(),
                             };
                             self.send_pair(now, m.addr, Some(m.id), &w);
                         } else if let Some(old) = old {
-                            self.send_msg_old(old, m.addr, &Msg::Install(a.install.clone()));
+                            self.send_msg_old(old, m.addr, &Msg::Install(copy));
                         }
                     }
                     self.announce = Some(a);
@@ -2798,6 +2824,34 @@ impl GroupMember {
     }
 }
 
+/// Largest Install body sent whole: leaves room in a 64 KiB datagram for the headers.
+const MAX_INSTALL_BODY: usize = 60_000;
+
+/// Whether `install` fits one datagram as it is.
+fn fits_one_datagram(install: &Install) -> bool {
+    let mut body = Vec::new();
+    Msg::Install(Box::new(install.clone())).encode(&mut body);
+    body.len() <= MAX_INSTALL_BODY
+}
+
+/// The Install a member receives: the whole message when it fits one datagram (LSGC's one
+/// message for everyone); otherwise (beyond about 600 members with wrapped keys) a copy
+/// with only that member's wrapped key, the others left empty.
+fn install_copy_for(install: &Install, member: &MemberId, whole_fits: bool) -> Box<Install> {
+    let mut copy = Box::new(install.clone());
+    if whole_fits {
+        return copy;
+    }
+    if let KeyDelivery::Wrapped(wraps) = &mut copy.key {
+        for (m, w) in install.members.iter().zip(wraps.iter_mut()) {
+            if m.id != *member {
+                w.clear();
+            }
+        }
+    }
+    copy
+}
+
 /// The destination rank of a packet sent to every member.
 const BROADCAST: u16 = u16::MAX;
 
@@ -2862,14 +2916,17 @@ impl Machine for GroupMember {
     }
 
     fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
-        if let Some((to, packet)) = self.out.pop_front() {
-            buf.extend_from_slice(&packet);
-            return Some(Transmit {
-                destination: to,
-                size: packet.len(),
-            });
+        // Pair-channel traffic first: a joiner's Welcome must not trail the next Flush,
+        // which it could not open without the key the Welcome carries.
+        if let Some(t) = self.pairs.poll_transmit(now, buf) {
+            return Some(t);
         }
-        self.pairs.poll_transmit(now, buf)
+        let (to, packet) = self.out.pop_front()?;
+        buf.extend_from_slice(&packet);
+        Some(Transmit {
+            destination: to,
+            size: packet.len(),
+        })
     }
 
     fn poll_timeout(&self) -> Option<Timestamp> {
@@ -2933,7 +2990,14 @@ impl GroupMember {
                     // Pair messages may carry group keys.
                     data.zeroize();
                 }
-                PairEvent::Failed { .. } => self.counters.count(Drop::Untrusted),
+                PairEvent::Failed { reason, .. } => {
+                    let why = if reason.contains("trust") || reason.contains("expected") {
+                        Drop::Untrusted
+                    } else {
+                        Drop::PairFailed
+                    };
+                    self.counters.count(why);
+                }
             }
         }
     }

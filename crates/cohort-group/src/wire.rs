@@ -8,8 +8,10 @@ use cohort_core::wire::{Reader, Truncated, Writer};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use zeroize::Zeroizing;
 
-/// Version of the group message formats (the first byte of every pair message; group
-/// packets carry it in the key-slot header's derivation, see `keys.rs`).
+/// Version of the group message formats. Pair messages carry it as their first byte.
+/// Protected group packets carry the gears packet version in their first byte and bind this
+/// one into their key derivation (`keys.rs`): a member of another version derives other keys,
+/// so its packets fail authentication instead of being misread.
 pub const GROUP_VERSION: u8 = 1;
 /// Most members a view may list (keeps every list bounded when parsing).
 pub const MAX_MEMBERS: usize = 4096;
