@@ -14,7 +14,7 @@
 //! Not part of the crate's API: it exists for the fuzzers and the tests.
 
 use crate::config::{GroupConfig, Protection};
-use crate::event::{Channel, GroupEvent};
+use crate::event::{Channel, GroupEvent, RemovalReason};
 use crate::id::{Member, MemberId, ViewId};
 use crate::keys::{GearPlan, GroupKey, ViewKeys};
 use crate::pair::{PairEvent, PairTable};
@@ -26,6 +26,7 @@ use cohort_crypto::{CryptoProvider, Secret};
 use cohort_gears::{GearId, PACKET_VERSION};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
+use zeroize::Zeroizing;
 
 /// The group every harness uses.
 pub const GROUP: &str = "fuzz";
@@ -156,6 +157,11 @@ fn sample_install(key: KeyDelivery, merge_into: Option<SocketAddr>) -> Install {
         final_order: 12,
         key,
         merge_into,
+        removed: vec![
+            (MemberId(identity(2).public()), RemovalReason::Left),
+            (MemberId(identity(3).public()), RemovalReason::Suspected),
+            (MemberId(identity(4).public()), RemovalReason::Lagged),
+        ],
     }
 }
 
@@ -222,12 +228,12 @@ pub fn sample_pair_msgs() -> Vec<PairMsg> {
         PairMsg::NotInGroup,
         PairMsg::Welcome {
             install: Box::new(sample_install(KeyDelivery::Same, None)),
-            key: vec![0x42; 32],
+            key: Zeroizing::new(vec![0x42; 32]),
         },
         PairMsg::KeyShare {
             proposal: sample_view(),
             key_epoch: 5,
-            key: vec![0x43; 32],
+            key: Zeroizing::new(vec![0x43; 32]),
             below: sample_members(),
             degree: 2,
         },
