@@ -5,6 +5,8 @@
 //! `cohort-net` and the simulator in `cohort-sim` drive the same code.
 pub mod config;
 pub mod event;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod id;
 pub mod keys;
 mod member;

@@ -1,0 +1,649 @@
+//! Harnesses shared by the fuzz targets (`fuzz/fuzz_targets/group_*.rs`) and the property
+//! tests (`tests/fuzz_harness.rs`): one function per parser or state machine, taking
+//! arbitrary bytes. None panics on any input except through its own assertions, which are
+//! the properties the fuzzer checks (a failed one is a finding); each returns what the tests
+//! assert on.
+//!
+//! Everything is deterministic except the pair channel's KEM key generation (which takes the
+//! provider's randomness): identities come from fixed secrets, members and pair tables from
+//! fixed seeds, and time is virtual. In particular the group keys of [`TestGroup`] (drawn
+//! from the founder's seeded generator) are the same in every build, so real packets
+//! captured from one build are valid in another; the harnesses therefore check that nothing
+//! is delivered that a member of the harness did not send, not that nothing is delivered.
+//!
+//! Not part of the crate's API: it exists for the fuzzers and the tests.
+
+use crate::config::{GroupConfig, Protection};
+use crate::event::{Channel, GroupEvent, RemovalReason};
+use crate::id::{Member, MemberId, ViewId};
+use crate::keys::{GearPlan, GroupKey, ViewKeys};
+use crate::pair::{PairEvent, PairTable};
+use crate::wire::{Install, KeyDelivery, Msg, PairMsg};
+use crate::GroupMember;
+use cohort_channel::identity::Identity;
+use cohort_core::{Machine, Timestamp};
+use cohort_crypto::{CryptoProvider, Secret};
+use cohort_gears::{GearId, PACKET_VERSION};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+use zeroize::Zeroizing;
+
+/// The group every harness uses.
+pub const GROUP: &str = "fuzz";
+/// Where member 0 (the founder, the leader) is.
+pub const ADDR_A: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 7000);
+/// Where member 1 (the joiner) is.
+pub const ADDR_B: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), 7000);
+/// An address outside the group.
+pub const ADDR_STRANGER: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 99)), 7000);
+/// The time every harness starts at.
+const START: Timestamp = Timestamp::from_millis(1_000);
+/// Most datagrams one input is split into.
+const MAX_DATAGRAMS: usize = 16;
+/// Most timer steps a harness runs after its input (a bound against a timer that never
+/// moves forward; real runs take a few dozen).
+const MAX_STEPS: usize = 2_000;
+/// What the members of [`TestGroup`] send each other when asked for traffic.
+const TRAFFIC: [&[u8]; 4] = [
+    b"reliable from a",
+    b"reliable from b",
+    b"unreliable",
+    b"more",
+];
+
+/// Unwraps harness set-up that cannot fail with the default provider; a failure is a bug
+/// the fuzzer should report loudly.
+#[allow(clippy::expect_used)] // reason: see above; this is test tooling
+fn must<T, E: std::fmt::Debug>(r: Result<T, E>, what: &str) -> T {
+    r.expect(what)
+}
+
+fn provider() -> CryptoProvider {
+    CryptoProvider::default_provider()
+}
+
+/// The fixed identity number `i` (0 and 1 are the members of [`TestGroup`]).
+pub fn identity(i: u8) -> Identity {
+    let mut secret = [0x6d; 32];
+    secret[0] = i;
+    must(
+        Identity::from_secret(&provider(), Secret::from_slice(&secret)),
+        "identity from a fixed secret",
+    )
+}
+
+/// Splits `data` into at most 16 datagrams: each is `length (u16 BE) | bytes`; a length
+/// beyond the end takes what remains.
+pub fn split_datagrams(data: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    while rest.len() >= 2 && out.len() < MAX_DATAGRAMS {
+        let len = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
+        let body = &rest[2..];
+        let take = len.min(body.len());
+        out.push(&body[..take]);
+        rest = &body[take..];
+    }
+    out
+}
+
+/// The inverse of [`split_datagrams`], for building inputs.
+pub fn join_datagrams<'a>(datagrams: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for d in datagrams {
+        let len = d.len().min(usize::from(u16::MAX));
+        out.extend_from_slice(&(len as u16).to_be_bytes());
+        out.extend_from_slice(&d[..len]);
+    }
+    out
+}
+
+// ------------------------------------------------------------------------------- codecs
+
+/// Arbitrary bytes as a [`Msg`]: decoding must not panic, and what decodes must survive a
+/// round trip: `decode(encode(m)) == m`, and the encoding is the input itself (the format
+/// is canonical: no two byte strings decode to one message). Returns the message.
+pub fn msg_decode(data: &[u8]) -> Option<Msg> {
+    let msg = Msg::decode(data)?;
+    let mut out = Vec::new();
+    msg.encode(&mut out);
+    assert_eq!(Msg::decode(&out).as_ref(), Some(&msg), "Msg round trip");
+    assert_eq!(out, data, "Msg encoding is not canonical");
+    Some(msg)
+}
+
+/// Arbitrary bytes as a [`PairMsg`]: the same properties as [`msg_decode`].
+pub fn pair_msg_decode(data: &[u8]) -> Option<PairMsg> {
+    let msg = PairMsg::decode(data)?;
+    let mut out = Vec::new();
+    msg.encode(&mut out);
+    assert_eq!(
+        PairMsg::decode(&out).as_ref(),
+        Some(&msg),
+        "PairMsg round trip"
+    );
+    assert_eq!(out, data, "PairMsg encoding is not canonical");
+    Some(msg)
+}
+
+fn sample_view() -> ViewId {
+    ViewId {
+        seq: 7,
+        coordinator: MemberId(identity(0).public()),
+    }
+}
+
+fn sample_members() -> Vec<Member> {
+    vec![
+        Member {
+            id: MemberId(identity(0).public()),
+            addr: ADDR_A,
+        },
+        Member {
+            id: MemberId(identity(1).public()),
+            addr: SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 7001),
+        },
+    ]
+}
+
+fn sample_install(key: KeyDelivery, merge_into: Option<SocketAddr>) -> Install {
+    Install {
+        view: sample_view(),
+        members: sample_members(),
+        next_seqs: vec![3, 0],
+        incarnations: vec![0x1111, 0x2222],
+        key_epoch: 4,
+        final_order: 12,
+        key,
+        merge_into,
+        removed: vec![
+            (MemberId(identity(2).public()), RemovalReason::Left),
+            (MemberId(identity(3).public()), RemovalReason::Suspected),
+            (MemberId(identity(4).public()), RemovalReason::Lagged),
+        ],
+    }
+}
+
+/// One message of every [`Msg`] variant (and every [`KeyDelivery`] and merge form of
+/// Install): seeds for the fuzzers and the mutation tests.
+pub fn sample_msgs() -> Vec<Msg> {
+    vec![
+        Msg::Heartbeat {
+            delivered: 5,
+            ordered: 9,
+            stable: 3,
+            load: 200,
+            failures: 1,
+        },
+        Msg::Unreliable {
+            seq: 2,
+            data: b"unreliable".to_vec(),
+        },
+        Msg::Submit {
+            seq: 3,
+            data: b"submit".to_vec(),
+        },
+        Msg::Ordered {
+            order: 4,
+            sender: 1,
+            seq: 3,
+            data: b"ordered".to_vec(),
+        },
+        Msg::Nak { from: 2, to: 9 },
+        Msg::Flush {
+            proposal: sample_view(),
+            survivors: vec![0, 1],
+        },
+        Msg::FlushOk {
+            proposal: sample_view(),
+            delivered: 4,
+            next_seq: 6,
+            pending: vec![(4, b"four".to_vec()), (5, Vec::new())],
+        },
+        Msg::Install(Box::new(sample_install(KeyDelivery::Same, None))),
+        Msg::Install(Box::new(sample_install(
+            KeyDelivery::Wrapped(vec![Vec::new(), vec![0x77; 48]]),
+            None,
+        ))),
+        Msg::Install(Box::new(sample_install(
+            KeyDelivery::Tree([9; 8]),
+            Some(ADDR_B),
+        ))),
+        Msg::InstallAck,
+        Msg::Leave,
+        Msg::RekeyRequest,
+    ]
+}
+
+/// One message of every [`PairMsg`] variant.
+pub fn sample_pair_msgs() -> Vec<PairMsg> {
+    vec![
+        PairMsg::JoinRequest {
+            group: GROUP.into(),
+            incarnation: 0x1234,
+            next_seq: 2,
+        },
+        PairMsg::Redirect { leader: ADDR_A },
+        PairMsg::NotInGroup,
+        PairMsg::Welcome {
+            install: Box::new(sample_install(KeyDelivery::Same, None)),
+            key: Zeroizing::new(vec![0x42; 32]),
+        },
+        PairMsg::KeyShare {
+            proposal: sample_view(),
+            key_epoch: 5,
+            key: Zeroizing::new(vec![0x43; 32]),
+            below: sample_members(),
+            degree: 2,
+        },
+        PairMsg::Ping,
+        PairMsg::Probe,
+        PairMsg::ProbeAnswer {
+            size: 3,
+            leader: MemberId(identity(0).public()),
+            leader_addr: ADDR_A,
+        },
+        PairMsg::KeyAck {
+            proposal: sample_view(),
+            holders: vec![MemberId(identity(1).public())],
+        },
+    ]
+}
+
+// ------------------------------------------------------------------------------- members
+
+/// Two members in one view, connected by an in-memory network with no loss: member 0 (at
+/// [`ADDR_A`]) founded the group and leads it, member 1 (at [`ADDR_B`]) joined through it
+/// (a pair channel, a Welcome, a rekey). Every datagram either sends is recorded.
+pub struct TestGroup {
+    /// The two members.
+    pub members: [GroupMember; 2],
+    /// Virtual time.
+    pub now: Timestamp,
+    /// Every datagram sent: (from, to, bytes).
+    pub sent: Vec<(SocketAddr, SocketAddr, Vec<u8>)>,
+    /// Every event, by member, since the last [`take_events`](Self::take_events).
+    pub events: [Vec<GroupEvent>; 2],
+}
+
+impl TestGroup {
+    /// The group, formed and quiet. With `null`, packets are protected with the null gear
+    /// (`Protection::DangerNoneForTesting`), so a fuzzer can forge them; otherwise with
+    /// `aes-128-gcm`. With `traffic`, each member sends a reliable and an unreliable message
+    /// and both are delivered everywhere before this returns.
+    pub fn new(null: bool, traffic: bool) -> TestGroup {
+        let ids = [identity(0), identity(1)];
+        let trust: Vec<MemberId> = ids.iter().map(|i| MemberId(i.public())).collect();
+        let mut config = GroupConfig::new(GROUP, trust);
+        if null {
+            config.protection = Protection::DangerNoneForTesting;
+        }
+        let [a, b] = ids;
+        let member = |identity: Identity, addr: SocketAddr, seed: u8| {
+            must(
+                GroupMember::new(provider(), identity, addr, config.clone(), [seed; 32]),
+                "member",
+            )
+        };
+        let mut g = TestGroup {
+            members: [member(a, ADDR_A, 0xa0), member(b, ADDR_B, 0xb0)],
+            now: START,
+            sent: Vec::new(),
+            events: [Vec::new(), Vec::new()],
+        };
+        g.members[0].start(g.now, &[]);
+        g.members[1].start(g.now, &[ADDR_A]);
+        g.run_for(Duration::from_millis(300));
+        if traffic {
+            let now = g.now;
+            let _ = g.members[0].send(now, Channel::Reliable, TRAFFIC[0]);
+            let _ = g.members[1].send(now, Channel::Reliable, TRAFFIC[1]);
+            let _ = g.members[1].send(now, Channel::Unreliable, TRAFFIC[2]);
+            let _ = g.members[0].send(now, Channel::Unreliable, TRAFFIC[3]);
+            g.run_for(Duration::from_millis(300));
+        }
+        g
+    }
+
+    /// Whether both members are in one view of both.
+    pub fn formed(&self) -> bool {
+        match (self.members[0].view(), self.members[1].view()) {
+            (Some(a), Some(b)) => a.id == b.id && a.members.len() == 2,
+            _ => false,
+        }
+    }
+
+    /// The index of the member at `addr`.
+    fn index(addr: SocketAddr) -> Option<usize> {
+        [ADDR_A, ADDR_B].iter().position(|a| *a == addr)
+    }
+
+    /// Delivers every queued datagram (and what it causes) until both members are quiet.
+    pub fn pump(&mut self) {
+        // Bounded: a protocol that answers every packet with another runs forever otherwise.
+        for _ in 0..10_000 {
+            let mut moved = false;
+            for i in 0..2 {
+                let from = [ADDR_A, ADDR_B][i];
+                let mut buf = Vec::new();
+                while let Some(t) = self.members[i].poll_transmit(self.now, &mut buf) {
+                    moved = true;
+                    let d = buf[..t.size].to_vec();
+                    buf.clear();
+                    self.sent.push((from, t.destination, d.clone()));
+                    if let Some(j) = Self::index(t.destination) {
+                        self.members[j].handle_datagram(self.now, from, &d);
+                    }
+                }
+                while let Some(e) = self.members[i].poll_event() {
+                    self.events[i].push(e);
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Runs timers and the network for `d` of virtual time.
+    pub fn run_for(&mut self, d: Duration) {
+        let until = self.now.saturating_add(d);
+        self.pump();
+        for _ in 0..MAX_STEPS {
+            let next = self.members.iter().filter_map(|m| m.poll_timeout()).min();
+            let Some(next) = next else { break };
+            if next > until {
+                break;
+            }
+            // A timer in the past moves time on by a millisecond, so the loop ends.
+            self.now = if next > self.now {
+                next
+            } else {
+                self.now.saturating_add(Duration::from_millis(1))
+            };
+            for m in &mut self.members {
+                m.handle_timeout(self.now);
+            }
+            self.pump();
+        }
+        self.now = self.now.max(until);
+    }
+
+    /// Hands `data` to member `to` as a datagram from `from`, then delivers what follows.
+    pub fn feed(&mut self, to: usize, from: SocketAddr, data: &[u8]) {
+        self.members[to].handle_datagram(self.now, from, data);
+        self.pump();
+    }
+
+    /// Takes the recorded events.
+    pub fn take_events(&mut self) -> [Vec<GroupEvent>; 2] {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Group packets (not pair datagrams) that member `from` sent to member `to`.
+    pub fn group_packets(&self, from: usize, to: usize) -> Vec<Vec<u8>> {
+        let (f, t) = ([ADDR_A, ADDR_B][from], [ADDR_A, ADDR_B][to]);
+        self.sent
+            .iter()
+            .filter(|(a, b, d)| *a == f && *b == t && d.first() == Some(&PACKET_VERSION))
+            .map(|(_, _, d)| d.clone())
+            .collect()
+    }
+
+    /// Keys that seal bodies as member `rank` of member `of`'s current view, for a group
+    /// built with `null`: any key will do under the null gear. The first `skip` sequence
+    /// numbers are used up, so the packets are not taken for replays of real ones.
+    pub fn forger(&self, of: usize, rank: u16, skip: usize) -> Option<ViewKeys> {
+        let view = self.members[of].view()?;
+        let plan = GearPlan::new(&Protection::DangerNoneForTesting);
+        let key = GroupKey::new(view.key_epoch, Secret::from_slice(&[0; 32]));
+        let mut keys = ViewKeys::derive(
+            &provider(),
+            GROUP,
+            &key,
+            view.id,
+            view.members.len(),
+            rank,
+            &plan,
+        )
+        .ok()?;
+        let mut scratch = Vec::new();
+        for _ in 0..skip {
+            scratch.clear();
+            keys.seal(&[GearId::DangerNullForTesting], &[], &mut scratch)
+                .ok()?;
+        }
+        Some(keys)
+    }
+}
+
+/// What [`member_datagram`] saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberOutcome {
+    /// Datagrams fed.
+    pub fed: usize,
+    /// Drops the receiving member counted while the input was processed (and after).
+    pub dropped: u64,
+    /// Messages delivered after the input, at either member.
+    pub delivered: usize,
+    /// Views installed after the input, at either member.
+    pub views: usize,
+}
+
+/// The control byte of [`member_datagram`]'s input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberControl {
+    /// Packets are protected with the null gear (forgeable), not `aes-128-gcm`.
+    pub null: bool,
+    /// The input goes to member 1 (the follower), not member 0 (the leader).
+    pub to_follower: bool,
+    /// Null gear only: each datagram is a body (`destination u16 | Msg`) that the harness
+    /// seals as a packet of the other member in the current view.
+    pub seal: bool,
+    /// The datagrams come from an address outside the group, not from the other member.
+    pub from_stranger: bool,
+    /// The members exchange traffic on both channels before the input.
+    pub traffic: bool,
+}
+
+impl MemberControl {
+    /// Bit 0 `null`, bit 1 `to_follower`, bit 2 `seal`, bit 3 `from_stranger`, bit 4
+    /// `traffic`.
+    pub fn from_byte(b: u8) -> MemberControl {
+        MemberControl {
+            null: b & 1 != 0,
+            to_follower: b & 2 != 0,
+            seal: b & 4 != 0,
+            from_stranger: b & 8 != 0,
+            traffic: b & 16 != 0,
+        }
+    }
+
+    /// The byte for these choices.
+    pub fn byte(self) -> u8 {
+        u8::from(self.null)
+            | u8::from(self.to_follower) << 1
+            | u8::from(self.seal) << 2
+            | u8::from(self.from_stranger) << 3
+            | u8::from(self.traffic) << 4
+    }
+}
+
+/// A control byte ([`MemberControl`]), then datagrams (see [`split_datagrams`]) for a member
+/// of a formed two-member group ([`TestGroup`]), which then runs for two seconds of virtual
+/// time (heartbeats, suspicion, view changes, key phases) with its peer. It must never
+/// panic; under `aes-128-gcm` nothing may be delivered that the harness's members did not
+/// send, and the group must still be one view. (Under the null gear a forged packet is as
+/// good as a real one, and the group may well change its view.)
+pub fn member_datagram(data: &[u8]) -> MemberOutcome {
+    let Some((&control, rest)) = data.split_first() else {
+        return MemberOutcome::default();
+    };
+    let c = MemberControl::from_byte(control);
+    let mut g = TestGroup::new(c.null, c.traffic);
+    let to = usize::from(c.to_follower);
+    let from = if c.from_stranger {
+        ADDR_STRANGER
+    } else {
+        [ADDR_B, ADDR_A][to]
+    };
+    let _ = g.take_events();
+    let before = g.members[to].counters().total();
+    let mut forger = if c.null && c.seal {
+        // Past every sequence number the real sender used and will use while the harness
+        // runs (it sends far fewer packets than this), and well inside the replay window.
+        let skip = g.sent.len() + 1_000;
+        g.forger(to, 1 - to as u16, skip)
+    } else {
+        None
+    };
+    let datagrams = split_datagrams(rest);
+    for d in &datagrams {
+        match forger.as_mut() {
+            Some(keys) => {
+                let mut packet = Vec::new();
+                if keys
+                    .seal(&[GearId::DangerNullForTesting], d, &mut packet)
+                    .is_ok()
+                {
+                    g.feed(to, from, &packet);
+                }
+            }
+            None => g.feed(to, from, d),
+        }
+    }
+    g.run_for(Duration::from_secs(2));
+    let events = g.take_events();
+    let mut outcome = MemberOutcome {
+        fed: datagrams.len(),
+        dropped: g.members[to].counters().total().saturating_sub(before),
+        ..MemberOutcome::default()
+    };
+    for e in events.iter().flatten() {
+        match e {
+            GroupEvent::Deliver { data, .. } => {
+                outcome.delivered += 1;
+                if !c.null {
+                    assert!(
+                        TRAFFIC.contains(&data.as_slice()),
+                        "delivered a message no member sent: {data:?}"
+                    );
+                }
+            }
+            GroupEvent::View(_) => outcome.views += 1,
+            _ => {}
+        }
+    }
+    if !c.null {
+        assert!(g.formed(), "arbitrary datagrams broke up the group");
+    }
+    outcome
+}
+
+// ------------------------------------------------------------------------------- pairs
+
+/// What [`pair_datagram`] saw.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PairOutcome {
+    /// Datagrams fed.
+    pub fed: usize,
+    /// The table's drop counter grew by this much.
+    pub dropped: u64,
+    /// `Established` events after the input.
+    pub established: usize,
+    /// `Message` events after the input.
+    pub messages: usize,
+    /// `Failed` events after the input.
+    pub failed: usize,
+}
+
+/// What the real peer of [`pair_datagram`] sends once its channel is up.
+const PAIR_HELLO: &[u8] = b"hello over the pair channel";
+
+/// Delivers datagrams between two pair tables (the first at [`ADDR_A`], the second at
+/// [`ADDR_B`]) until both are quiet.
+fn pump_pairs(now: Timestamp, a: &mut PairTable, b: &mut PairTable) {
+    for _ in 0..1_000 {
+        let mut moved = false;
+        let mut buf = Vec::new();
+        while let Some(t) = a.poll_transmit(now, &mut buf) {
+            moved = true;
+            if t.destination == ADDR_B {
+                b.handle_datagram(now, ADDR_A, &buf[..t.size]);
+            }
+            buf.clear();
+        }
+        while let Some(t) = b.poll_transmit(now, &mut buf) {
+            moved = true;
+            if t.destination == ADDR_A {
+                a.handle_datagram(now, ADDR_B, &buf[..t.size]);
+            }
+            buf.clear();
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+/// A control byte, then datagrams (see [`split_datagrams`]) from [`ADDR_B`] into the
+/// [`PairTable`] of member 0, which trusts only member 1. Control bit 0: the table first
+/// opens a channel to `ADDR_B` (so it waits as a client for a ServerHello); bit 1: member
+/// 1's real table first completes an authenticated channel with it (so the bytes reach an
+/// established channel). After each datagram the table's timers run 300 ms on. It must never
+/// panic, and never report an authenticated peer or a message that the real peer did not
+/// make: without bit 1 nothing is ever established.
+pub fn pair_datagram(data: &[u8]) -> PairOutcome {
+    let Some((&control, rest)) = data.split_first() else {
+        return PairOutcome::default();
+    };
+    let b_id = MemberId(identity(1).public());
+    let mut now = START;
+    let mut table = PairTable::new(provider(), identity(0), GROUP, vec![b_id], [0xa1; 32]);
+    let real_peer = control & 2 != 0;
+    if control & 1 != 0 {
+        table.send(now, ADDR_B, Some(b_id), b"from a");
+    }
+    if real_peer {
+        let a_id = MemberId(identity(0).public());
+        let mut peer = PairTable::new(provider(), identity(1), GROUP, vec![a_id], [0xb1; 32]);
+        peer.send(now, ADDR_A, Some(a_id), PAIR_HELLO);
+        pump_pairs(now, &mut table, &mut peer);
+    }
+    while table.poll_event().is_some() {}
+    let before = table.dropped();
+    let mut outcome = PairOutcome::default();
+    let mut buf = Vec::new();
+    let datagrams = split_datagrams(rest);
+    outcome.fed = datagrams.len();
+    for d in datagrams {
+        table.handle_datagram(now, ADDR_B, d);
+        now = now.saturating_add(Duration::from_millis(300));
+        table.handle_timeout(now);
+        while table.poll_transmit(now, &mut buf).is_some() {
+            buf.clear();
+        }
+        while let Some(e) = table.poll_event() {
+            match e {
+                PairEvent::Established { peer, .. } => {
+                    assert!(
+                        real_peer && peer == b_id,
+                        "an unproven peer was established"
+                    );
+                    outcome.established += 1;
+                }
+                PairEvent::Message { peer, data, .. } => {
+                    assert!(
+                        real_peer && peer == b_id && (data == PAIR_HELLO),
+                        "a message the peer did not send was delivered"
+                    );
+                    outcome.messages += 1;
+                }
+                PairEvent::Failed { .. } => outcome.failed += 1,
+            }
+        }
+    }
+    outcome.dropped = table.dropped().saturating_sub(before);
+    outcome
+}

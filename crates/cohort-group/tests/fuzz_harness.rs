@@ -1,0 +1,386 @@
+//! The group fuzz targets' harnesses (`cohort_group::fuzzing`) as property tests, so they run
+//! in every `cargo test` and cannot rot: each on arbitrary bytes, and on real messages (a
+//! sample of every variant, and packets captured from a real two-member group) with bytes
+//! flipped, cut, inserted and spliced, so the tests reach past the first length check.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
+
+use cohort_core::{Machine, Timestamp};
+use cohort_crypto::CryptoProvider;
+use cohort_group::fuzzing::{
+    identity, join_datagrams, member_datagram, msg_decode, pair_datagram, pair_msg_decode,
+    sample_msgs, sample_pair_msgs, MemberControl, TestGroup, ADDR_A, ADDR_B,
+};
+use cohort_group::pair::PairTable;
+use cohort_group::{Channel, GroupEvent, MemberId};
+use proptest::prelude::*;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// One change to a byte string.
+#[derive(Clone, Debug)]
+enum Mutation {
+    /// XOR the byte at (position mod length) with a nonzero value.
+    Flip(usize, u8),
+    /// Keep the first (position mod (length + 1)) bytes.
+    Truncate(usize),
+    /// Insert a byte.
+    Insert(usize, u8),
+    /// Remove a byte.
+    Remove(usize),
+    /// Replace the bytes from a position on with others (extends as often as it cuts).
+    Splice(usize, Vec<u8>),
+    /// Set a 16-bit big-endian field (a count, say) to a value near its extremes.
+    Length(usize, u16),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        4 => (any::<usize>(), 1u8..=255).prop_map(|(p, x)| Mutation::Flip(p, x)),
+        1 => any::<usize>().prop_map(Mutation::Truncate),
+        1 => (any::<usize>(), any::<u8>()).prop_map(|(p, b)| Mutation::Insert(p, b)),
+        1 => any::<usize>().prop_map(Mutation::Remove),
+        1 => (any::<usize>(), prop::collection::vec(any::<u8>(), 0..40))
+            .prop_map(|(p, v)| Mutation::Splice(p, v)),
+        1 => (any::<usize>(), prop_oneof![Just(0u16), Just(1), Just(0xffff), any::<u16>()])
+            .prop_map(|(p, v)| Mutation::Length(p, v)),
+    ]
+}
+
+fn mutations() -> impl Strategy<Value = Vec<Mutation>> {
+    prop::collection::vec(mutation(), 1..4)
+}
+
+fn apply(ms: &[Mutation], bytes: &mut Vec<u8>) {
+    for m in ms {
+        let len = bytes.len();
+        match m {
+            Mutation::Flip(p, x) if len > 0 => bytes[p % len] ^= x,
+            Mutation::Flip(..) => {}
+            Mutation::Truncate(p) => bytes.truncate(p % (len + 1)),
+            Mutation::Insert(p, b) => bytes.insert(p % (len + 1), *b),
+            Mutation::Remove(p) if len > 0 => {
+                bytes.remove(p % len);
+            }
+            Mutation::Remove(_) => {}
+            Mutation::Splice(p, v) => {
+                bytes.truncate(p % (len + 1));
+                bytes.extend_from_slice(v);
+            }
+            Mutation::Length(p, v) if len > 1 => {
+                let at = p % (len - 1);
+                bytes[at..at + 2].copy_from_slice(&v.to_be_bytes());
+            }
+            Mutation::Length(..) => {}
+        }
+    }
+}
+
+fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 0..max)
+}
+
+/// Every sample message, encoded.
+fn encoded_msgs() -> Vec<Vec<u8>> {
+    sample_msgs()
+        .iter()
+        .map(|m| {
+            let mut out = Vec::new();
+            m.encode(&mut out);
+            out
+        })
+        .collect()
+}
+
+fn encoded_pair_msgs() -> Vec<Vec<u8>> {
+    sample_pair_msgs()
+        .iter()
+        .map(|m| {
+            let mut out = Vec::new();
+            m.encode(&mut out);
+            out
+        })
+        .collect()
+}
+
+/// Group packets a real two-member group (AES-128-GCM) sent while forming and exchanging
+/// messages, both ways.
+fn captured_packets() -> &'static [Vec<u8>] {
+    static PACKETS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    PACKETS.get_or_init(|| {
+        let g = TestGroup::new(false, true);
+        let mut all = g.group_packets(1, 0);
+        all.extend(g.group_packets(0, 1));
+        all
+    })
+}
+
+/// Pair datagrams member 1's table sent to member 0's during a real handshake, proofs and
+/// one message.
+fn captured_pair_datagrams() -> &'static [Vec<u8>] {
+    static DATAGRAMS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    DATAGRAMS.get_or_init(|| {
+        let provider = CryptoProvider::default_provider();
+        let (a_id, b_id) = (
+            MemberId(identity(0).public()),
+            MemberId(identity(1).public()),
+        );
+        let mut a = PairTable::new(provider, identity(0), "fuzz", vec![b_id], [1; 32]);
+        let mut b = PairTable::new(provider, identity(1), "fuzz", vec![a_id], [2; 32]);
+        let now = Timestamp::from_millis(1_000);
+        b.send(now, ADDR_A, Some(a_id), b"captured");
+        let mut captured = Vec::new();
+        for _ in 0..50 {
+            let mut moved = false;
+            let mut buf = Vec::new();
+            while let Some(t) = b.poll_transmit(now, &mut buf) {
+                moved = true;
+                captured.push(buf[..t.size].to_vec());
+                a.handle_datagram(now, ADDR_B, &buf[..t.size]);
+                buf.clear();
+            }
+            while let Some(t) = a.poll_transmit(now, &mut buf) {
+                moved = true;
+                b.handle_datagram(now, ADDR_A, &buf[..t.size]);
+                buf.clear();
+            }
+            if !moved {
+                break;
+            }
+        }
+        assert!(a.peer_at(ADDR_B).is_some(), "the real channel came up");
+        captured
+    })
+}
+
+#[test]
+fn every_sample_message_round_trips() {
+    for (m, bytes) in sample_msgs().iter().zip(encoded_msgs()) {
+        assert_eq!(msg_decode(&bytes).as_ref(), Some(m));
+    }
+    for (m, bytes) in sample_pair_msgs().iter().zip(encoded_pair_msgs()) {
+        assert_eq!(pair_msg_decode(&bytes).as_ref(), Some(m));
+    }
+}
+
+#[test]
+fn the_test_group_forms_and_delivers() {
+    let mut g = TestGroup::new(false, true);
+    assert!(g.formed());
+    let events = g.take_events();
+    for (i, ev) in events.iter().enumerate() {
+        let delivered = ev
+            .iter()
+            .filter(|e| matches!(e, GroupEvent::Deliver { .. }))
+            .count();
+        assert_eq!(delivered, 4, "member {i} delivered {delivered}");
+    }
+    assert!(!captured_packets().is_empty());
+}
+
+/// A real packet is sealed and delivered by the harness: forged bodies under the null gear
+/// reach the message handlers (or the mutation tests below would test only the parser).
+#[test]
+fn sealed_bodies_reach_the_members() {
+    let unreliable = {
+        let mut body = vec![0xff, 0xff];
+        cohort_group::wire::Msg::Unreliable {
+            seq: 40,
+            data: b"more".to_vec(),
+        }
+        .encode(&mut body);
+        body
+    };
+    let control = MemberControl {
+        null: true,
+        to_follower: false,
+        seal: true,
+        from_stranger: false,
+        traffic: false,
+    };
+    let mut input = vec![control.byte()];
+    input.extend(join_datagrams([unreliable.as_slice()]));
+    let outcome = member_datagram(&input);
+    assert_eq!(outcome.delivered, 1, "{outcome:?}");
+    assert_eq!(outcome.dropped, 0, "{outcome:?}");
+}
+
+/// Every single-bit flip of every real group packet is refused and counted, and delivers
+/// nothing.
+#[test]
+fn flipped_real_packets_are_all_counted_and_never_delivered() {
+    let mut g = TestGroup::new(false, true);
+    // More traffic on both channels, so the capture holds every kind of packet.
+    for k in 0..5u8 {
+        let now = g.now;
+        g.members[0].send(now, Channel::Reliable, &[k]).unwrap();
+        g.members[1].send(now, Channel::Reliable, &[k]).unwrap();
+        g.members[1].send(now, Channel::Unreliable, &[k]).unwrap();
+        g.run_for(Duration::from_millis(20));
+    }
+    g.run_for(Duration::from_millis(500));
+    let _ = g.take_events();
+    let mut total = 0;
+    for (from, to) in [(1usize, 0usize), (0, 1)] {
+        let packets = g.group_packets(from, to);
+        assert!(packets.len() > 10, "captured {} packets", packets.len());
+        let addr = [ADDR_A, ADDR_B][from];
+        let now = g.now;
+        for p in &packets {
+            for bit in 0..p.len() * 8 {
+                let mut flipped = p.clone();
+                flipped[bit / 8] ^= 1 << (bit % 8);
+                let before = g.members[to].counters().total();
+                g.members[to].handle_datagram(now, addr, &flipped);
+                assert_eq!(
+                    g.members[to].counters().total(),
+                    before + 1,
+                    "flipped bit {bit} of a {}-byte packet was not counted once",
+                    p.len()
+                );
+                while let Some(e) = g.members[to].poll_event() {
+                    assert!(
+                        !matches!(e, GroupEvent::Deliver { .. } | GroupEvent::View(_)),
+                        "a flipped packet was taken: {e:?}"
+                    );
+                }
+                let mut buf = Vec::new();
+                while g.members[to].poll_transmit(now, &mut buf).is_some() {
+                    buf.clear();
+                }
+                total += 1;
+            }
+        }
+    }
+    assert!(total > 1000);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn msg_arbitrary(data in bytes(200)) {
+        let _ = msg_decode(&data);
+    }
+
+    #[test]
+    fn msg_mutated(which in any::<prop::sample::Index>(), ms in mutations()) {
+        let all = encoded_msgs();
+        let mut m = all[which.index(all.len())].clone();
+        apply(&ms, &mut m);
+        let _ = msg_decode(&m);
+    }
+
+    #[test]
+    fn pair_msg_arbitrary(data in bytes(200)) {
+        let _ = pair_msg_decode(&data);
+    }
+
+    #[test]
+    fn pair_msg_mutated(which in any::<prop::sample::Index>(), ms in mutations()) {
+        let all = encoded_pair_msgs();
+        let mut m = all[which.index(all.len())].clone();
+        apply(&ms, &mut m);
+        let _ = pair_msg_decode(&m);
+    }
+}
+
+proptest! {
+    // Each case builds a group (a pair handshake) and runs it for two virtual seconds:
+    // about a millisecond.
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn member_arbitrary(control in any::<u8>(), data in bytes(300)) {
+        let mut input = vec![control];
+        input.extend(data);
+        let _ = member_datagram(&input);
+    }
+
+    /// Real messages, mutated, sealed as the other member's under the null gear: they pass
+    /// authentication and reach the protocol's handlers.
+    #[test]
+    fn member_sealed_mutated_messages(
+        to_follower in any::<bool>(),
+        traffic in any::<bool>(),
+        picks in prop::collection::vec(
+            (any::<prop::sample::Index>(), any::<u16>(), any::<bool>(), mutations()),
+            1..4,
+        ),
+    ) {
+        let all = encoded_msgs();
+        let bodies: Vec<Vec<u8>> = picks
+            .iter()
+            .map(|(which, dest, mutate, ms)| {
+                // Destination: broadcast, rank 0 or rank 1 mostly, anything sometimes.
+                let dest = match dest % 4 { 0 => 0xffff, 1 => 0, 2 => 1, _ => *dest };
+                let mut body = dest.to_be_bytes().to_vec();
+                let mut m = all[which.index(all.len())].clone();
+                if *mutate {
+                    apply(ms, &mut m);
+                }
+                body.extend(m);
+                body
+            })
+            .collect();
+        let control = MemberControl {
+            null: true,
+            to_follower,
+            seal: true,
+            from_stranger: false,
+            traffic,
+        };
+        let mut input = vec![control.byte()];
+        input.extend(join_datagrams(bodies.iter().map(Vec::as_slice)));
+        let _ = member_datagram(&input);
+    }
+
+    /// Real captured AES-GCM packets, mutated: never delivered unless unchanged.
+    #[test]
+    fn member_captured_mutated(
+        to_follower in any::<bool>(),
+        which in any::<prop::sample::Index>(),
+        ms in mutations(),
+    ) {
+        let all = captured_packets();
+        let mut p = all[which.index(all.len())].clone();
+        apply(&ms, &mut p);
+        let control = MemberControl {
+            null: false,
+            to_follower,
+            seal: false,
+            from_stranger: false,
+            traffic: false,
+        };
+        let mut input = vec![control.byte()];
+        input.extend(join_datagrams([p.as_slice()]));
+        let _ = member_datagram(&input);
+    }
+
+    #[test]
+    fn pair_arbitrary(control in 0u8..4, data in bytes(400)) {
+        let mut input = vec![control];
+        input.extend(data);
+        let outcome = pair_datagram(&input);
+        prop_assert!(outcome.established == 0 || control & 2 != 0);
+    }
+
+    /// Real handshake, proof and data datagrams, mutated.
+    #[test]
+    fn pair_captured_mutated(
+        control in 0u8..4,
+        picks in prop::collection::vec((any::<prop::sample::Index>(), mutations()), 1..4),
+    ) {
+        let all = captured_pair_datagrams();
+        let datagrams: Vec<Vec<u8>> = picks
+            .iter()
+            .map(|(which, ms)| {
+                let mut d = all[which.index(all.len())].clone();
+                apply(ms, &mut d);
+                d
+            })
+            .collect();
+        let mut input = vec![control];
+        input.extend(join_datagrams(datagrams.iter().map(Vec::as_slice)));
+        let _ = pair_datagram(&input);
+    }
+}
