@@ -36,6 +36,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use zeroize::{Zeroize, Zeroizing};
 
+/// Most ordered positions in flight beyond what every member acknowledged (see
+/// `flow_window`). Members acknowledge every quarter of it.
+const FLOW_WINDOW: u64 = 256;
+
 /// Most NAKed positions answered per NAK.
 const NAK_BATCH: u64 = 64;
 
@@ -534,6 +538,12 @@ impl GroupMember {
             .iter()
             .flat_map(|v| v.members.iter())
             .filter(move |m| m.id != me)
+    }
+
+    /// Most positions the sequencer lets run ahead of the stable point: half the backlog,
+    /// and at most [`FLOW_WINDOW`], so that a burst fits the members' socket buffers.
+    fn flow_window(&self) -> u64 {
+        (self.config.backlog_limit as u64 / 2).clamp(1, FLOW_WINDOW)
     }
 
     fn current_gear(&self) -> GearId {
@@ -1173,7 +1183,7 @@ impl GroupMember {
     /// sequencer waits for acknowledgements (back-pressure on every sender, the leader
     /// included); a member that keeps it waiting too long is removed as lagging.
     fn drain_sequencer(&mut self, now: Timestamp) {
-        let high = (self.config.backlog_limit as u64 / 2).max(1);
+        let high = self.flow_window();
         loop {
             let stable = self.stable;
             let Some(s) = self.sequencer.as_mut() else {
@@ -1270,7 +1280,7 @@ impl GroupMember {
         }
         self.deliver_up_to(u64::MAX);
         let _ = now;
-        if self.delivered >= self.last_ack_sent + (self.config.backlog_limit as u64 / 8).max(1) {
+        if self.delivered >= self.last_ack_sent + (self.flow_window() / 4).max(1) {
             self.send_heartbeat(now);
         }
     }
