@@ -63,8 +63,9 @@ struct Sequencer {
     next_order: u64,
     /// Per rank: the next message number expected from that sender.
     expected: Vec<u64>,
-    /// Per rank: submissions that arrived ahead of `expected`.
-    early: Vec<BTreeMap<u64, Vec<u8>>>,
+    /// Per rank: submissions not yet ordered (the payload, and the packet as it came when
+    /// it can be relayed).
+    early: Vec<BTreeMap<u64, (Vec<u8>, Option<Vec<u8>>)>>,
     /// Per rank: positions delivered there, from heartbeats.
     acked: Vec<u64>,
     /// Per rank: last authenticated packet.
@@ -75,6 +76,8 @@ struct Sequencer {
     turn: usize,
     /// Since when the backlog has held ordering back.
     stalled_since: Option<Timestamp>,
+    /// Positions given since the last `Orders` message: (sender rank, message number).
+    tokens: Vec<(u16, u64)>,
 }
 
 /// A view change this member is taking part in (it answered the coordinator).
@@ -220,6 +223,10 @@ pub struct GroupMember {
     delivered_unreliable: u64,
 
     sequencer: Option<Sequencer>,
+    /// Relayed submissions waiting for their position: (sender rank, number) -> payload.
+    relayed: HashMap<(u16, u64), Vec<u8>>,
+    /// Positions whose relayed submission has not arrived yet.
+    awaiting: HashMap<(u16, u64), u64>,
     leader_heard: Timestamp,
     next_heartbeat: Timestamp,
     highest_proposal: Option<ViewId>,
@@ -322,6 +329,8 @@ impl GroupMember {
             delivered_reliable: 0,
             delivered_unreliable: 0,
             sequencer: None,
+            relayed: HashMap::new(),
+            awaiting: HashMap::new(),
             leader_heard: Timestamp::ZERO,
             next_heartbeat: Timestamp::ZERO,
             highest_proposal: None,
@@ -910,10 +919,14 @@ impl GroupMember {
             match keys.open(&mut packet) {
                 Ok((rank, body)) => {
                     let my = self.rank;
+                    let broadcast = packet[body.clone()].starts_with(&BROADCAST.to_be_bytes());
                     let Some(msg) = decode_for(&packet[body], my, &mut self.counters) else {
                         return;
                     };
-                    self.handle_msg(now, from, rank, msg);
+                    // A submission addressed to everyone is relayed by the sequencer as it
+                    // came, so it keeps the original bytes.
+                    let raw = (broadcast && matches!(msg, Msg::Submit { .. })).then_some(data);
+                    self.handle_msg(now, from, rank, msg, raw);
                 }
                 Err(e) => self.count_open_failure(now, from, e),
             }
@@ -976,7 +989,14 @@ impl GroupMember {
         }
     }
 
-    fn handle_msg(&mut self, now: Timestamp, from: SocketAddr, rank: u16, msg: Msg) {
+    fn handle_msg(
+        &mut self,
+        now: Timestamp,
+        from: SocketAddr,
+        rank: u16,
+        msg: Msg,
+        raw: Option<&[u8]>,
+    ) {
         let Some(sender) = self.member_at(rank) else {
             self.counters.count(Drop::Unexpected);
             return;
@@ -1022,7 +1042,11 @@ impl GroupMember {
                     });
                 }
             }
-            Msg::Submit { seq, data } => self.on_submit(now, rank, seq, data),
+            Msg::Submit { seq, data } if self.sequencer.is_some() => {
+                self.on_submit(now, rank, seq, data, raw.map(<[u8]>::to_vec))
+            }
+            Msg::Submit { seq, data } => self.on_relayed(now, rank, seq, data),
+            Msg::Orders { first, entries } => self.on_orders(now, rank, first, entries),
             Msg::Ordered {
                 order,
                 sender: s,
@@ -1136,7 +1160,7 @@ impl GroupMember {
                 .collect();
             let rank = self.rank;
             for (seq, data) in due {
-                self.on_submit(now, rank, seq, data);
+                self.on_submit(now, rank, seq, data, None);
             }
             return;
         }
@@ -1157,11 +1181,21 @@ impl GroupMember {
             })
             .collect();
         for (seq, data) in due {
-            self.send_msg(leader, &Msg::Submit { seq, data });
+            // Addressed to everyone, sent to the leader: it relays these very bytes.
+            if let Some(packet) = self.seal(BROADCAST, &Msg::Submit { seq, data }) {
+                self.out.push_back((leader, packet));
+            }
         }
     }
 
-    fn on_submit(&mut self, now: Timestamp, rank: u16, seq: u64, data: Vec<u8>) {
+    fn on_submit(
+        &mut self,
+        now: Timestamp,
+        rank: u16,
+        seq: u64,
+        data: Vec<u8>,
+        raw: Option<Vec<u8>>,
+    ) {
         if self.coordinator.is_some() || self.flushing.is_some() {
             return;
         }
@@ -1174,7 +1208,7 @@ impl GroupMember {
         if seq < s.expected[r] || seq - s.expected[r] > window {
             return; // already ordered, or beyond the sender's window
         }
-        s.early[r].entry(seq).or_insert(data);
+        s.early[r].entry(seq).or_insert((data, raw));
         self.drain_sequencer(now);
     }
 
@@ -1183,6 +1217,24 @@ impl GroupMember {
     /// sequencer waits for acknowledgements (back-pressure on every sender, the leader
     /// included); a member that keeps it waiting too long is removed as lagging.
     fn drain_sequencer(&mut self, now: Timestamp) {
+        self.drain_sequencer_inner(now);
+        self.flush_tokens();
+    }
+
+    /// Sends the positions given since the last call as one `Orders` message.
+    fn flush_tokens(&mut self) {
+        let Some(s) = self.sequencer.as_mut() else {
+            return;
+        };
+        if s.tokens.is_empty() {
+            return;
+        }
+        let entries = std::mem::take(&mut s.tokens);
+        let first = s.next_order - entries.len() as u64;
+        self.broadcast(&Msg::Orders { first, entries });
+    }
+
+    fn drain_sequencer_inner(&mut self, now: Timestamp) {
         let high = self.flow_window();
         loop {
             let stable = self.stable;
@@ -1203,33 +1255,132 @@ impl GroupMember {
             }
             s.stalled_since = None;
             let seq = s.expected[r];
-            let Some(data) = s.early[r].remove(&seq) else {
+            let Some((data, raw)) = s.early[r].remove(&seq) else {
                 return;
             };
             s.expected[r] += 1;
             s.turn = (r + 1) % n;
-            self.order(now, r as u16, seq, data);
+            self.order(now, r as u16, seq, data, raw);
         }
     }
 
-    /// Sequencer: gives a message its position and sends it to everyone.
-    fn order(&mut self, now: Timestamp, sender: u16, seq: u64, data: Vec<u8>) {
+    /// Sequencer: gives a message its position. The payload goes to everyone as the
+    /// sender's own sealed packet (relayed unchanged; the leader seals its own messages the
+    /// same way), the position in the next `Orders` message: one encryption per message, by
+    /// its sender, and a small token per batch.
+    fn order(
+        &mut self,
+        now: Timestamp,
+        sender: u16,
+        seq: u64,
+        data: Vec<u8>,
+        raw: Option<Vec<u8>>,
+    ) {
         let Some(s) = self.sequencer.as_mut() else {
             return;
         };
         let order = s.next_order;
         s.next_order += 1;
-        let msg = Msg::Ordered {
-            order,
-            sender,
-            seq,
-            data,
+        s.tokens.push((sender, seq));
+        if s.tokens.len() >= crate::wire::MAX_ORDERS {
+            self.flush_tokens();
+        }
+        let packet = match raw {
+            Some(p) => Some(p),
+            None if sender == self.rank => self.seal(
+                BROADCAST,
+                &Msg::Submit {
+                    seq,
+                    data: data.clone(),
+                },
+            ),
+            None => None,
         };
-        self.broadcast(&msg);
-        if let Msg::Ordered { data, .. } = msg {
-            self.log.insert(order, OrderedMsg { sender, seq, data });
+        let sender_addr = self.member_at(sender).map(|m| m.addr);
+        match packet {
+            Some(packet) => {
+                let others: Vec<SocketAddr> = self
+                    .others()
+                    .map(|m| m.addr)
+                    .filter(|a| Some(*a) != sender_addr)
+                    .collect();
+                for addr in others {
+                    self.out.push_back((addr, packet.clone()));
+                }
+            }
+            None => {
+                // Not relayable (addressed to the leader alone): members fetch it by Nak.
+            }
+        }
+        self.log.insert(order, OrderedMsg { sender, seq, data });
+        self.deliver_ready(now);
+    }
+
+    /// A member: a submission relayed by the sequencer; it waits for its position.
+    fn on_relayed(&mut self, now: Timestamp, rank: u16, seq: u64, data: Vec<u8>) {
+        if self.flushing.is_some() || self.coordinator.is_some() {
+            return;
+        }
+        if let Some(order) = self.awaiting.remove(&(rank, seq)) {
+            if order >= self.delivered {
+                self.log.entry(order).or_insert(OrderedMsg {
+                    sender: rank,
+                    seq,
+                    data,
+                });
+                self.deliver_ready(now);
+            }
+            return;
+        }
+        if self.relayed.len() >= 4 * FLOW_WINDOW as usize {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        self.relayed.insert((rank, seq), data);
+    }
+
+    /// A member: positions for relayed submissions (and its own).
+    fn on_orders(&mut self, now: Timestamp, from_rank: u16, first: u64, entries: Vec<(u16, u64)>) {
+        if from_rank != 0 || self.flushing.is_some() || self.coordinator.is_some() {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let members = self.view.as_ref().map_or(0, |v| v.members.len());
+        let limit = self.delivered + self.config.backlog_limit as u64;
+        let count = entries.len() as u64;
+        for (i, (sender, seq)) in entries.into_iter().enumerate() {
+            let order = first.saturating_add(i as u64);
+            if usize::from(sender) >= members {
+                self.counters.count(Drop::Unexpected);
+                continue;
+            }
+            if order < self.delivered || order >= limit || self.log.contains_key(&order) {
+                continue;
+            }
+            let data = if sender == self.rank {
+                self.pending
+                    .iter()
+                    .find(|p| p.seq == seq)
+                    .map(|p| p.data.clone())
+            } else {
+                self.relayed.remove(&(sender, seq))
+            };
+            match data {
+                Some(data) => {
+                    self.log.insert(order, OrderedMsg { sender, seq, data });
+                }
+                None => {
+                    if self.awaiting.len() < 4 * FLOW_WINDOW as usize {
+                        self.awaiting.insert((sender, seq), order);
+                    }
+                }
+            }
         }
         self.deliver_ready(now);
+        let end = first.saturating_add(count);
+        if self.delivered < end {
+            self.nak_gap(now, Some(end));
+        }
     }
 
     fn on_ordered(
@@ -1588,6 +1739,8 @@ impl GroupMember {
         self.log = self.log.split_off(&self.stable);
         let delivered = self.delivered;
         self.log.retain(|o, _| *o < delivered);
+        self.relayed.clear();
+        self.awaiting.clear();
         self.flushing = None;
         let mut answers = BTreeMap::new();
         if survivors.contains(&self.rank) {
@@ -1676,6 +1829,8 @@ impl GroupMember {
             self.log = self.log.split_off(&self.stable);
             let delivered = self.delivered;
             self.log.retain(|o, _| *o < delivered);
+            self.relayed.clear();
+            self.awaiting.clear();
             self.flushing = Some(Flushing {
                 proposal,
                 coordinator: rank,
@@ -2441,6 +2596,8 @@ impl GroupMember {
         self.incarnations = install.incarnations.clone();
         self.keys = Some(keys);
         self.log = BTreeMap::new();
+        self.relayed.clear();
+        self.awaiting.clear();
         self.delivered = 0;
         self.stable = 0;
         self.last_ack_sent = 0;
@@ -2471,6 +2628,7 @@ impl GroupMember {
                 loads: vec![(0, 0); n],
                 turn: 0,
                 stalled_since: None,
+                tokens: Vec::new(),
             })
         } else {
             None

@@ -15,6 +15,8 @@ use zeroize::Zeroizing;
 pub const GROUP_VERSION: u8 = 1;
 /// Most members a view may list (keeps every list bounded when parsing).
 pub const MAX_MEMBERS: usize = 4096;
+/// Most entries in one [`Msg::Orders`].
+pub const MAX_ORDERS: usize = 4096;
 /// Most pending messages in one flush answer.
 pub const MAX_PENDING: usize = 1024;
 
@@ -58,6 +60,14 @@ pub enum Msg {
         seq: u64,
         /// Payload.
         data: Vec<u8>,
+    },
+    /// Positions for submissions the members received relayed from the sequencer: position
+    /// `first + i` goes to entry `i` (the sender's rank and message number).
+    Orders {
+        /// Position of the first entry.
+        first: u64,
+        /// (sender rank, message number), in position order.
+        entries: Vec<(u16, u64)>,
     },
     /// Please resend positions `from..to` of this view.
     Nak {
@@ -426,6 +436,12 @@ impl Msg {
             Msg::RekeyRequest => {
                 w.u8(11);
             }
+            Msg::Orders { first, entries } => {
+                w.u8(12).u64(*first).u16(entries.len() as u16);
+                for (sender, seq) in entries {
+                    w.u16(*sender).u64(*seq);
+                }
+            }
         }
     }
 
@@ -496,6 +512,15 @@ impl Msg {
             9 => Msg::InstallAck,
             10 => Msg::Leave,
             11 => Msg::RekeyRequest,
+            12 => {
+                let first = r.u64().ok()?;
+                let n = get_count(&mut r, MAX_ORDERS)?;
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    entries.push((r.u16().ok()?, r.u64().ok()?));
+                }
+                Msg::Orders { first, entries }
+            }
             _ => return None,
         };
         r.is_empty().then_some(msg)
