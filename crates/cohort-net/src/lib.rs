@@ -45,6 +45,23 @@ use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+/// Socket buffer size [`bind_udp`] asks for: a group's sequencer may send a few hundred
+/// datagrams in a burst, more than the common 208 KiB default receive buffer holds.
+pub const UDP_BUFFER_BYTES: usize = 4 << 20;
+
+/// Binds a UDP socket for a driver, asking the kernel for [`UDP_BUFFER_BYTES`] of receive
+/// and send buffer. The kernel may grant less (Linux caps it at `net.core.rmem_max` /
+/// `wmem_max`); that is not an error.
+pub fn bind_udp(addr: std::net::SocketAddr) -> io::Result<UdpSocket> {
+    let domain = socket2::Domain::for_address(addr);
+    let socket = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    let _ = socket.set_recv_buffer_size(UDP_BUFFER_BYTES);
+    let _ = socket.set_send_buffer_size(UDP_BUFFER_BYTES);
+    socket.bind(&addr.into())?;
+    socket.set_nonblocking(true)?;
+    UdpSocket::from_std(socket.into())
+}
+
 /// An application command: runs against the machine at `now`.
 pub type Command<M> = Box<dyn FnOnce(&mut M, Timestamp) + Send>;
 

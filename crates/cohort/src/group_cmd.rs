@@ -197,8 +197,7 @@ async fn serve(
     setup: config::MemberSetup,
     exit_on_eof: bool,
 ) -> Result<(), UsageError> {
-    let socket = tokio::net::UdpSocket::bind(setup.listen)
-        .await
+    let socket = cohort_net::bind_udp(setup.listen)
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", setup.listen)))?;
     let local = socket
         .local_addr()

@@ -266,8 +266,7 @@ async fn measure(args: &BenchArgs, protection: Protection) -> Result<Measurement
     let mut addrs: Vec<SocketAddr> = Vec::with_capacity(n);
     for _ in 0..n {
         identities.push(Identity::generate(&provider).map_err(|e| format!("keygen: {e}"))?);
-        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
-            .await
+        let socket = cohort_net::bind_udp(SocketAddr::from(([127, 0, 0, 1], 0)))
             .map_err(|e| format!("cannot bind a loopback socket: {e}"))?;
         addrs.push(socket.local_addr().map_err(|e| e.to_string())?);
         sockets.push(socket);
