@@ -10,6 +10,7 @@ pub mod fuzzing;
 pub mod id;
 pub mod keys;
 mod member;
+pub use member::MAX_VIEW_MEMBERS;
 pub mod pair;
 pub mod wire;
 

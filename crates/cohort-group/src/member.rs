@@ -40,6 +40,10 @@ use zeroize::{Zeroize, Zeroizing};
 /// `flow_window`). Members acknowledge every quarter of it.
 const FLOW_WINDOW: u64 = 256;
 
+/// Most members a view admits: an Install lists every member in about 55 bytes, and must
+/// fit one datagram (wrapped keys beyond about 600 members go in per-member copies).
+pub const MAX_VIEW_MEMBERS: usize = 1024;
+
 /// Most NAKed positions answered per NAK.
 const NAK_BATCH: u64 = 64;
 
@@ -58,6 +62,10 @@ struct Pending {
     sent_at: Option<Timestamp>,
 }
 
+/// A submission waiting at the sequencer: the payload, and the packet as it came when it
+/// can be relayed to the members unchanged.
+type Submission = (Vec<u8>, Option<Vec<u8>>);
+
 /// The leader's sequencer state for the current view.
 struct Sequencer {
     next_order: u64,
@@ -65,7 +73,7 @@ struct Sequencer {
     expected: Vec<u64>,
     /// Per rank: submissions not yet ordered (the payload, and the packet as it came when
     /// it can be relayed).
-    early: Vec<BTreeMap<u64, (Vec<u8>, Option<Vec<u8>>)>>,
+    early: Vec<BTreeMap<u64, Submission>>,
     /// Per rank: positions delivered there, from heartbeats.
     acked: Vec<u64>,
     /// Per rank: last authenticated packet.
@@ -834,8 +842,8 @@ impl GroupMember {
             self.send_pair(now, addr, Some(peer), &PairMsg::Redirect { leader });
             return;
         }
-        if view.members.len() + self.joiners_wanted.len() >= crate::wire::MAX_MEMBERS {
-            self.counters.count(Drop::Unexpected); // full: the wire formats list at most this many
+        if view.members.len() + self.joiners_wanted.len() >= MAX_VIEW_MEMBERS {
+            self.counters.count(Drop::Unexpected); // full: see MAX_VIEW_MEMBERS
             return;
         }
         // Already welcomed into the current view at this address: the Welcome was lost.

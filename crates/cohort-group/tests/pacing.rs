@@ -13,7 +13,8 @@ fn flooded_rate(members: usize) -> f64 {
     });
     g.start_all();
     let all: Vec<usize> = (0..members).collect();
-    g.wait_converged(&all, Duration::from_secs(6)).expect("view");
+    g.wait_converged(&all, Duration::from_secs(6))
+        .expect("view");
     let start = g.sim.now();
     for _ in 0..500 {
         for i in 0..members {
