@@ -235,6 +235,11 @@ pub struct GroupMember {
     relayed: HashMap<(u16, u64), Vec<u8>>,
     /// Positions whose relayed submission has not arrived yet.
     awaiting: HashMap<(u16, u64), u64>,
+    /// Per rank: the highest message number delivered from that sender in this view.
+    delivered_seq: Vec<Option<u64>>,
+    /// One past the highest position this member knows was given (from Orders, Ordered
+    /// or the leader's heartbeat): what it must NAK for while it has not delivered it.
+    known_end: u64,
     leader_heard: Timestamp,
     next_heartbeat: Timestamp,
     highest_proposal: Option<ViewId>,
@@ -339,6 +344,8 @@ impl GroupMember {
             sequencer: None,
             relayed: HashMap::new(),
             awaiting: HashMap::new(),
+            delivered_seq: Vec::new(),
+            known_end: 0,
             leader_heard: Timestamp::ZERO,
             next_heartbeat: Timestamp::ZERO,
             highest_proposal: None,
@@ -950,7 +957,7 @@ impl GroupMember {
                     let Some(msg) = decode_for(&packet[body], my as u16, &mut self.counters) else {
                         return;
                     };
-                    self.handle_old_msg(now, i, from, rank, msg);
+                    self.handle_old_msg(now, i, rank, msg);
                 }
                 Err(e) => self.count_open_failure(now, from, e),
             }
@@ -1095,7 +1102,7 @@ impl GroupMember {
         }
     }
 
-    fn handle_old_msg(&mut self, now: Timestamp, i: usize, from: SocketAddr, rank: u16, msg: Msg) {
+    fn handle_old_msg(&mut self, now: Timestamp, i: usize, rank: u16, msg: Msg) {
         let view = self.old_views[i].view.clone();
         let Some(sender) = view.members.get(usize::from(rank)).copied() else {
             self.counters.count(Drop::Unexpected);
@@ -1120,7 +1127,8 @@ impl GroupMember {
                         seq: m.seq,
                         data: m.data,
                     };
-                    self.send_msg_old(view.id, from, &msg);
+                    // To the member's address, never the packet's source: no reflection.
+                    self.send_msg_old(view.id, sender.addr, &msg);
                 }
             }
             Msg::Unreliable { seq, data } => {
@@ -1225,6 +1233,11 @@ impl GroupMember {
     /// sequencer waits for acknowledgements (back-pressure on every sender, the leader
     /// included); a member that keeps it waiting too long is removed as lagging.
     fn drain_sequencer(&mut self, now: Timestamp) {
+        // Nothing is ordered during a view change: the flush alone decides what the view
+        // delivers (queued submissions come back as the senders' pending messages).
+        if self.coordinator.is_some() || self.flushing.is_some() {
+            return;
+        }
         self.drain_sequencer_inner(now);
         self.flush_tokens();
     }
@@ -1340,9 +1353,19 @@ impl GroupMember {
             }
             return;
         }
+        let stale = self
+            .delivered_seq
+            .get(usize::from(rank))
+            .copied()
+            .flatten()
+            .is_some_and(|d| seq <= d);
+        if stale {
+            return; // already delivered (recovered by a NAK first)
+        }
         if self.relayed.len() >= 4 * FLOW_WINDOW as usize {
-            self.counters.count(Drop::Unexpected);
-            return;
+            // Bounded. Entries pile up only when positions were recovered another way;
+            // start afresh (anything still needed is fetched by NAK).
+            self.relayed.clear();
         }
         self.relayed.insert((rank, seq), data);
     }
@@ -1378,14 +1401,16 @@ impl GroupMember {
                     self.log.insert(order, OrderedMsg { sender, seq, data });
                 }
                 None => {
-                    if self.awaiting.len() < 4 * FLOW_WINDOW as usize {
-                        self.awaiting.insert((sender, seq), order);
+                    if self.awaiting.len() >= 4 * FLOW_WINDOW as usize {
+                        self.awaiting.clear();
                     }
+                    self.awaiting.insert((sender, seq), order);
                 }
             }
         }
         self.deliver_ready(now);
         let end = first.saturating_add(count);
+        self.known_end = self.known_end.max(end);
         if self.delivered < end {
             self.nak_gap(now, Some(end));
         }
@@ -1461,6 +1486,12 @@ impl GroupMember {
                 break;
             };
             let (sender_id, seq, data) = (sender.id, m.seq, m.data.clone());
+            let rank = m.sender;
+            if let Some(d) = self.delivered_seq.get_mut(usize::from(rank)) {
+                *d = Some(seq);
+            }
+            self.relayed.remove(&(rank, seq));
+            self.awaiting.remove(&(rank, seq));
             let order = self.delivered;
             self.delivered += 1;
             self.delivered_reliable += 1;
@@ -1570,6 +1601,7 @@ impl GroupMember {
                 self.log = self.log.split_off(&stable);
             }
             if ordered > self.delivered && self.delivered == self.delivered_at_leader_heartbeat {
+                self.known_end = self.known_end.max(ordered);
                 self.nak_gap(now, Some(ordered));
             }
             self.delivered_at_leader_heartbeat = self.delivered;
@@ -2008,7 +2040,7 @@ impl GroupMember {
         };
         let mut order = target;
         let mut ordered_seqs: HashMap<u16, u64> = HashMap::new();
-        for m in self.log.values() {
+        for m in self.log.range(..target).map(|(_, m)| m) {
             let e = ordered_seqs.entry(m.sender).or_insert(0);
             *e = (*e).max(m.seq + 1);
         }
@@ -2606,6 +2638,8 @@ impl GroupMember {
         self.log = BTreeMap::new();
         self.relayed.clear();
         self.awaiting.clear();
+        self.delivered_seq = vec![None; install.members.len()];
+        self.known_end = 0;
         self.delivered = 0;
         self.stable = 0;
         self.last_ack_sent = 0;
@@ -2840,6 +2874,15 @@ impl GroupMember {
                     }
                 }
             }
+        }
+        // Missing positions are asked for again until they arrive.
+        if !self.is_leader()
+            && self.flushing.is_none()
+            && self.coordinator.is_none()
+            && self.known_end > self.delivered
+        {
+            let end = self.known_end;
+            self.nak_gap(now, Some(end));
         }
         // The leader looks for other components now and then.
         if self.is_leader() && now >= self.next_probe {
@@ -3117,6 +3160,18 @@ impl Machine for GroupMember {
             consider(self.next_heartbeat);
             if self.rank == 0 {
                 consider(self.next_probe);
+            }
+            if self.rank != 0
+                && self.known_end > self.delivered
+                && self.flushing.is_none()
+                && self.coordinator.is_none()
+            {
+                // A NAK retry (on_tick sends one, which moves last_nak on).
+                let retry = self.config.heartbeat_interval / 8;
+                consider(
+                    self.last_nak
+                        .map_or(self.next_heartbeat, |t| t.saturating_add(retry)),
+                );
             }
             if let Some(c) = self.coordinator.as_ref() {
                 consider(c.deadline);

@@ -213,6 +213,11 @@ fn random_run(seed: u64) -> Result<(), SimFailure> {
         if seed % 2 == 1 {
             c.rekey_method = RekeyMethod::Tree { degree: 2 };
         }
+        if seed % 3 == 0 {
+            // A small backlog: back-pressure and lagging removal come into play.
+            c.backlog_limit = 16;
+            c.send_window = 8;
+        }
     });
     let mut rng = g.sim.fork_rng();
     let loss = g.sim.add_rule(Loss(0.05));
