@@ -162,6 +162,7 @@ fn sample_install(key: KeyDelivery, merge_into: Option<SocketAddr>) -> Install {
             (MemberId(identity(3).public()), RemovalReason::Suspected),
             (MemberId(identity(4).public()), RemovalReason::Lagged),
         ],
+        signature: vec![0x5a; 64],
     }
 }
 

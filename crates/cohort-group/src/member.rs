@@ -92,6 +92,9 @@ struct Sequencer {
 struct Flushing {
     proposal: ViewId,
     coordinator: u16,
+    /// The members the coordinator expects to continue: the only ones whose tree key
+    /// shares are taken (a member being removed still holds the old keys).
+    survivors: Vec<MemberId>,
     /// The Install, once it arrived, waiting for the positions it needs.
     install: Option<Box<Install>>,
     last_nak: Option<Timestamp>,
@@ -192,6 +195,8 @@ struct Joining {
 /// One member of a secure group: see the crate README for the protocol.
 pub struct GroupMember {
     provider: CryptoProvider,
+    /// Signs the Installs this member coordinates.
+    identity: Identity,
     id: MemberId,
     addr: SocketAddr,
     config: GroupConfig,
@@ -302,13 +307,14 @@ impl GroupMember {
         let id = MemberId(identity.public());
         let pairs = PairTable::new(
             provider,
-            identity,
+            identity.clone(),
             &config.group,
             config.trust.clone(),
             pair_seed,
         );
         Ok(GroupMember {
             provider,
+            identity,
             id,
             addr,
             config,
@@ -709,6 +715,7 @@ impl GroupMember {
             key: KeyDelivery::Same,
             merge_into: None,
             removed: Vec::new(),
+            signature: Vec::new(),
         };
         self.install_view(now, &install, key, None);
     }
@@ -904,6 +911,10 @@ impl GroupMember {
         }
         if install.view.coordinator != peer || key.len() != GROUP_KEY_LEN {
             self.counters.count(Drop::Unexpected);
+            return;
+        }
+        if !self.install_is_signed(&install) {
+            self.counters.count(Drop::AuthFailed);
             return;
         }
         let mine = install.members.iter().position(|m| m.id == self.id);
@@ -1871,9 +1882,14 @@ impl GroupMember {
             self.log.retain(|o, _| *o < delivered);
             self.relayed.clear();
             self.awaiting.clear();
+            let survivor_ids: Vec<MemberId> = survivors
+                .iter()
+                .filter_map(|r| self.member_at(*r).map(|m| m.id))
+                .collect();
             self.flushing = Some(Flushing {
                 proposal,
                 coordinator: rank,
+                survivors: survivor_ids,
                 install: None,
                 last_nak: None,
             });
@@ -2188,10 +2204,9 @@ impl GroupMember {
         // Only the proposal's coordinator or a member of the current view (a tree parent)
         // may hand out keys, and only for a proposal this member is flushing for.
         let in_view = self.view.as_ref().is_some_and(|v| v.contains(&peer));
-        let expected = self
-            .flushing
-            .as_ref()
-            .is_some_and(|f| f.proposal == proposal);
+        let expected = self.flushing.as_ref().is_some_and(|f| {
+            f.proposal == proposal && (f.survivors.contains(&peer) || peer == proposal.coordinator)
+        });
         if key.len() != GROUP_KEY_LEN || !in_view || !expected || degree == 0 {
             self.counters.count(Drop::Unexpected);
             return;
@@ -2364,7 +2379,16 @@ impl GroupMember {
             key,
             merge_into: c.merge_into,
             removed: c.removed.clone(),
+            signature: Vec::new(),
         });
+        let mut install = install;
+        match self
+            .identity
+            .sign(&self.provider, &install.signed_bytes(&self.config.group))
+        {
+            Ok(sig) => install.signature = sig,
+            Err(_) => return, // the backend failed: no view change this time
+        }
         let new_key = match c.new_key {
             Some(k) => k,
             None => match self.group_key.as_ref() {
@@ -2451,6 +2475,18 @@ impl GroupMember {
         };
         if install.view.coordinator != coord.id {
             self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let relevant = self
+            .flushing
+            .as_ref()
+            .is_some_and(|f| f.proposal == install.view && f.install.is_none())
+            || self.view.as_ref().is_some_and(|v| install.view > v.id);
+        if !relevant {
+            return;
+        }
+        if !self.install_is_signed(&install) {
+            self.counters.count(Drop::AuthFailed);
             return;
         }
         if !install.members.iter().any(|m| m.id == self.id) {
@@ -2700,6 +2736,15 @@ impl GroupMember {
             self.change_wanted.push((self.id, RemovalReason::Left));
         }
         self.maybe_start_change(now);
+    }
+
+    /// Whether `install` carries its coordinator's signature.
+    fn install_is_signed(&self, install: &Install) -> bool {
+        install.view.coordinator.0.verify(
+            &self.provider,
+            &install.signed_bytes(&self.config.group),
+            &install.signature,
+        )
     }
 
     /// Leaves this component (after its final flush) to join the one led at `target`.

@@ -100,6 +100,7 @@ use rand_core::{RngCore, SeedableRng};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
+use zeroize::Zeroizing;
 
 /// First byte of every pair-channel datagram. (Group-protected packets start with the
 /// gears packet version, 1; other kinds use other bytes.)
@@ -364,7 +365,7 @@ impl PairTable {
                     self.drops.refused += 1;
                 }
             } else if slot.queue.len() < MAX_QUEUED {
-                slot.queue.push_back(data.to_vec());
+                slot.queue.push_back(Zeroizing::new(data.to_vec()));
             } else {
                 self.drops.refused += 1;
             }
@@ -392,7 +393,7 @@ impl PairTable {
         let slot = Slot {
             primary: chan,
             pending: None,
-            queue: VecDeque::from([data.to_vec()]),
+            queue: VecDeque::from([Zeroizing::new(data.to_vec())]),
             expect,
         };
         self.slots.insert(addr, slot);
@@ -781,7 +782,8 @@ struct Slot {
     /// A newer server channel from the same address, replacing `primary` once authenticated.
     pending: Option<Chan>,
     /// Data waiting for `primary` to be authenticated.
-    queue: VecDeque<Vec<u8>>,
+    /// Queued application data (may carry group keys: wiped when dropped).
+    queue: VecDeque<Zeroizing<Vec<u8>>>,
     /// The member the caller expects at this address.
     expect: Option<MemberId>,
 }

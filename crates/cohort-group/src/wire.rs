@@ -141,6 +141,25 @@ pub struct Install {
     pub merge_into: Option<SocketAddr>,
     /// Members of the old view left out, and why (as far as the coordinator knows).
     pub removed: Vec<(MemberId, RemovalReason)>,
+    /// The coordinator's Ed25519 signature over [`Install::signed_bytes`] (64 bytes). Every
+    /// member of the old view holds its keys, so without it a member being removed could
+    /// forge an Install that keeps the old key.
+    pub signature: Vec<u8>,
+}
+
+impl Install {
+    /// What the coordinator signs: a label, the group name and the Install without its
+    /// signature, with wrapped keys left out (they differ between per-member copies and
+    /// authenticate themselves under each member's pair key).
+    pub fn signed_bytes(&self, group: &str) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + 60 * self.members.len());
+        out.extend_from_slice(b"cohort group install v1");
+        out.push(group.len() as u8);
+        out.extend_from_slice(group.as_bytes());
+        let mut w = Writer::new(&mut out);
+        put_install_fields(&mut w, self, false);
+        out
+    }
 }
 
 /// A message over a pair channel (already encrypted and mutually authenticated).
@@ -262,6 +281,11 @@ fn get_count(r: &mut Reader<'_>, max: usize) -> Option<usize> {
 }
 
 fn put_install(w: &mut Writer<'_>, i: &Install) {
+    put_install_fields(w, i, true);
+    w.u8(i.signature.len() as u8).bytes(&i.signature);
+}
+
+fn put_install_fields(w: &mut Writer<'_>, i: &Install, with_wraps: bool) {
     put_view_id(w, &i.view);
     w.u16(i.members.len() as u16);
     for ((m, s), inc) in i.members.iter().zip(&i.next_seqs).zip(&i.incarnations) {
@@ -275,8 +299,10 @@ fn put_install(w: &mut Writer<'_>, i: &Install) {
         }
         KeyDelivery::Wrapped(wraps) => {
             w.u8(1);
-            for wrap in wraps {
-                w.u8(wrap.len() as u8).bytes(wrap);
+            if with_wraps {
+                for wrap in wraps {
+                    w.u8(wrap.len() as u8).bytes(wrap);
+                }
             }
         }
         KeyDelivery::Tree(fp) => {
@@ -349,6 +375,8 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
         };
         removed.push((id, why));
     }
+    let n = r.u8().ok()? as usize;
+    let signature = r.bytes(n).ok()?.to_vec();
     Some(Install {
         view,
         members,
@@ -359,6 +387,7 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
         key,
         merge_into,
         removed,
+        signature,
     })
 }
 
