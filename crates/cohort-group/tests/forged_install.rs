@@ -1,0 +1,223 @@
+//! An insider attack on the view change: every member of the old view holds its keys, so a
+//! member being removed can seal a perfectly valid group packet as the coordinator. The
+//! Install it forges must still be refused, because Installs carry the coordinator's Ed25519
+//! signature. The "coordinator" here is the test itself: it lets a real member in over a
+//! real pair channel, with a group key the test knows, then drives a view change by hand.
+
+use cohort_channel::identity::Identity;
+use cohort_core::{Machine, Timestamp};
+use cohort_crypto::{CryptoProvider, Secret};
+use cohort_group::keys::{GearPlan, GroupKey, ViewKeys};
+use cohort_group::pair::{PairEvent, PairTable, PAIR_KIND};
+use cohort_group::wire::{Install, KeyDelivery, Msg, PairMsg};
+use cohort_group::{Drop, GroupConfig, GroupEvent, GroupMember, Member, MemberId, ViewId};
+use std::net::SocketAddr;
+
+fn identity(i: u8) -> Identity {
+    let provider = CryptoProvider::default_provider();
+    let mut bytes = [0u8; 32];
+    bytes[0] = i;
+    bytes[31] = 0x77;
+    Identity::from_secret(&provider, Secret::from_slice(&bytes)).expect("identity")
+}
+
+struct Harness {
+    provider: CryptoProvider,
+    coordinator: Identity,
+    pairs: PairTable,
+    member: GroupMember,
+    a: SocketAddr,
+    b: SocketAddr,
+    now: Timestamp,
+    events: Vec<GroupEvent>,
+    from_member: Vec<Vec<u8>>,
+}
+
+impl Harness {
+    /// Shuttles datagrams both ways until quiet; keeps the member's group packets for
+    /// inspection and hands pair messages to the test.
+    fn pump(&mut self) -> Vec<PairMsg> {
+        let mut got = Vec::new();
+        for _ in 0..50 {
+            let mut moved = false;
+            let mut buf = Vec::new();
+            while let Some(t) = self.pairs.poll_transmit(self.now, &mut buf) {
+                self.member
+                    .handle_datagram(self.now, self.a, &buf[..t.size]);
+                buf.clear();
+                moved = true;
+            }
+            while let Some(t) = self.member.poll_transmit(self.now, &mut buf) {
+                let d = buf[..t.size].to_vec();
+                buf.clear();
+                if d.first() == Some(&PAIR_KIND) {
+                    self.pairs.handle_datagram(self.now, self.b, &d);
+                } else {
+                    self.from_member.push(d);
+                }
+                moved = true;
+            }
+            while let Some(e) = self.pairs.poll_event() {
+                if let PairEvent::Message { data, .. } = e {
+                    if let Some(m) = PairMsg::decode(&data) {
+                        got.push(m);
+                    }
+                }
+            }
+            while let Some(e) = self.member.poll_event() {
+                self.events.push(e);
+            }
+            if !moved {
+                break;
+            }
+        }
+        got
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.now = self
+            .now
+            .saturating_add(std::time::Duration::from_millis(ms));
+        self.member.handle_timeout(self.now);
+        self.pairs.handle_timeout(self.now);
+    }
+
+    fn sign(&self, install: &mut Install, by: &Identity) {
+        install.signature = by
+            .sign(&self.provider, &install.signed_bytes("g"))
+            .expect("sign");
+    }
+}
+
+#[test]
+fn a_forged_install_is_refused_and_a_signed_one_installs() {
+    let provider = CryptoProvider::default_provider();
+    let coordinator = identity(1);
+    let member_id = identity(2);
+    let insider = identity(3);
+    let (ca, cb) = (MemberId(coordinator.public()), MemberId(member_id.public()));
+    let trust = vec![ca, cb, MemberId(insider.public())];
+    let a: SocketAddr = "10.9.0.1:7000".parse().expect("addr");
+    let b: SocketAddr = "10.9.0.2:7000".parse().expect("addr");
+    let config = GroupConfig::new("g", trust.clone());
+    let plan = GearPlan::new(&config.protection);
+    let member = GroupMember::new(provider, member_id, b, config.clone(), [9; 32]).expect("m");
+    let pairs = PairTable::new(provider, coordinator.clone(), "g", trust, [8; 32]);
+    let mut h = Harness {
+        provider,
+        coordinator,
+        pairs,
+        member,
+        a,
+        b,
+        now: Timestamp::ZERO,
+        events: Vec::new(),
+        from_member: Vec::new(),
+    };
+
+    // The member asks to join; the test answers as the group's coordinator.
+    h.member.start(h.now, &[a]);
+    let mut incarnation = None;
+    for _ in 0..20 {
+        for m in h.pump() {
+            if let PairMsg::JoinRequest { incarnation: i, .. } = m {
+                incarnation = Some(i);
+            }
+        }
+        if incarnation.is_some() {
+            break;
+        }
+        h.advance(100);
+    }
+    let incarnation = incarnation.expect("a join request");
+    let view1 = ViewId {
+        seq: 1,
+        coordinator: ca,
+    };
+    let members = vec![Member { id: ca, addr: a }, Member { id: cb, addr: b }];
+    let key1 = GroupKey::new(1, Secret::from_slice(&[0x11; 32]));
+    let mut welcome = Install {
+        view: view1,
+        members: members.clone(),
+        next_seqs: vec![0, 0],
+        incarnations: vec![1, incarnation],
+        key_epoch: 1,
+        final_order: 0,
+        key: KeyDelivery::Same,
+        merge_into: None,
+        removed: Vec::new(),
+        signature: Vec::new(),
+    };
+    let c = h.coordinator.clone();
+    h.sign(&mut welcome, &c);
+    let msg = PairMsg::Welcome {
+        install: Box::new(welcome),
+        key: zeroize::Zeroizing::new(key1.expose().to_vec()),
+    };
+    let mut body = Vec::new();
+    msg.encode(&mut body);
+    h.pairs.send(h.now, b, Some(cb), &body);
+    h.pump();
+    assert_eq!(h.member.view().map(|v| v.id), Some(view1), "welcomed");
+
+    // A view change: the test's Flush under view 1's keys (rank 0, the coordinator).
+    let mut keys = ViewKeys::derive(&provider, "g", &key1, view1, 2, 0, &plan).expect("keys");
+    let seal = |keys: &mut ViewKeys, msg: &Msg| {
+        let mut body = vec![0, 1]; // to rank 1
+        msg.encode(&mut body);
+        let mut packet = Vec::new();
+        keys.seal(&plan.ladder, &body, &mut packet).expect("seal");
+        packet
+    };
+    let proposal = ViewId {
+        seq: 2,
+        coordinator: ca,
+    };
+    let flush = seal(
+        &mut keys,
+        &Msg::Flush {
+            proposal,
+            survivors: vec![0, 1],
+        },
+    );
+    h.member.handle_datagram(h.now, a, &flush);
+    h.pump();
+    assert!(h.member.status().changing_view, "flushing");
+
+    // The forged Install: right proposal, sealed under the right keys (any member of view 1
+    // could do this), keeping the old key, but not signed by the coordinator.
+    let mut forged = Install {
+        view: proposal,
+        members: members.clone(),
+        next_seqs: vec![0, 0],
+        incarnations: vec![1, incarnation],
+        key_epoch: 1,
+        final_order: 0,
+        key: KeyDelivery::Same,
+        merge_into: None,
+        removed: Vec::new(),
+        signature: Vec::new(),
+    };
+    h.sign(&mut forged, &insider);
+    let before = h.member.counters().get(Drop::AuthFailed);
+    let packet = seal(&mut keys, &Msg::Install(Box::new(forged.clone())));
+    h.member.handle_datagram(h.now, a, &packet);
+    h.pump();
+    assert_eq!(
+        h.member.view().map(|v| v.id),
+        Some(view1),
+        "forged Install installed"
+    );
+    assert_eq!(h.member.counters().get(Drop::AuthFailed), before + 1);
+
+    // The same Install signed by the coordinator installs.
+    h.sign(&mut forged, &c);
+    let packet = seal(&mut keys, &Msg::Install(Box::new(forged)));
+    h.member.handle_datagram(h.now, a, &packet);
+    h.pump();
+    assert_eq!(h.member.view().map(|v| v.id), Some(proposal));
+    assert!(h
+        .events
+        .iter()
+        .any(|e| matches!(e, GroupEvent::View(v) if v.id == proposal)));
+}
