@@ -192,6 +192,22 @@ struct Joining {
     redirected: bool,
 }
 
+impl Joining {
+    /// Asking `contacts`, starting now.
+    fn new(contacts: Vec<SocketAddr>, now: Timestamp) -> Self {
+        Joining {
+            contacts,
+            started: now,
+            next_try: now,
+            not_in_group: BTreeSet::new(),
+            answered: false,
+            replied: BTreeSet::new(),
+            attempts: 0,
+            redirected: false,
+        }
+    }
+}
+
 /// One member of a secure group: see the crate README for the protocol.
 pub struct GroupMember {
     provider: CryptoProvider,
@@ -396,16 +412,7 @@ impl GroupMember {
             self.found(now);
             return;
         }
-        self.joining = Some(Joining {
-            contacts,
-            started: now,
-            next_try: now,
-            not_in_group: BTreeSet::new(),
-            answered: false,
-            replied: BTreeSet::new(),
-            attempts: 0,
-            redirected: false,
-        });
+        self.joining = Some(Joining::new(contacts, now));
         self.drive_join(now);
     }
 
@@ -2764,16 +2771,7 @@ impl GroupMember {
         self.incarnation = self.rng.next_u64();
         let mut contacts = vec![target];
         contacts.extend(self.contacts.iter().copied().filter(|c| *c != target));
-        self.joining = Some(Joining {
-            contacts,
-            started: now,
-            next_try: now,
-            not_in_group: BTreeSet::new(),
-            answered: false,
-            replied: BTreeSet::new(),
-            attempts: 0,
-            redirected: false,
-        });
+        self.joining = Some(Joining::new(contacts, now));
         self.drive_join(now);
     }
 
