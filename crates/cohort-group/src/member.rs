@@ -628,12 +628,7 @@ impl GroupMember {
     fn seal(&mut self, dest: u16, msg: &Msg) -> Option<Vec<u8>> {
         let gears = self.send_gears();
         let keys = self.keys.as_mut()?;
-        self.scratch.clear();
-        self.scratch.extend_from_slice(&dest.to_be_bytes());
-        msg.encode(&mut self.scratch);
-        let mut packet = Vec::with_capacity(self.scratch.len() + 48);
-        keys.seal(&gears, &self.scratch, &mut packet).ok()?;
-        Some(packet)
+        seal_body(keys, &gears, dest, msg, &mut self.scratch)
     }
 
     /// As `send_msg`, under a kept old view's keys.
@@ -648,11 +643,7 @@ impl GroupMember {
             .iter()
             .position(|m| m.addr == to)
             .map_or(BROADCAST, |r| r as u16);
-        self.scratch.clear();
-        self.scratch.extend_from_slice(&dest.to_be_bytes());
-        msg.encode(&mut self.scratch);
-        let mut packet = Vec::with_capacity(self.scratch.len() + 48);
-        if old.keys.seal(&gears, &self.scratch, &mut packet).is_ok() {
+        if let Some(packet) = seal_body(&mut old.keys, &gears, dest, msg, &mut self.scratch) {
             self.out.push_back((to, packet));
         }
     }
@@ -1132,20 +1123,8 @@ impl GroupMember {
         }
         match msg {
             Msg::Nak { from: lo, to } => {
-                let end = to.min(lo.saturating_add(NAK_BATCH));
-                let answers: Vec<(u64, OrderedMsg)> = self.old_views[i]
-                    .log
-                    .range(lo..end)
-                    .map(|(o, m)| (*o, m.clone()))
-                    .collect();
-                for (order, m) in answers {
-                    let msg = Msg::Ordered {
-                        order,
-                        sender: m.sender,
-                        seq: m.seq,
-                        data: m.data,
-                    };
-                    // To the member's address, never the packet's source: no reflection.
+                // To the member's address, never the packet's source: no reflection.
+                for msg in nak_answers(&self.old_views[i].log, lo, to) {
                     self.send_msg_old(view.id, sender.addr, &msg);
                 }
             }
@@ -1566,19 +1545,7 @@ impl GroupMember {
         };
         // A NAK below the stable point is stale (the member acknowledged more since): every
         // member's acknowledgement is at or above it. Lagging is detected by the backlog.
-        let end = to.min(lo.saturating_add(NAK_BATCH));
-        let answers: Vec<(u64, OrderedMsg)> = self
-            .log
-            .range(lo..end)
-            .map(|(o, m)| (*o, m.clone()))
-            .collect();
-        for (order, m) in answers {
-            let msg = Msg::Ordered {
-                order,
-                sender: m.sender,
-                seq: m.seq,
-                data: m.data,
-            };
+        for msg in nak_answers(&self.log, lo, to) {
             self.send_msg(dest.addr, &msg);
         }
     }
@@ -3112,6 +3079,35 @@ fn install_copy_for(install: &Install, member: &MemberId, whole_fits: bool) -> B
         }
     }
     copy
+}
+
+/// Protects `[dest][msg]` under `keys` (`scratch` is the encoding buffer).
+fn seal_body(
+    keys: &mut ViewKeys,
+    gears: &[GearId],
+    dest: u16,
+    msg: &Msg,
+    scratch: &mut Vec<u8>,
+) -> Option<Vec<u8>> {
+    scratch.clear();
+    scratch.extend_from_slice(&dest.to_be_bytes());
+    msg.encode(scratch);
+    let mut packet = Vec::with_capacity(scratch.len() + 48);
+    keys.seal(gears, scratch, &mut packet).ok()?;
+    Some(packet)
+}
+
+/// The answers to a NAK for positions `lo..to` from `log`: at most [`NAK_BATCH`] of them.
+fn nak_answers(log: &BTreeMap<u64, OrderedMsg>, lo: u64, to: u64) -> Vec<Msg> {
+    let end = to.min(lo.saturating_add(NAK_BATCH));
+    log.range(lo..end)
+        .map(|(order, m)| Msg::Ordered {
+            order: *order,
+            sender: m.sender,
+            seq: m.seq,
+            data: m.data.clone(),
+        })
+        .collect()
 }
 
 /// The destination rank of a packet sent to every member.
