@@ -1,0 +1,703 @@
+//! The two ends of one association: the signer ([`SendFlow`]) runs rounds over its
+//! signature chain; the verifier ([`RecvFlow`]) acknowledges them from its acknowledgment
+//! chain and delivers what verifies. Both keep a [`FlowGuard`], the same public checks a
+//! relay makes, so an endpoint never trusts its own bookkeeping over the chains.
+//!
+//! ```text
+//!  signer                                     verifier
+//!  queue ─▶ start_round: S1(e_i1, MACs) ────▶ on_s1: guard, A1(a_i1 [, commitments])
+//!           on_a1 ◀────────────────────────── (retransmitted S1 ⇒ the same A1 again)
+//!           S2 × k (key e_i0, message[, path]) ─▶ on_s2: guard, deliver once
+//!           then the next round's S1            A2(a_i0, ack|nack secret) when reports
+//! ```
+
+use crate::chain::{ChainStorage, HashChain};
+use crate::config::Mode;
+use crate::crypto::{self, Element, ELEMENT_LEN};
+use crate::guard::{FlowGuard, Refusal, Taken};
+use crate::merkle::MerkleTree;
+use crate::wire::{AnchorInfo, FlowHeader, Packet, PairId, ReportCommitment};
+use cohort_core::Timestamp;
+use cohort_crypto::CryptoProvider;
+use rand_core::RngCore;
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+use zeroize::Zeroize;
+
+/// A chain the endpoint owns, with the public description it announced.
+pub(crate) struct OwnChain {
+    pub info: AnchorInfo,
+    pub chain: HashChain,
+    /// The peer confirmed it (RenewAck, OpenAck or the handshake).
+    pub confirmed: bool,
+}
+
+impl OwnChain {
+    pub fn generate(
+        provider: &CryptoProvider,
+        rng: &mut dyn RngCore,
+        rounds: u32,
+        start_round: u32,
+        storage: ChainStorage,
+    ) -> OwnChain {
+        let mut chain_id = [0u8; crypto::CHAIN_ID_LEN];
+        rng.fill_bytes(&mut chain_id);
+        let mut seed = [0u8; ELEMENT_LEN];
+        rng.fill_bytes(&mut seed);
+        let length = rounds.max(1) * 2;
+        let chain = HashChain::generate(provider, chain_id, seed, length, storage);
+        seed.zeroize();
+        OwnChain {
+            info: AnchorInfo {
+                chain_id,
+                anchor: chain.anchor(),
+                length,
+                start_round,
+            },
+            chain,
+            confirmed: false,
+        }
+    }
+
+    fn serves(&self, round: u32) -> bool {
+        round >= self.info.start_round && round - self.info.start_round < self.info.length / 2
+    }
+
+    fn end_round(&self) -> u32 {
+        self.info.start_round + self.info.length / 2
+    }
+
+    /// The element at `index`, walking the chain down to it (elements above it are
+    /// skipped for good). `None` if the chain is already below `index`.
+    fn take(&mut self, provider: &CryptoProvider, index: u32) -> Option<Element> {
+        loop {
+            let next = self.chain.next_index()?;
+            if next < index {
+                return None;
+            }
+            let (i, e) = self.chain.next(provider)?;
+            if i == index {
+                return Some(e);
+            }
+        }
+    }
+}
+
+/// A round the signer has sent the S1 of and not yet finished.
+struct Inflight {
+    round: u32,
+    messages: Vec<Vec<u8>>,
+    key: Element,
+    s1: Vec<u8>,
+    sent_at: Timestamp,
+    first_sent_at: Timestamp,
+    tries: u32,
+}
+
+impl Drop for Inflight {
+    fn drop(&mut self) {
+        self.key.zeroize();
+    }
+}
+
+/// What a signer's timer did.
+pub(crate) enum SendTimeout {
+    /// Nothing due.
+    Nothing,
+    /// The S1 was sent again.
+    Retransmitted,
+    /// The round was given up; this many messages are lost.
+    Abandoned(usize),
+}
+
+/// The signer's end of an association.
+pub(crate) struct SendFlow {
+    pub flow: u16,
+    pub mode: Mode,
+    pub reports: bool,
+    pub guard: FlowGuard,
+    chains: VecDeque<OwnChain>,
+    next_round: u32,
+    plain_seq: u32,
+    pub queue: VecDeque<Vec<u8>>,
+    inflight: Option<Inflight>,
+    /// Packets ready for the wire (S1, S2, PLAIN), in order.
+    pub ready: VecDeque<Vec<u8>>,
+    /// The peer accepted the flow (OpenAck seen).
+    pub open: bool,
+    /// A renewal's start round that the peer has not confirmed yet.
+    pub renewing: Option<u32>,
+    pub sent_messages: u64,
+    pub rounds_done: u64,
+}
+
+impl SendFlow {
+    pub fn new(
+        flow: u16,
+        mode: Mode,
+        reports: bool,
+        first: OwnChain,
+        max_rounds: usize,
+        max_skip_rounds: u32,
+    ) -> Option<SendFlow> {
+        let guard = FlowGuard::new(mode, reports, first.info, max_rounds, max_skip_rounds)?;
+        Some(SendFlow {
+            flow,
+            mode,
+            reports,
+            guard,
+            chains: VecDeque::from([first]),
+            next_round: 0,
+            plain_seq: 0,
+            queue: VecDeque::new(),
+            inflight: None,
+            ready: VecDeque::new(),
+            open: false,
+            renewing: None,
+            sent_messages: 0,
+            rounds_done: 0,
+        })
+    }
+
+    /// The first chain's public description (sent in Open or the handshake).
+    pub fn first_anchor(&self) -> AnchorInfo {
+        self.chains[0].info
+    }
+
+    /// Rounds left on confirmed chains.
+    pub fn rounds_left(&self) -> u32 {
+        self.chains
+            .iter()
+            .filter(|c| c.confirmed)
+            .map(|c| {
+                c.end_round()
+                    .saturating_sub(self.next_round.max(c.info.start_round))
+            })
+            .sum()
+    }
+
+    /// Elements left on the current chain.
+    pub fn elements_left(&self) -> u32 {
+        self.chains.front().map_or(0, |c| c.chain.remaining())
+    }
+
+    /// Whether a renewal should start: the confirmed chains run out within `margin` rounds
+    /// and none is under way.
+    pub fn wants_renewal(&self, margin: u32) -> Option<u32> {
+        if self.mode == Mode::Unprotected || self.renewing.is_some() {
+            return None;
+        }
+        let end = self.chains.back()?.end_round();
+        (end.saturating_sub(self.next_round) <= margin).then_some(end)
+    }
+
+    /// Adds a renewed chain (not usable until confirmed).
+    pub fn push_renewal(&mut self, chain: OwnChain) {
+        self.renewing = Some(chain.info.start_round);
+        self.guard.add_sig_chain(chain.info);
+        self.chains.push_back(chain);
+    }
+
+    /// The peer confirmed the renewal starting at `start_round`.
+    pub fn confirm_renewal(&mut self, start_round: u32) -> bool {
+        let Some(chain) = self
+            .chains
+            .iter_mut()
+            .find(|c| c.info.start_round == start_round)
+        else {
+            return false;
+        };
+        let newly = !chain.confirmed;
+        chain.confirmed = true;
+        if self.renewing == Some(start_round) {
+            self.renewing = None;
+        }
+        newly
+    }
+
+    /// The chain for `round`, if confirmed.
+    fn chain_for(&mut self, round: u32) -> Option<&mut OwnChain> {
+        while self
+            .chains
+            .front()
+            .is_some_and(|c| c.end_round() <= round && self.chains.len() > 1)
+        {
+            self.chains.pop_front();
+        }
+        self.chains
+            .iter_mut()
+            .find(|c| c.serves(round) && c.confirmed)
+    }
+
+    /// Queues a message; false if the queue is full.
+    pub fn push(&mut self, data: &[u8], max_queue: usize) -> bool {
+        if self.queue.len() >= max_queue {
+            return false;
+        }
+        self.queue.push_back(data.to_vec());
+        true
+    }
+
+    /// Starts the next round if the flow is open, idle and has messages, writing its S1
+    /// (or, unprotected, sends everything queued). Returns whether anything was made ready.
+    pub fn pump(&mut self, provider: &CryptoProvider, pair_id: &PairId, now: Timestamp) -> bool {
+        if !self.open || self.queue.is_empty() {
+            return false;
+        }
+        if self.mode == Mode::Unprotected {
+            while let Some(message) = self.queue.pop_front() {
+                let header = FlowHeader {
+                    pair_id: *pair_id,
+                    flow: self.flow,
+                    round: self.plain_seq,
+                };
+                self.plain_seq = self.plain_seq.wrapping_add(1);
+                let mut out = Vec::with_capacity(message.len() + 32);
+                Packet::Plain {
+                    header,
+                    payload: &message,
+                }
+                .write(&mut out);
+                self.ready.push_back(out);
+                self.sent_messages += 1;
+            }
+            return true;
+        }
+        if self.inflight.is_some() {
+            return false;
+        }
+        let round = self.next_round;
+        let mode = self.mode;
+        let Some(chain) = self.chain_for(round) else {
+            return false; // waiting for a renewal to be confirmed
+        };
+        let i1 = chain.info.length - 1 - 2 * (round - chain.info.start_round);
+        let (Some(element), Some(key)) = (chain.take(provider, i1), chain.take(provider, i1 - 1))
+        else {
+            return false;
+        };
+        let take = usize::from(mode.batch()).min(self.queue.len());
+        let messages: Vec<Vec<u8>> = self.queue.drain(..take).collect();
+        let count = u16::try_from(messages.len()).unwrap_or(u16::MAX);
+        let header = FlowHeader {
+            pair_id: *pair_id,
+            flow: self.flow,
+            round,
+        };
+        let fh = header.to_bytes();
+        let mut macs = Vec::with_capacity(ELEMENT_LEN * messages.len());
+        match mode {
+            Mode::M { .. } => {
+                let leaves: Vec<Element> = messages
+                    .iter()
+                    .map(|m| crypto::merkle_leaf(provider, m))
+                    .collect();
+                let Some(tree) = MerkleTree::new(provider, &leaves) else {
+                    return false;
+                };
+                macs.extend_from_slice(&crypto::mac(
+                    provider,
+                    &key,
+                    &[&fh, &count.to_be_bytes(), &tree.root()],
+                ));
+            }
+            _ => {
+                for (j, m) in messages.iter().enumerate() {
+                    let j = u16::try_from(j).unwrap_or(u16::MAX);
+                    macs.extend_from_slice(&crypto::mac(
+                        provider,
+                        &key,
+                        &[&fh, &j.to_be_bytes(), m],
+                    ));
+                }
+            }
+        }
+        let mut s1 = Vec::with_capacity(40 + macs.len());
+        Packet::S1 {
+            header,
+            mode: mode.code(),
+            element,
+            count,
+            macs: &macs,
+        }
+        .write(&mut s1);
+        // Our own S1 goes through the same checks a relay makes.
+        if self
+            .guard
+            .on_s1(provider, &header, mode.code(), &element, count, &macs)
+            .is_err()
+        {
+            return false;
+        }
+        self.next_round = round + 1;
+        self.ready.push_back(s1.clone());
+        self.inflight = Some(Inflight {
+            round,
+            messages,
+            key,
+            s1,
+            sent_at: now,
+            first_sent_at: now,
+            tries: 0,
+        });
+        true
+    }
+
+    /// The deadline of the in-flight S1's retransmission.
+    pub fn deadline(&self, rto: Duration) -> Option<Timestamp> {
+        self.inflight
+            .as_ref()
+            .map(|f| f.sent_at + rto * (1 << f.tries.min(6)))
+    }
+
+    /// Retransmits the S1 or abandons the round when its time is up.
+    pub fn on_timeout(&mut self, now: Timestamp, rto: Duration, max_retries: u32) -> SendTimeout {
+        let Some(deadline) = self.deadline(rto) else {
+            return SendTimeout::Nothing;
+        };
+        if now < deadline {
+            return SendTimeout::Nothing;
+        }
+        let Some(inflight) = self.inflight.as_mut() else {
+            return SendTimeout::Nothing;
+        };
+        if inflight.tries >= max_retries {
+            let lost = inflight.messages.len();
+            self.inflight = None;
+            return SendTimeout::Abandoned(lost);
+        }
+        inflight.tries += 1;
+        inflight.sent_at = now;
+        self.ready.push_back(inflight.s1.clone());
+        SendTimeout::Retransmitted
+    }
+
+    /// An A1 arrived. On the first valid one for the in-flight round, the round's S2s are
+    /// made ready; returns the round-trip sample (first try only) when that happens.
+    pub fn on_a1(
+        &mut self,
+        provider: &CryptoProvider,
+        header: &FlowHeader,
+        element: &Element,
+        report: Option<&ReportCommitment>,
+        now: Timestamp,
+    ) -> Result<Option<Duration>, Refusal> {
+        match self.guard.on_a1(provider, header, element, report)? {
+            Taken::Repeat => return Err(Refusal::Replayed),
+            Taken::New => {}
+        }
+        let Some(inflight) = self.inflight.take_if(|f| f.round == header.round) else {
+            return Ok(None);
+        };
+        let sample =
+            (inflight.tries == 0).then(|| now.saturating_duration_since(inflight.first_sent_at));
+        let count = inflight.messages.len();
+        let tree = match self.mode {
+            Mode::M { .. } => {
+                let leaves: Vec<Element> = inflight
+                    .messages
+                    .iter()
+                    .map(|m| crypto::merkle_leaf(provider, m))
+                    .collect();
+                MerkleTree::new(provider, &leaves)
+            }
+            _ => None,
+        };
+        for (j, message) in inflight.messages.iter().enumerate() {
+            let path: Vec<u8> = tree
+                .as_ref()
+                .and_then(|t| t.path(j))
+                .map(|p| p.concat())
+                .unwrap_or_default();
+            let mut out = Vec::with_capacity(message.len() + 40 + path.len());
+            Packet::S2 {
+                header: FlowHeader {
+                    round: inflight.round,
+                    ..*header
+                },
+                index: u16::try_from(j).unwrap_or(u16::MAX),
+                key: inflight.key,
+                path: &path,
+                payload: message,
+            }
+            .write(&mut out);
+            self.ready.push_back(out);
+        }
+        self.sent_messages += count as u64;
+        self.rounds_done += 1;
+        Ok(sample)
+    }
+
+    /// An A2 arrived: the verified delivery verdict.
+    pub fn on_a2(
+        &mut self,
+        provider: &CryptoProvider,
+        header: &FlowHeader,
+        element: &Element,
+        delivered: bool,
+        secret: &Element,
+    ) -> Result<bool, Refusal> {
+        self.guard
+            .on_a2(provider, header, element, delivered, secret)
+            .map(|()| delivered)
+    }
+
+    /// Whether nothing is queued, in flight or waiting for the wire.
+    pub fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.inflight.is_none() && self.ready.is_empty()
+    }
+}
+
+/// What a verifier did with an S1 or S2.
+pub(crate) enum Received {
+    /// Nothing to deliver (an S1, or a repeat answered again).
+    Nothing,
+    /// A verified message.
+    Message(Vec<u8>),
+}
+
+/// The verifier's end of an association.
+pub(crate) struct RecvFlow {
+    pub flow: u16,
+    pub mode: Mode,
+    pub guard: FlowGuard,
+    ack_chains: VecDeque<OwnChain>,
+    /// A1s sent, by round, to answer a retransmitted S1 with the same A1.
+    a1_sent: BTreeMap<u32, Vec<u8>>,
+    /// A2 elements and report secrets waiting for their round to finish.
+    pending_reports: BTreeMap<u32, Element>,
+    report_key: Element,
+    /// Outgoing packets (A1, A2), in order.
+    pub ready: VecDeque<Vec<u8>>,
+    pub received_messages: u64,
+    pub highest_round: u32,
+    pub renewing: bool,
+}
+
+impl Drop for RecvFlow {
+    fn drop(&mut self) {
+        self.report_key.zeroize();
+        for e in self.pending_reports.values_mut() {
+            e.zeroize();
+        }
+    }
+}
+
+impl RecvFlow {
+    pub fn new(
+        flow: u16,
+        guard: FlowGuard,
+        mut first_ack: OwnChain,
+        rng: &mut dyn RngCore,
+    ) -> Option<RecvFlow> {
+        let mut guard = guard;
+        if guard.mode() != Mode::Unprotected && !guard.add_ack_chain(first_ack.info) {
+            return None;
+        }
+        first_ack.confirmed = true;
+        let mut report_key = [0u8; ELEMENT_LEN];
+        rng.fill_bytes(&mut report_key);
+        Some(RecvFlow {
+            flow,
+            mode: guard.mode(),
+            guard,
+            ack_chains: VecDeque::from([first_ack]),
+            a1_sent: BTreeMap::new(),
+            pending_reports: BTreeMap::new(),
+            report_key,
+            ready: VecDeque::new(),
+            received_messages: 0,
+            highest_round: 0,
+            renewing: false,
+        })
+    }
+
+    /// The first acknowledgment chain's description (for OpenAck or the handshake).
+    pub fn first_ack_anchor(&self) -> AnchorInfo {
+        self.ack_chains[0].info
+    }
+
+    /// Elements left on the current acknowledgment chain.
+    pub fn elements_left(&self) -> u32 {
+        self.ack_chains.front().map_or(0, |c| c.chain.remaining())
+    }
+
+    /// Whether the acknowledgment chain needs renewing: it ends within `margin` rounds of
+    /// the highest round seen. Returns the next chain's start round.
+    pub fn wants_renewal(&self, margin: u32) -> Option<u32> {
+        if self.mode == Mode::Unprotected || self.renewing {
+            return None;
+        }
+        let end = self.ack_chains.back()?.end_round();
+        (end.saturating_sub(self.highest_round) <= margin).then_some(end)
+    }
+
+    /// Adds a renewed acknowledgment chain (used at once; the Renew is on its way).
+    pub fn push_renewal(&mut self, chain: OwnChain) {
+        self.guard.add_ack_chain(chain.info);
+        self.ack_chains.push_back(chain);
+        self.renewing = true;
+    }
+
+    fn secret(&self, provider: &CryptoProvider, fh: &[u8], delivered: bool) -> Element {
+        let label: &[u8] = if delivered { b"ack" } else { b"nack" };
+        crypto::mac(provider, &self.report_key, &[fh, label])
+    }
+
+    /// An S1 arrived: check it, and answer with an A1 (the same one for a repeat).
+    pub fn on_s1(
+        &mut self,
+        provider: &CryptoProvider,
+        header: &FlowHeader,
+        mode: u8,
+        element: &Element,
+        count: u16,
+        macs: &[u8],
+    ) -> Result<(), Refusal> {
+        let round = header.round;
+        match self
+            .guard
+            .on_s1(provider, header, mode, element, count, macs)?
+        {
+            Taken::Repeat => {
+                if let Some(a1) = self.a1_sent.get(&round) {
+                    self.ready.push_back(a1.clone());
+                }
+                return Ok(());
+            }
+            Taken::New => {}
+        }
+        self.highest_round = self.highest_round.max(round);
+        // An earlier round still open when a later one starts will not complete: report it.
+        if self.guard.reports() {
+            let unfinished: Vec<u32> = self
+                .pending_reports
+                .keys()
+                .copied()
+                .filter(|&r| r < round)
+                .collect();
+            for r in unfinished {
+                self.send_report(provider, header, r, false);
+            }
+        }
+        let Some((i1, i0)) = self.guard.ack_indices(round) else {
+            return Err(Refusal::Stale);
+        };
+        while self
+            .ack_chains
+            .front()
+            .is_some_and(|c| c.end_round() <= round && self.ack_chains.len() > 1)
+        {
+            self.ack_chains.pop_front();
+            self.renewing = false;
+        }
+        let Some(chain) = self.ack_chains.iter_mut().find(|c| c.serves(round)) else {
+            return Err(Refusal::Stale);
+        };
+        let Some(a1_element) = chain.take(provider, i1) else {
+            return Err(Refusal::Stale);
+        };
+        let report = if self.guard.reports() {
+            let Some(a2_element) = chain.take(provider, i0) else {
+                return Err(Refusal::Stale);
+            };
+            let fh = header.to_bytes();
+            let ack = crypto::commitment(provider, &self.secret(provider, &fh, true));
+            let nack = crypto::commitment(provider, &self.secret(provider, &fh, false));
+            let mac = crypto::mac(provider, &a2_element, &[&fh, &ack, &nack]);
+            self.pending_reports.insert(round, a2_element);
+            Some(ReportCommitment { ack, nack, mac })
+        } else {
+            None
+        };
+        self.guard
+            .on_a1(provider, header, &a1_element, report.as_ref())?;
+        let mut a1 = Vec::with_capacity(80);
+        Packet::A1 {
+            header: *header,
+            element: a1_element,
+            report,
+        }
+        .write(&mut a1);
+        self.ready.push_back(a1.clone());
+        self.a1_sent.insert(round, a1);
+        while self.a1_sent.len() > 8 {
+            self.a1_sent.pop_first();
+        }
+        while self.pending_reports.len() > 64 {
+            self.pending_reports.pop_first();
+        }
+        Ok(())
+    }
+
+    /// An S2 arrived: check it and hand back the message if it is new.
+    #[allow(clippy::too_many_arguments)] // the S2's fields, as parsed
+    pub fn on_s2(
+        &mut self,
+        provider: &CryptoProvider,
+        header: &FlowHeader,
+        index: u16,
+        key: &Element,
+        path: &[u8],
+        payload: &[u8],
+    ) -> Result<Received, Refusal> {
+        self.guard
+            .on_s2(provider, header, index, key, path, payload)?;
+        self.received_messages += 1;
+        if self.guard.reports() && self.guard.round_complete(header.round) {
+            self.send_report(provider, header, header.round, true);
+        }
+        Ok(Received::Message(payload.to_vec()))
+    }
+
+    /// A PLAIN message on an unprotected flow.
+    pub fn on_plain(&mut self, payload: &[u8]) -> Received {
+        self.received_messages += 1;
+        Received::Message(payload.to_vec())
+    }
+
+    fn send_report(
+        &mut self,
+        provider: &CryptoProvider,
+        header: &FlowHeader,
+        round: u32,
+        delivered: bool,
+    ) {
+        let Some(element) = self.pending_reports.remove(&round) else {
+            return;
+        };
+        let header = FlowHeader { round, ..*header };
+        let secret = self.secret(provider, &header.to_bytes(), delivered);
+        if self
+            .guard
+            .on_a2(provider, &header, &element, delivered, &secret)
+            .is_err()
+        {
+            return;
+        }
+        let mut a2 = Vec::with_capacity(64);
+        Packet::A2 {
+            header,
+            element,
+            delivered,
+            secret,
+        }
+        .write(&mut a2);
+        self.ready.push_back(a2);
+    }
+
+    /// Rounds whose report is still owed (for a timer-driven nack), oldest first.
+    pub fn owed_reports(&self) -> impl Iterator<Item = u32> + '_ {
+        self.pending_reports.keys().copied()
+    }
+
+    /// Sends a nack for `round` (a timer decided it will not complete).
+    pub fn report_unfinished(
+        &mut self,
+        provider: &CryptoProvider,
+        header: &FlowHeader,
+        round: u32,
+    ) {
+        self.send_report(provider, header, round, false);
+    }
+}

@@ -1,0 +1,495 @@
+//! The public half of one flow: what anybody on the path can check with the anchors of a
+//! signed handshake and hashes alone. Relays run only this; a receiving endpoint runs it and
+//! then delivers; a signer runs it over its own S1s and the peer's A1s and A2s.
+//!
+//! # The rules (ALPHA, with the relay safety argument spelled out)
+//! Round `r` of a chain with anchor index `n` starting at round `s` uses signature-chain
+//! elements `i1 = n - 1 - 2(r - s)` (disclosed in S1) and `i0 = i1 - 1` (the MAC key,
+//! disclosed in S2), and acknowledgment-chain elements `i1` (A1) and `i0` (A2).
+//! - **S1** is taken for a new round only if its element is *fresh*: lower in the chain than
+//!   anything seen. Then nothing that reveals the round's key has been seen here yet, so
+//!   the MACs stored now were fixed before the key could be known. A retransmitted S1 must
+//!   equal the stored one; the first S1 of a round wins.
+//! - **A1** is taken only for a round whose S1 is stored, with a fresh ack element. The
+//!   signer discloses the key only after the A1, and the A1 passed this hop after the MACs
+//!   were stored.
+//! - **S2** is taken only for an acknowledged round: the key must hash to the round's S1
+//!   element, the MAC (or the Merkle path to the MAC'd root) must match, and each message
+//!   index is taken once.
+//! - **A2** opens the commitment an A1 carried: the ack element must belong to the ack
+//!   chain, the A1's MAC (keyed with that element) must match, and the secret must hash to
+//!   the ack or nack commitment. One report per round.
+//!
+//! State is bounded: at most `max_rounds` rounds per flow (the oldest is evicted, and
+//! anything for an evicted round is stale) and three chain generations per direction.
+
+use crate::chain::{ChainError, ChainVerifier, Checked};
+use crate::config::Mode;
+use crate::crypto::{self, Element, ELEMENT_LEN};
+use crate::merkle;
+use crate::wire::{AnchorInfo, FlowHeader, ReportCommitment};
+use cohort_crypto::{ct_eq, CryptoProvider};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Why a packet was not taken. Maps one to one onto the drop counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Does not fit the flow (mode, count, index out of range).
+    Malformed,
+    /// A chain element, MAC, path or report that does not verify.
+    Forged,
+    /// Seen before.
+    Replayed,
+    /// Round evicted, its key possibly public, or no chain for it.
+    Stale,
+    /// S2 for a round not acknowledged at this hop.
+    Unverifiable,
+}
+
+/// What happened to an S1 or A1 that was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// New information.
+    New,
+    /// An exact repeat of something taken before (a retransmission): pass it on again.
+    Repeat,
+}
+
+/// One chain generation: the rounds it serves and its verifier.
+#[derive(Clone, Debug)]
+struct Generation {
+    info: AnchorInfo,
+    verifier: ChainVerifier,
+}
+
+impl Generation {
+    fn rounds(&self) -> u32 {
+        self.info.length / 2
+    }
+
+    fn serves(&self, round: u32) -> bool {
+        round >= self.info.start_round && round - self.info.start_round < self.rounds()
+    }
+
+    /// (S1 or A1 index, S2 key or A2 index) for `round`.
+    fn indices(&self, round: u32) -> (u32, u32) {
+        let i1 = self.info.length - 1 - 2 * (round - self.info.start_round);
+        (i1, i1 - 1)
+    }
+}
+
+/// Chains of one kind (signature or acknowledgment) for one flow: up to three generations.
+#[derive(Clone, Debug, Default)]
+struct Chains {
+    generations: VecDeque<Generation>,
+}
+
+impl Chains {
+    fn add(&mut self, info: AnchorInfo, max_skip_rounds: u32) -> bool {
+        if info.length < 2 || info.length % 2 != 0 {
+            return false;
+        }
+        if let Some(last) = self.generations.back() {
+            // A renewal continues where the last generation ends; a repeat is harmless.
+            if last.info == info || self.generations.iter().any(|g| g.info == info) {
+                return true;
+            }
+            if info.start_round != last.info.start_round + last.rounds() {
+                return false;
+            }
+        }
+        let verifier = ChainVerifier::new(
+            info.chain_id,
+            info.anchor,
+            info.length,
+            max_skip_rounds.saturating_mul(2).saturating_add(2),
+        );
+        self.generations.push_back(Generation { info, verifier });
+        while self.generations.len() > 3 {
+            self.generations.pop_front();
+        }
+        true
+    }
+
+    fn find(&mut self, round: u32) -> Option<&mut Generation> {
+        self.generations.iter_mut().find(|g| g.serves(round))
+    }
+
+    fn end_round(&self) -> Option<u32> {
+        self.generations
+            .back()
+            .map(|g| g.info.start_round + g.rounds())
+    }
+}
+
+/// What a hop remembers of one round.
+#[derive(Clone, Debug)]
+struct RoundState {
+    s1_element: Element,
+    count: u16,
+    /// One MAC per message (N, C) or one over the Merkle root (M).
+    macs: Vec<Element>,
+    a1_element: Option<Element>,
+    report: Option<ReportCommitment>,
+    /// The key, once an S2 showed it.
+    key: Option<Element>,
+    /// ALPHA-M: the root the MAC was checked over.
+    root: Option<Element>,
+    seen: Vec<bool>,
+    seen_count: u16,
+    reported: bool,
+}
+
+/// The verification state of one unidirectional flow.
+#[derive(Clone, Debug)]
+pub struct FlowGuard {
+    mode: Mode,
+    reports: bool,
+    sig: Chains,
+    ack: Chains,
+    rounds: BTreeMap<u32, RoundState>,
+    max_rounds: usize,
+    max_skip_rounds: u32,
+    /// Rounds below this were evicted.
+    evicted_below: u32,
+}
+
+impl FlowGuard {
+    /// A guard for a flow of `mode` whose signature chain starts with `sig`.
+    pub fn new(
+        mode: Mode,
+        reports: bool,
+        sig: AnchorInfo,
+        max_rounds: usize,
+        max_skip_rounds: u32,
+    ) -> Option<FlowGuard> {
+        let mut guard = FlowGuard {
+            mode,
+            reports,
+            sig: Chains::default(),
+            ack: Chains::default(),
+            rounds: BTreeMap::new(),
+            max_rounds: max_rounds.max(2),
+            max_skip_rounds,
+            evicted_below: 0,
+        };
+        (mode == Mode::Unprotected || guard.sig.add(sig, max_skip_rounds)).then_some(guard)
+    }
+
+    /// The flow's mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether the flow carries A2 delivery reports.
+    pub fn reports(&self) -> bool {
+        self.reports
+    }
+
+    /// Adds the next signature chain (a renewal); false if it does not continue the last.
+    pub fn add_sig_chain(&mut self, info: AnchorInfo) -> bool {
+        self.sig.add(info, self.max_skip_rounds)
+    }
+
+    /// Adds an acknowledgment chain (the first, from OpenAck, or a renewal).
+    pub fn add_ack_chain(&mut self, info: AnchorInfo) -> bool {
+        self.ack.add(info, self.max_skip_rounds)
+    }
+
+    /// Whether an acknowledgment chain is known (the flow is fully open at this hop).
+    pub fn has_ack_chain(&self) -> bool {
+        !self.ack.generations.is_empty()
+    }
+
+    /// First round no known signature chain serves.
+    pub fn sig_end_round(&self) -> Option<u32> {
+        self.sig.end_round()
+    }
+
+    /// First round no known acknowledgment chain serves.
+    pub fn ack_end_round(&self) -> Option<u32> {
+        self.ack.end_round()
+    }
+
+    /// Messages announced in `round`'s S1, if it is remembered.
+    pub fn round_count(&self, round: u32) -> Option<u16> {
+        self.rounds.get(&round).map(|r| r.count)
+    }
+
+    /// Whether every message of `round` has been taken.
+    pub fn round_complete(&self, round: u32) -> bool {
+        self.rounds
+            .get(&round)
+            .is_some_and(|r| r.seen_count == r.count)
+    }
+
+    /// Rounds remembered, oldest first, with whether they are complete and reported.
+    pub fn rounds(&self) -> impl Iterator<Item = (u32, bool, bool)> + '_ {
+        self.rounds
+            .iter()
+            .map(|(&r, s)| (r, s.seen_count == s.count, s.reported))
+    }
+
+    /// Checks an S1 and stores its MACs.
+    pub fn on_s1(
+        &mut self,
+        provider: &CryptoProvider,
+        header: &FlowHeader,
+        mode: u8,
+        element: &Element,
+        count: u16,
+        macs: &[u8],
+    ) -> Result<Taken, Refusal> {
+        if mode != self.mode.code() || count > self.mode.batch() {
+            return Err(Refusal::Malformed);
+        }
+        let round = header.round;
+        if let Some(state) = self.rounds.get(&round) {
+            let same = ct_eq(&state.s1_element, element)
+                && state.count == count
+                && state.macs.len() * ELEMENT_LEN == macs.len()
+                && state
+                    .macs
+                    .iter()
+                    .zip(macs.chunks(ELEMENT_LEN))
+                    .all(|(a, b)| ct_eq(a, b));
+            return if same {
+                Ok(Taken::Repeat)
+            } else {
+                Err(Refusal::Forged)
+            };
+        }
+        if round < self.evicted_below {
+            return Err(Refusal::Stale);
+        }
+        let generation = self.sig.find(round).ok_or(Refusal::Stale)?;
+        let (i1, _) = generation.indices(round);
+        match generation.verifier.verify(provider, i1, element) {
+            Ok(Checked::Fresh) => {}
+            // The element was already disclosed here (a later round's S1 or S2 has been seen)
+            // and this round was never stored: its key may be public, so no MAC can be
+            // trusted for it any more.
+            Ok(Checked::Repeat | Checked::Old) => return Err(Refusal::Stale),
+            Err(ChainError::TooFar) => return Err(Refusal::Stale),
+            Err(ChainError::Mismatch) => return Err(Refusal::Forged),
+        }
+        let macs = macs
+            .chunks_exact(ELEMENT_LEN)
+            .map(|c| {
+                let mut m = [0u8; ELEMENT_LEN];
+                m.copy_from_slice(c);
+                m
+            })
+            .collect();
+        self.rounds.insert(
+            round,
+            RoundState {
+                s1_element: *element,
+                count,
+                macs,
+                a1_element: None,
+                report: None,
+                key: None,
+                root: None,
+                seen: vec![false; usize::from(count)],
+                seen_count: 0,
+                reported: false,
+            },
+        );
+        while self.rounds.len() > self.max_rounds {
+            if let Some((&oldest, _)) = self.rounds.iter().next() {
+                self.rounds.remove(&oldest);
+                self.evicted_below = self.evicted_below.max(oldest + 1);
+            }
+        }
+        Ok(Taken::New)
+    }
+
+    /// Checks an A1 for a stored round.
+    pub fn on_a1(
+        &mut self,
+        provider: &CryptoProvider,
+        header: &FlowHeader,
+        element: &Element,
+        report: Option<&ReportCommitment>,
+    ) -> Result<Taken, Refusal> {
+        if report.is_some() != self.reports {
+            return Err(Refusal::Malformed);
+        }
+        let round = header.round;
+        let Some(state) = self.rounds.get_mut(&round) else {
+            return Err(if round < self.evicted_below {
+                Refusal::Stale
+            } else {
+                Refusal::Unverifiable
+            });
+        };
+        if let Some(seen) = state.a1_element {
+            let same_report = match (state.report.as_ref(), report) {
+                (Some(a), Some(b)) => a == b,
+                (None, None) => true,
+                _ => false,
+            };
+            return if ct_eq(&seen, element) && same_report {
+                Ok(Taken::Repeat)
+            } else {
+                Err(Refusal::Forged)
+            };
+        }
+        let generation = self.ack.find(round).ok_or(Refusal::Stale)?;
+        let (i1, _) = generation.indices(round);
+        match generation.verifier.verify(provider, i1, element) {
+            Ok(Checked::Fresh) => {}
+            Ok(Checked::Repeat | Checked::Old) => return Err(Refusal::Stale),
+            Err(ChainError::TooFar) => return Err(Refusal::Stale),
+            Err(ChainError::Mismatch) => return Err(Refusal::Forged),
+        }
+        state.a1_element = Some(*element);
+        state.report = report.copied();
+        Ok(Taken::New)
+    }
+
+    /// Checks an S2; on success the message index is marked taken.
+    #[allow(clippy::too_many_arguments)] // the S2's fields, as parsed
+    pub fn on_s2(
+        &mut self,
+        provider: &CryptoProvider,
+        header: &FlowHeader,
+        index: u16,
+        key: &Element,
+        path: &[u8],
+        payload: &[u8],
+    ) -> Result<(), Refusal> {
+        let round = header.round;
+        let Some(state) = self.rounds.get_mut(&round) else {
+            return Err(if round < self.evicted_below {
+                Refusal::Stale
+            } else {
+                Refusal::Unverifiable
+            });
+        };
+        if state.a1_element.is_none() {
+            return Err(Refusal::Unverifiable);
+        }
+        let slot = usize::from(index);
+        if slot >= state.seen.len() {
+            return Err(Refusal::Malformed);
+        }
+        if state.seen[slot] {
+            return Err(Refusal::Replayed);
+        }
+        // The key must be the element just below the S1's.
+        match state.key {
+            Some(known) => {
+                if !ct_eq(&known, key) {
+                    return Err(Refusal::Forged);
+                }
+            }
+            None => {
+                let generation = self.sig.find(round).ok_or(Refusal::Stale)?;
+                let (i1, i0) = generation.indices(round);
+                let chain_id = generation.info.chain_id;
+                if !ct_eq(
+                    &crypto::chain_step(provider, &chain_id, i1, key),
+                    &state.s1_element,
+                ) {
+                    return Err(Refusal::Forged);
+                }
+                // Move the chain verifier down to the key (it is public now).
+                let _ = generation.verifier.verify(provider, i0, key);
+                state.key = Some(*key);
+            }
+        }
+        let fh = header.to_bytes();
+        match self.mode {
+            Mode::M { .. } => {
+                let path_nodes: Vec<Element> = path
+                    .chunks_exact(ELEMENT_LEN)
+                    .map(|c| {
+                        let mut e = [0u8; ELEMENT_LEN];
+                        e.copy_from_slice(c);
+                        e
+                    })
+                    .collect();
+                let leaf = crypto::merkle_leaf(provider, payload);
+                let root = merkle::root_from_path(
+                    provider,
+                    &leaf,
+                    slot,
+                    usize::from(state.count),
+                    &path_nodes,
+                )
+                .ok_or(Refusal::Forged)?;
+                match state.root {
+                    Some(known) => {
+                        if !ct_eq(&known, &root) {
+                            return Err(Refusal::Forged);
+                        }
+                    }
+                    None => {
+                        let mac =
+                            crypto::mac(provider, key, &[&fh, &state.count.to_be_bytes(), &root]);
+                        if !ct_eq(&mac, &state.macs[0]) {
+                            return Err(Refusal::Forged);
+                        }
+                        state.root = Some(root);
+                    }
+                }
+            }
+            Mode::N | Mode::C { .. } => {
+                if !path.is_empty() {
+                    return Err(Refusal::Malformed);
+                }
+                let mac = crypto::mac(provider, key, &[&fh, &index.to_be_bytes(), payload]);
+                if !ct_eq(&mac, &state.macs[slot]) {
+                    return Err(Refusal::Forged);
+                }
+            }
+            Mode::Unprotected => return Err(Refusal::Malformed),
+        }
+        state.seen[slot] = true;
+        state.seen_count += 1;
+        Ok(())
+    }
+
+    /// Checks an A2 against the commitments of the round's A1.
+    pub fn on_a2(
+        &mut self,
+        provider: &CryptoProvider,
+        header: &FlowHeader,
+        element: &Element,
+        delivered: bool,
+        secret: &Element,
+    ) -> Result<(), Refusal> {
+        let round = header.round;
+        let Some(state) = self.rounds.get_mut(&round) else {
+            return Err(Refusal::Stale);
+        };
+        let Some(report) = state.report else {
+            return Err(Refusal::Unverifiable);
+        };
+        if state.reported {
+            return Err(Refusal::Replayed);
+        }
+        let generation = self.ack.find(round).ok_or(Refusal::Stale)?;
+        let (_, i0) = generation.indices(round);
+        match generation.verifier.verify(provider, i0, element) {
+            Ok(_) => {}
+            Err(ChainError::TooFar) => return Err(Refusal::Stale),
+            Err(ChainError::Mismatch) => return Err(Refusal::Forged),
+        }
+        let fh = header.to_bytes();
+        let mac = crypto::mac(provider, element, &[&fh, &report.ack, &report.nack]);
+        let commitment = if delivered { report.ack } else { report.nack };
+        if !ct_eq(&mac, &report.mac) || !ct_eq(&crypto::commitment(provider, secret), &commitment) {
+            return Err(Refusal::Forged);
+        }
+        state.reported = true;
+        Ok(())
+    }
+
+    /// Index of the element an A1 for `round` discloses, and of the A2's, in the ack chain.
+    pub fn ack_indices(&mut self, round: u32) -> Option<(u32, u32)> {
+        self.ack.find(round).map(|g| g.indices(round))
+    }
+}

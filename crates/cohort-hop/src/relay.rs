@@ -1,0 +1,425 @@
+//! An ALPHA relay: forwards only what it verified against anchors it saw in a signed
+//! handshake, with hashes alone per data packet.
+//!
+//! ```text
+//!  Hello, Challenge, SYN, ACKACK ─▶ forwarded by the addresses in their header (no state)
+//!  ACK (both signed parts) ───────▶ verify both signatures once ─▶ pair state, forward
+//!  S1 A1 S2 A2 ──▶ pair (by id) ─▶ flow guard ─▶ forward toward the receiver or signer
+//!                                   └─ control flow S2 ─▶ Open / OpenAck / Renew / Close
+//!                                      (signed anchors checked once per chain)
+//! ```
+//!
+//! A relay keeps no state for anything before an ACK, which an endpoint sends only after a
+//! SYN carried a valid return-routability cookie; its pair table is bounded (the oldest pair
+//! is evicted), and each flow remembers a bounded number of rounds.
+
+use crate::config::{Mode, RelayConfig};
+use crate::endpoint::count_refusal;
+use crate::event::{HopCounters, RelayEvent};
+use crate::guard::FlowGuard;
+use crate::wire::{
+    ack_signed_bytes, control_signed_bytes, syn_signed_bytes, Control, Packet, PairId,
+    FLOW_FROM_RESPONDER,
+};
+use cohort_channel::identity::PublicKey;
+use cohort_core::{Machine, Timestamp, Transmit};
+use cohort_crypto::CryptoProvider;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::net::SocketAddr;
+
+const MAX_ASSOC: u16 = 0x7fff;
+
+struct RelayPair {
+    initiator: SocketAddr,
+    responder: SocketAddr,
+    initiator_key: PublicKey,
+    responder_key: PublicKey,
+    /// By flow (direction bit and association id).
+    flows: BTreeMap<u16, FlowGuard>,
+    learned: u64,
+}
+
+impl RelayPair {
+    /// The endpoint that sends on `flow`, and the one that receives.
+    fn ends(&self, flow: u16) -> (SocketAddr, SocketAddr) {
+        if flow & FLOW_FROM_RESPONDER == 0 {
+            (self.initiator, self.responder)
+        } else {
+            (self.responder, self.initiator)
+        }
+    }
+
+    fn sender_key(&self, flow: u16) -> PublicKey {
+        if flow & FLOW_FROM_RESPONDER == 0 {
+            self.initiator_key
+        } else {
+            self.responder_key
+        }
+    }
+}
+
+/// A snapshot of a relay, for `hop ctl` and tests.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelayStatus {
+    /// The relay's address.
+    pub local: SocketAddr,
+    /// Pairs known: (initiator, responder, flows verified).
+    pub pairs: Vec<(SocketAddr, SocketAddr, usize)>,
+    /// Counters.
+    pub counters: HopCounters,
+}
+
+/// An ALPHA relay (the implementation report's "ALPHA-filter").
+pub struct Relay {
+    config: RelayConfig,
+    provider: CryptoProvider,
+    local: SocketAddr,
+    pairs: HashMap<PairId, RelayPair>,
+    learned: u64,
+    out: VecDeque<(SocketAddr, Vec<u8>)>,
+    events: VecDeque<RelayEvent>,
+    counters: HopCounters,
+}
+
+impl fmt::Debug for Relay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Relay")
+            .field("local", &self.local)
+            .field("pairs", &self.pairs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Relay {
+    /// A relay at `local`.
+    pub fn new(config: RelayConfig, provider: CryptoProvider, local: SocketAddr) -> Relay {
+        Relay {
+            config,
+            provider,
+            local,
+            pairs: HashMap::new(),
+            learned: 0,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: HopCounters::default(),
+        }
+    }
+
+    /// Its counters.
+    pub fn counters(&self) -> &HopCounters {
+        &self.counters
+    }
+
+    /// A snapshot.
+    pub fn status(&self) -> RelayStatus {
+        let mut pairs: Vec<_> = self
+            .pairs
+            .values()
+            .map(|p| (p.initiator, p.responder, p.flows.len()))
+            .collect();
+        pairs.sort();
+        RelayStatus {
+            local: self.local,
+            pairs,
+            counters: self.counters,
+        }
+    }
+
+    fn trusted(&self, key: &[u8; 32]) -> bool {
+        self.config.trust.is_empty() || self.config.trust.iter().any(|k| k.as_bytes() == key)
+    }
+
+    fn forward(&mut self, to_endpoint: SocketAddr, data: &[u8]) {
+        let next = self.config.next_hop(to_endpoint);
+        self.counters.forwarded += 1;
+        self.out.push_back((next, data.to_vec()));
+    }
+
+    fn on_ack(&mut self, data: &[u8], packet: &Packet<'_>) {
+        let Packet::Ack {
+            header,
+            initiator,
+            responder,
+        } = packet
+        else {
+            return;
+        };
+        if let Some(existing) = self.pairs.get(&header.pair_id) {
+            // A retransmitted ACK of a pair we know: forward it if it is the same pair.
+            if existing.initiator == header.initiator
+                && existing.responder == header.responder
+                && existing.responder_key.as_bytes() == &responder.public_key
+            {
+                self.forward(header.initiator, data);
+            } else {
+                self.counters.stale += 1;
+            }
+            return;
+        }
+        if !self.trusted(&initiator.public_key) && !self.trusted(&responder.public_key) {
+            self.counters.untrusted += 1;
+            return;
+        }
+        let initiator_key = PublicKey::from_bytes(initiator.public_key);
+        let responder_key = PublicKey::from_bytes(responder.public_key);
+        let provider = self.provider;
+        if !initiator_key.verify(
+            &provider,
+            &syn_signed_bytes(header, initiator),
+            initiator.signature,
+        ) || !responder_key.verify(
+            &provider,
+            &ack_signed_bytes(header, initiator.signature, responder),
+            responder.signature,
+        ) {
+            self.counters.forged += 1;
+            return;
+        }
+        let max_rounds = self.config.max_rounds;
+        let skip = self.config.max_skip_rounds;
+        let control = |sig, ack| {
+            let mut g = FlowGuard::new(Mode::N, false, sig, max_rounds, skip)?;
+            g.add_ack_chain(ack).then_some(g)
+        };
+        let (Some(from_initiator), Some(from_responder)) = (
+            control(initiator.control_sig, responder.control_ack),
+            control(responder.control_sig, initiator.control_ack),
+        ) else {
+            self.counters.malformed += 1;
+            return;
+        };
+        if self.pairs.len() >= self.config.max_pairs.max(1) {
+            // Bounded: the pair learned longest ago goes.
+            if let Some(oldest) = self
+                .pairs
+                .iter()
+                .min_by_key(|(_, p)| p.learned)
+                .map(|(id, _)| *id)
+            {
+                self.pairs.remove(&oldest);
+                self.counters.no_room += 1;
+            }
+        }
+        self.learned += 1;
+        self.pairs.insert(
+            header.pair_id,
+            RelayPair {
+                initiator: header.initiator,
+                responder: header.responder,
+                initiator_key,
+                responder_key,
+                flows: BTreeMap::from([(0, from_initiator), (FLOW_FROM_RESPONDER, from_responder)]),
+                learned: self.learned,
+            },
+        );
+        self.events.push_back(RelayEvent::PairLearned {
+            initiator: header.initiator,
+            responder: header.responder,
+        });
+        self.forward(header.initiator, data);
+    }
+
+    fn on_flow_packet(&mut self, data: &[u8], packet: &Packet<'_>) {
+        let Some(header) = packet.flow_header().copied() else {
+            return;
+        };
+        let provider = self.provider;
+        let Some(pair) = self.pairs.get_mut(&header.pair_id) else {
+            self.counters.unknown += 1;
+            return;
+        };
+        let (sender, receiver) = pair.ends(header.flow);
+        let Some(guard) = pair.flows.get_mut(&header.flow) else {
+            self.counters.unknown += 1;
+            return;
+        };
+        let (result, toward) = match packet {
+            Packet::S1 {
+                mode,
+                element,
+                count,
+                macs,
+                ..
+            } => (
+                guard
+                    .on_s1(&provider, &header, *mode, element, *count, macs)
+                    .map(|_| ()),
+                receiver,
+            ),
+            Packet::A1 {
+                element, report, ..
+            } => (
+                guard
+                    .on_a1(&provider, &header, element, report.as_ref())
+                    .map(|_| ()),
+                sender,
+            ),
+            Packet::S2 {
+                index,
+                key,
+                path,
+                payload,
+                ..
+            } => (
+                guard.on_s2(&provider, &header, *index, key, path, payload),
+                receiver,
+            ),
+            Packet::A2 {
+                element,
+                delivered,
+                secret,
+                ..
+            } => (
+                guard.on_a2(&provider, &header, element, *delivered, secret),
+                sender,
+            ),
+            Packet::Plain { .. } => {
+                if guard.mode() == Mode::Unprotected {
+                    self.counters.unprotected += 1;
+                    self.forward(receiver, data);
+                } else {
+                    self.counters.malformed += 1;
+                }
+                return;
+            }
+            _ => return,
+        };
+        match result {
+            Ok(()) => {
+                self.counters.verified += 1;
+                if let Packet::S2 { payload, .. } = packet {
+                    if header.flow & MAX_ASSOC == 0 {
+                        self.on_control(header.pair_id, header.flow, payload);
+                    }
+                }
+                self.forward(toward, data);
+            }
+            Err(refusal) => count_refusal(&mut self.counters, refusal),
+        }
+    }
+
+    /// A verified control message: learn or forget flows and chains.
+    fn on_control(&mut self, pair_id: PairId, control_flow: u16, bytes: &[u8]) {
+        let Ok(message) = Control::parse(bytes) else {
+            return;
+        };
+        let provider = self.provider;
+        let max_rounds = self.config.max_rounds;
+        let skip = self.config.max_skip_rounds;
+        let Some(pair) = self.pairs.get_mut(&pair_id) else {
+            return;
+        };
+        // The control flow a message came on says who sent it.
+        let author = pair.sender_key(control_flow);
+        let author_dir = control_flow & FLOW_FROM_RESPONDER;
+        let signed = |m: &Control<'_>, signature: &[u8]| {
+            author.verify(&provider, &control_signed_bytes(&pair_id, m), signature)
+        };
+        match &message {
+            Control::Open {
+                flow,
+                mode,
+                batch,
+                reports,
+                chain,
+                signature,
+            } => {
+                if flow & FLOW_FROM_RESPONDER != author_dir || flow & MAX_ASSOC == 0 {
+                    return;
+                }
+                if pair.flows.contains_key(flow) || !signed(&message, signature) {
+                    return;
+                }
+                let Some(mode) = Mode::from_code(*mode, *batch) else {
+                    return;
+                };
+                if let Some(g) = FlowGuard::new(mode, *reports, *chain, max_rounds, skip) {
+                    pair.flows.insert(*flow, g);
+                }
+            }
+            Control::OpenAck {
+                flow,
+                chain,
+                signature,
+            } => {
+                if flow & FLOW_FROM_RESPONDER == author_dir || !signed(&message, signature) {
+                    return;
+                }
+                if let Some(g) = pair.flows.get_mut(flow) {
+                    if g.mode() != Mode::Unprotected && !g.has_ack_chain() {
+                        g.add_ack_chain(*chain);
+                    }
+                }
+            }
+            Control::Renew {
+                flow,
+                which,
+                chain,
+                signature,
+            } => {
+                // Signature chains are renewed by the flow's sender, ack chains by its
+                // receiver.
+                let by_sender = flow & FLOW_FROM_RESPONDER == author_dir;
+                if (*which == 0) != by_sender || !signed(&message, signature) {
+                    return;
+                }
+                if let Some(g) = pair.flows.get_mut(flow) {
+                    if *which == 0 {
+                        g.add_sig_chain(*chain);
+                    } else {
+                        g.add_ack_chain(*chain);
+                    }
+                }
+            }
+            Control::Close { flow } => {
+                if flow & MAX_ASSOC != 0 {
+                    pair.flows.remove(flow);
+                }
+            }
+            Control::RenewAck { .. } | Control::CloseAck { .. } => {}
+        }
+    }
+}
+
+impl Machine for Relay {
+    type Event = RelayEvent;
+
+    fn handle_datagram(&mut self, _now: Timestamp, _from: SocketAddr, data: &[u8]) {
+        let Ok(packet) = Packet::parse(data) else {
+            self.counters.malformed += 1;
+            return;
+        };
+        match &packet {
+            Packet::Hello(h) | Packet::Syn { header: h, .. } | Packet::AckAck { header: h, .. } => {
+                let to = h.responder;
+                self.forward(to, data);
+            }
+            Packet::Challenge { header, .. } => {
+                let to = header.initiator;
+                self.forward(to, data);
+            }
+            Packet::Ack { .. } => self.on_ack(data, &packet),
+            _ => self.on_flow_packet(data, &packet),
+        }
+    }
+
+    fn handle_timeout(&mut self, _now: Timestamp) {}
+
+    fn poll_transmit(&mut self, _now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let (destination, packet) = self.out.pop_front()?;
+        buf.extend_from_slice(&packet);
+        Some(Transmit {
+            destination,
+            size: packet.len(),
+        })
+    }
+
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        None
+    }
+
+    fn poll_event(&mut self) -> Option<RelayEvent> {
+        self.events.pop_front()
+    }
+}

@@ -1,0 +1,167 @@
+//! A path of endpoints and relays in the simulator: `A - R1 - ... - Rk - B`, where only
+//! neighbours can reach each other.
+
+#![allow(dead_code)] // each test file uses part of the harness
+
+use cohort_channel::identity::Identity;
+use cohort_core::Timestamp;
+use cohort_crypto::{CryptoProvider, Secret};
+use cohort_hop::{
+    AssocId, Endpoint, EndpointConfig, EndpointEvent, HopEvent, HopNode, Mode, Relay, RelayConfig,
+};
+use cohort_sim::{FnRule, NodeId, Sim, SimConfig, SimFailure, Verdict};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// A deterministic identity for node `n` of seed `seed`.
+pub fn identity(seed: u64, n: u8) -> Identity {
+    let mut secret = [n; 32];
+    secret[..8].copy_from_slice(&seed.to_be_bytes());
+    Identity::from_secret(
+        &CryptoProvider::default_provider(),
+        Secret::new(secret.to_vec()),
+    )
+    .expect("identity")
+}
+
+/// The path.
+pub struct Path {
+    pub sim: Sim<HopNode>,
+    pub a: NodeId,
+    pub b: NodeId,
+    pub relays: Vec<NodeId>,
+}
+
+impl Path {
+    /// `A - R1 .. Rk - B`; `tweak` adjusts both endpoints' configs.
+    pub fn new(seed: u64, relays: usize, tweak: impl Fn(&mut EndpointConfig)) -> Path {
+        Self::with_sim(
+            SimConfig {
+                seed,
+                latency: Duration::from_millis(5),
+                ..SimConfig::default()
+            },
+            relays,
+            tweak,
+        )
+    }
+
+    /// As [`Path::new`] with a given simulator configuration.
+    pub fn with_sim(config: SimConfig, relays: usize, tweak: impl Fn(&mut EndpointConfig)) -> Path {
+        let seed = config.seed;
+        let mut sim = Sim::new(config);
+        let provider = CryptoProvider::default_provider();
+        let n = relays + 2;
+        let addr = |i: usize| NodeId::from_index(i).addr();
+        let a_addr = addr(0);
+        let b_addr = addr(n - 1);
+        let mut ids = Vec::new();
+        for i in 0..n {
+            let node = if i == 0 || i == n - 1 {
+                let mut config = EndpointConfig::new(identity(seed, i as u8));
+                tweak(&mut config);
+                let mut rng_seed = [i as u8; 32];
+                rng_seed[..8].copy_from_slice(&seed.to_le_bytes());
+                HopNode::Endpoint(Endpoint::new(config, provider, addr(i), rng_seed))
+            } else {
+                let mut config = RelayConfig::new();
+                // Toward B: the next relay (or B itself); toward A: the previous one.
+                if i + 1 < n - 1 {
+                    config.routes.push((b_addr, addr(i + 1)));
+                }
+                if i > 1 {
+                    config.routes.push((a_addr, addr(i - 1)));
+                }
+                HopNode::Relay(Relay::new(config, provider, addr(i)))
+            };
+            ids.push(sim.add_node(node));
+        }
+        // Only neighbours on the path hear each other.
+        sim.add_rule(FnRule::new(
+            "path",
+            |p: &cohort_sim::PacketView<'_>, _rng: &mut dyn rand_core::RngCore| {
+                let (f, t) = (p.from.index(), p.to.index());
+                if f.abs_diff(t) == 1 {
+                    Verdict::Pass
+                } else {
+                    Verdict::Drop
+                }
+            },
+        ));
+        Path {
+            sim,
+            a: ids[0],
+            b: ids[n - 1],
+            relays: ids[1..n - 1].to_vec(),
+        }
+    }
+
+    pub fn addr(&self, id: NodeId) -> SocketAddr {
+        self.sim.addr(id)
+    }
+
+    /// A connects to B through the first relay and both wait for Connected.
+    pub fn connect(&mut self) -> Result<(), SimFailure> {
+        let b = self.addr(self.b);
+        let via = self.relays.first().map(|&r| self.addr(r));
+        self.sim.with_node(self.a, |n, now| {
+            n.endpoint_mut().expect("A").connect(now, b, via)
+        });
+        let (a, b) = (self.a, self.b);
+        let (a_addr, b_addr) = (self.addr(a), self.addr(b));
+        self.sim.run_until_cond(Duration::from_secs(30), |s| {
+            s.node(a).endpoint().is_some_and(|e| e.is_connected(b_addr))
+                && s.node(b).endpoint().is_some_and(|e| e.is_connected(a_addr))
+        })?;
+        Ok(())
+    }
+
+    /// A opens an association to B in `mode` and waits until it is open at both ends.
+    pub fn open(&mut self, mode: Mode) -> Result<AssocId, SimFailure> {
+        let b_addr = self.addr(self.b);
+        let assoc = self
+            .sim
+            .with_node(self.a, |n, now| {
+                n.endpoint_mut().expect("A").open(now, b_addr, mode)
+            })
+            .map_err(|e| self.sim.failure(format!("open: {e}")))?;
+        let a = self.a;
+        self.sim.run_until_cond(Duration::from_secs(30), |s| {
+            s.node(a)
+                .endpoint()
+                .is_some_and(|e| e.open_associations(b_addr).contains(&assoc))
+        })?;
+        Ok(assoc)
+    }
+
+    /// A sends `data` on `assoc`.
+    pub fn send(&mut self, assoc: AssocId, data: &[u8]) -> bool {
+        let b_addr = self.addr(self.b);
+        self.sim.with_node(self.a, |n, now| {
+            n.endpoint_mut()
+                .expect("A")
+                .send(now, b_addr, assoc, data)
+                .is_ok()
+        })
+    }
+
+    /// Messages B received, in order.
+    pub fn received_at_b(&self) -> Vec<Vec<u8>> {
+        self.received_at(self.b)
+    }
+
+    /// Messages a node received, in order.
+    pub fn received_at(&self, id: NodeId) -> Vec<Vec<u8>> {
+        self.sim
+            .events_of(id)
+            .filter_map(|(_, e)| match e {
+                HopEvent::Endpoint(EndpointEvent::Received { data, .. }) => Some(data.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.sim.now()
+    }
+}
