@@ -114,7 +114,6 @@ pub(crate) enum SendTimeout {
 pub(crate) struct SendFlow {
     pub flow: u16,
     pub mode: Mode,
-    pub reports: bool,
     pub guard: FlowGuard,
     chains: VecDeque<OwnChain>,
     next_round: u32,
@@ -144,7 +143,6 @@ impl SendFlow {
         Some(SendFlow {
             flow,
             mode,
-            reports,
             guard,
             chains: VecDeque::from([first]),
             next_round: 0,
@@ -684,20 +682,5 @@ impl RecvFlow {
         }
         .write(&mut a2);
         self.ready.push_back(a2);
-    }
-
-    /// Rounds whose report is still owed (for a timer-driven nack), oldest first.
-    pub fn owed_reports(&self) -> impl Iterator<Item = u32> + '_ {
-        self.pending_reports.keys().copied()
-    }
-
-    /// Sends a nack for `round` (a timer decided it will not complete).
-    pub fn report_unfinished(
-        &mut self,
-        provider: &CryptoProvider,
-        header: &FlowHeader,
-        round: u32,
-    ) {
-        self.send_report(provider, header, round, false);
     }
 }

@@ -28,6 +28,8 @@ pub mod crypto;
 mod endpoint;
 mod event;
 mod flow;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod guard;
 pub mod merkle;
 mod node;

@@ -1,0 +1,1 @@
+//! Harnesses for the fuzz targets and property tests (written next).
