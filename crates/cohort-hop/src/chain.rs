@@ -11,11 +11,11 @@
 //! The owner needs the elements in the reverse of the order in which they can be computed, so
 //! it trades memory against hashes per disclosed element ([`ChainStorage`]):
 //!
-//! | strategy | elements held | hashes for one element | on average |
-//! |---|---|---|---|
-//! | [`Full`](ChainStorage::Full) | `n` | 0 | 0 |
-//! | [`Checkpoint`](ChainStorage::Checkpoint) `{ interval: c }` | at most `⌈n/c⌉ - 1 + c` | at most `c - 1` | under 1 |
-//! | [`Logarithmic`](ChainStorage::Logarithmic) | at most `⌈log2 n⌉` | at most `⌈log2 n⌉` (worst case) | about `½·log2 n - 1` |
+//! | strategy              | elements held (max) | hashes for one element (max) | on average |
+//! |-----------------------|---------------------|------------------------------|------------|
+//! | `Full`                | `n`                 | 0                            | 0          |
+//! | `Checkpoint` (`c`)    | `⌈n/c⌉ - 1 + c`     | `c - 1`                      | under 1    |
+//! | `Logarithmic`         | `⌈log2 n⌉`          | `⌈log2 n⌉` (worst case)      | `½·log2 n - 1` |
 //!
 //! Generation always costs `n` hashes, whatever is kept.
 //!

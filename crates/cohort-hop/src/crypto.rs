@@ -27,6 +27,7 @@ pub type ChainId = [u8; CHAIN_ID_LEN];
 const CHAIN_STEP_KEY: &[u8; 32] = b"cohort-hop v1 chain step ------.";
 const MERKLE_LEAF_KEY: &[u8; 32] = b"cohort-hop v1 merkle leaf -----.";
 const MERKLE_NODE_KEY: &[u8; 32] = b"cohort-hop v1 merkle node -----.";
+const S1_DIGEST_KEY: &[u8; 32] = b"cohort-hop v1 s1 digest -------.";
 const COMMIT_KEY: &[u8; 32] = b"cohort-hop v1 report commitment.";
 const MAC_KEY_SUFFIX: &[u8; 16] = b"cohort-hop v1 ma";
 
@@ -91,6 +92,24 @@ pub fn merkle_node(provider: &CryptoProvider, left: &Element, right: &Element) -
     provider
         .keyed_blake3
         .hash(MERKLE_NODE_KEY, &[left, right], &mut out);
+    out
+}
+
+/// A digest that tells S1s of one round apart (their flow header, element, count and MACs):
+/// how a hop recognises a retransmission among candidate S1s.
+pub fn s1_digest(
+    provider: &CryptoProvider,
+    flow_header: &[u8],
+    element: &Element,
+    count: u16,
+    macs: &[u8],
+) -> Element {
+    let mut out = [0u8; ELEMENT_LEN];
+    provider.keyed_blake3.hash(
+        S1_DIGEST_KEY,
+        &[flow_header, element, &count.to_be_bytes(), macs],
+        &mut out,
+    );
     out
 }
 

@@ -25,9 +25,9 @@ use crate::event::{AssocId, EndpointEvent, HopCounters};
 use crate::flow::{OwnChain, Received, RecvFlow, SendFlow, SendTimeout};
 use crate::guard::{FlowGuard, Refusal};
 use crate::wire::{
-    ack_signed_bytes, ackack_signed_bytes, control_signed_bytes, syn_signed_bytes, AnchorInfo,
-    Control, FlowHeader, HandshakeHeader, Packet, PairId, SignedHello, COOKIE_LEN,
-    FLOW_FROM_RESPONDER, PAIR_ID_LEN,
+    ack_signed_bytes, ackack_signed_bytes, control_signed_bytes, signed_envelope_bytes,
+    syn_signed_bytes, AnchorInfo, Control, FlowHeader, HandshakeHeader, Packet, PairId,
+    SignedHello, COOKIE_LEN, FLOW_FROM_RESPONDER, PAIR_ID_LEN,
 };
 use cohort_channel::identity::PublicKey;
 use cohort_core::{Machine, Timestamp, Transmit};
@@ -101,11 +101,13 @@ enum PeerState {
 
 /// A control message waiting for the peer's answer.
 struct PendingControl {
-    /// What answers it: (answer code, flow, which).
-    answer: (u8, u16, u8),
+    /// What answers it: (answer code, flow, which chain, start round).
+    answer: (u8, u16, u8, u32),
     bytes: Vec<u8>,
     sent_at: Timestamp,
     tries: u32,
+    /// Sent as a signed packet rather than on the control association.
+    signed: bool,
 }
 
 struct Peer {
@@ -127,6 +129,9 @@ struct Peer {
     in_flows: BTreeMap<AssocId, RecvFlow>,
     next_assoc: AssocId,
     controls: Vec<PendingControl>,
+    /// The last Renew sent for each (flow, which chain): sent again when a flow stalls, in
+    /// case a relay on the path missed it (a replayed copy may have reached the peer).
+    renewals: HashMap<(u16, u8), Vec<u8>>,
     srtt: Option<Duration>,
 }
 
@@ -186,6 +191,10 @@ pub struct AssocStatus {
     pub queued: usize,
     /// Messages sent or received.
     pub messages: u64,
+    /// Outgoing: the next round to start; incoming: the highest round seen.
+    pub round: u32,
+    /// Outgoing: the round whose S1 awaits its A1, and how often it was sent again.
+    pub awaiting_ack: Option<(u32, u32)>,
 }
 
 /// A snapshot of one peer.
@@ -325,6 +334,8 @@ impl Endpoint {
                         elements_left: f.elements_left(),
                         queued: f.queue.len(),
                         messages: f.sent_messages,
+                        round: f.next_round(),
+                        awaiting_ack: f.awaiting_ack(),
                     })
                     .collect();
                 associations.extend(p.in_flows.iter().map(|(&id, f)| AssocStatus {
@@ -336,6 +347,8 @@ impl Endpoint {
                     elements_left: f.elements_left(),
                     queued: 0,
                     messages: f.received_messages,
+                    round: f.highest_round,
+                    awaiting_ack: None,
                 }));
                 PeerStatus {
                     addr: p.addr,
@@ -394,6 +407,7 @@ impl Endpoint {
             in_flows: BTreeMap::new(),
             next_assoc: 1,
             controls: Vec::new(),
+            renewals: HashMap::new(),
             srtt: None,
         };
         Packet::Hello(p.header(self.local)).write(&mut p.handshake);
@@ -458,7 +472,7 @@ impl Endpoint {
         }
         let mut bytes = Vec::new();
         message.write(&mut bytes);
-        let answer = (crate::wire::control_code::OPEN_ACK, flow, 0);
+        let answer = (crate::wire::control_code::OPEN_ACK, flow, 0, 0);
         self.send_control(now, peer, bytes, Some(answer));
         Ok(assoc)
     }
@@ -528,7 +542,7 @@ impl Endpoint {
         });
         let mut bytes = Vec::new();
         Control::Close { flow }.write(&mut bytes);
-        let answer = (crate::wire::control_code::CLOSE_ACK, flow, 0);
+        let answer = (crate::wire::control_code::CLOSE_ACK, flow, 0, 0);
         self.send_control(now, peer, bytes, Some(answer));
     }
 
@@ -752,6 +766,7 @@ impl Endpoint {
             in_flows: BTreeMap::new(),
             next_assoc: 1,
             controls: Vec::new(),
+            renewals: HashMap::new(),
             srtt: None,
         };
         if !self.install_control(
@@ -984,7 +999,16 @@ impl Endpoint {
                 ..
             } if theirs => match p.in_flows.get_mut(&assoc) {
                 Some(f) => {
+                    let repeated = f.repeated_s1;
                     let r = f.on_s1(&provider, &header, mode, &element, count, macs);
+                    if f.repeated_s1 > repeated && f.repeated_s1 % 2 == 0 {
+                        // Our A1s for this flow are not getting through: maybe a relay
+                        // never saw our latest ack chain.
+                        if let Some(renew) = p.renewals.get(&(header.flow, 1)) {
+                            let packet = envelope(&self.config, &provider, p, renew);
+                            self.urgent.push_back((p.next_hop, packet));
+                        }
+                    }
                     if r.is_ok() && assoc == CONTROL && p.state == PeerState::AckSent {
                         // Only the initiator, holding our ACK, can run its control chain:
                         // the handshake is complete even if its ACKACK was lost.
@@ -1057,6 +1081,9 @@ impl Endpoint {
                 if let Received::Message(data) = received {
                     if assoc == CONTROL {
                         self.on_control(now, addr, &data);
+                        // A control message may have opened a flow or confirmed a chain
+                        // that messages were waiting for.
+                        self.pump_all(now, addr);
                     } else {
                         if matches!(packet_kind(&header, p), Some(Mode::Unprotected)) {
                             self.counters.unprotected += 1;
@@ -1093,7 +1120,7 @@ impl Endpoint {
         };
         use crate::wire::control_code as cc;
         let mut reply: Option<Vec<u8>> = None;
-        let mut answered: Option<(u8, u16, u8)> = None;
+        let mut answered: Option<(u8, u16, u8, u32)> = None;
         match message {
             Control::Open {
                 flow,
@@ -1194,7 +1221,7 @@ impl Endpoint {
                         }
                     }
                 }
-                answered = Some((cc::OPEN_ACK, flow, 0));
+                answered = Some((cc::OPEN_ACK, flow, 0, 0));
             }
             Control::Renew {
                 flow,
@@ -1267,7 +1294,7 @@ impl Endpoint {
                     }
                     _ => {}
                 }
-                answered = Some((cc::RENEW_ACK, flow, which));
+                answered = Some((cc::RENEW_ACK, flow, which, start_round));
             }
             Control::Close { flow } => {
                 let assoc = flow & MAX_ASSOC;
@@ -1289,7 +1316,7 @@ impl Endpoint {
                 reply = Some(out);
             }
             Control::CloseAck { flow } => {
-                answered = Some((cc::CLOSE_ACK, flow, 0));
+                answered = Some((cc::CLOSE_ACK, flow, 0, 0));
             }
         }
         if let Some(answer) = answered {
@@ -1307,7 +1334,7 @@ impl Endpoint {
         now: Timestamp,
         peer: SocketAddr,
         bytes: Vec<u8>,
-        answer: Option<(u8, u16, u8)>,
+        answer: Option<(u8, u16, u8, u32)>,
     ) {
         let Some(p) = self.peers.get_mut(&peer) else {
             return;
@@ -1315,18 +1342,65 @@ impl Endpoint {
         let Some(control) = p.out_flows.get_mut(&CONTROL) else {
             return;
         };
-        // Control messages are few; the queue bound is for data.
-        control.queue.push_back(bytes.clone());
+        // Renewals travel signed, outside the control association: renewing the control
+        // association's own chains through itself could deadlock once both ran out.
+        let signed = matches!(
+            bytes.first(),
+            Some(&(crate::wire::control_code::RENEW | crate::wire::control_code::RENEW_ACK))
+        );
+        if signed {
+            let envelope = envelope(&self.config, &self.provider, p, &bytes);
+            self.urgent.push_back((p.next_hop, envelope));
+        } else {
+            // Control messages are few; the queue bound is for data.
+            control.queue.push_back(bytes.clone());
+        }
         if let Some(answer) = answer {
             p.controls.push(PendingControl {
                 answer,
                 bytes,
                 sent_at: now,
                 tries: 0,
+                signed,
             });
         }
         self.pump(now, peer, CONTROL);
         self.collect_ready(peer);
+    }
+
+    fn on_signed(
+        &mut self,
+        now: Timestamp,
+        pair_id: PairId,
+        from_responder: bool,
+        message: &[u8],
+        signature: &[u8],
+    ) {
+        let Some(addr) = self.by_pair.get(&pair_id).copied() else {
+            self.counters.unknown += 1;
+            return;
+        };
+        let Some(p) = self.peers.get(&addr) else {
+            return;
+        };
+        let their_dir_is_responder = p.their_dir() == FLOW_FROM_RESPONDER;
+        let Some(key) = p.key.filter(|_| p.state == PeerState::Established) else {
+            self.counters.unverifiable += 1;
+            return;
+        };
+        if from_responder != their_dir_is_responder
+            || !key.verify(
+                &self.provider,
+                &signed_envelope_bytes(&pair_id, from_responder, message),
+                signature,
+            )
+        {
+            self.counters.forged += 1;
+            return;
+        }
+        self.counters.verified += 1;
+        self.on_control(now, addr, message);
+        self.pump_all(now, addr);
     }
 
     /// Starts rounds where possible, and renews chains that are running out.
@@ -1361,6 +1435,25 @@ impl Endpoint {
         }
     }
 
+    /// [`Endpoint::pump`] for every association of `peer`, then collects what is ready.
+    fn pump_all(&mut self, now: Timestamp, peer: SocketAddr) {
+        let assocs: Vec<AssocId> = self
+            .peers
+            .get(&peer)
+            .map(|p| {
+                p.out_flows
+                    .keys()
+                    .chain(p.in_flows.keys())
+                    .copied()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for assoc in assocs {
+            self.pump(now, peer, assoc);
+        }
+        self.collect_ready(peer);
+    }
+
     fn renew(&mut self, now: Timestamp, peer: SocketAddr, flow: u16, which: u8, start: u32) {
         let chain = OwnChain::generate(
             &self.provider,
@@ -1391,13 +1484,18 @@ impl Endpoint {
             signature: &[],
         };
         let pair_id = p.pair_id;
-        let sig = self.sign(&control_signed_bytes(&pair_id, &m));
+        let sig = sign_with(
+            &self.config,
+            &self.provider,
+            &control_signed_bytes(&pair_id, &m),
+        );
         if let Control::Renew { signature, .. } = &mut m {
             *signature = &sig;
         }
         let mut bytes = Vec::new();
         m.write(&mut bytes);
-        let answer = (crate::wire::control_code::RENEW_ACK, flow, which);
+        p.renewals.insert((flow, which), bytes.clone());
+        let answer = (crate::wire::control_code::RENEW_ACK, flow, which, start);
         self.send_control(now, peer, bytes, Some(answer));
     }
 
@@ -1444,6 +1542,30 @@ impl Endpoint {
         }
         None
     }
+}
+
+/// A control message in a signed packet.
+fn envelope(
+    config: &EndpointConfig,
+    provider: &CryptoProvider,
+    p: &Peer,
+    message: &[u8],
+) -> Vec<u8> {
+    let from_responder = !p.initiator;
+    let signature = sign_with(
+        config,
+        provider,
+        &signed_envelope_bytes(&p.pair_id, from_responder, message),
+    );
+    let mut out = Vec::with_capacity(message.len() + 80);
+    Packet::Signed {
+        pair_id: p.pair_id,
+        from_responder,
+        message,
+        signature: &signature,
+    }
+    .write(&mut out);
+    out
 }
 
 /// Signs with the endpoint's identity. Ed25519 signing with a valid key does not fail; an
@@ -1493,6 +1615,12 @@ impl Machine for Endpoint {
                 responder,
             } => self.on_ack(now, header, initiator, responder),
             Packet::AckAck { header, signature } => self.on_ackack(header, signature),
+            Packet::Signed {
+                pair_id,
+                from_responder,
+                message,
+                signature,
+            } => self.on_signed(now, pair_id, from_responder, message, signature),
             other => self.on_flow_packet(now, other),
         }
     }
@@ -1527,20 +1655,36 @@ impl Machine for Endpoint {
             }
             // S1 retransmissions.
             let mut abandoned = Vec::new();
+            let mut stalled = Vec::new();
             for (&assoc, f) in p.out_flows.iter_mut() {
                 match f.on_timeout(now, rto, max_retries) {
                     SendTimeout::Abandoned(lost) => abandoned.push((assoc, lost)),
-                    SendTimeout::Retransmitted | SendTimeout::Nothing => {}
+                    SendTimeout::Retransmitted(tries) if tries >= 2 => {
+                        // No A1 after two tries: maybe a relay missed our latest chain.
+                        if let Some(renew) = p.renewals.get(&(f.flow, 0)) {
+                            stalled.push(renew.clone());
+                        }
+                    }
+                    SendTimeout::Retransmitted(_) | SendTimeout::Nothing => {}
                 }
             }
             // Control messages not answered.
             let mut resend = Vec::new();
+            let mut resend_signed = Vec::new();
             for c in p.controls.iter_mut() {
                 if now >= c.sent_at + initial * (1 << c.tries.min(6)) {
                     c.tries += 1;
                     c.sent_at = now;
-                    resend.push(c.bytes.clone());
+                    if c.signed {
+                        resend_signed.push(c.bytes.clone());
+                    } else {
+                        resend.push(c.bytes.clone());
+                    }
                 }
+            }
+            for bytes in resend_signed.iter().chain(&stalled) {
+                let packet = envelope(&self.config, &self.provider, p, bytes);
+                self.urgent.push_back((p.next_hop, packet));
             }
             let give_up = p.controls.iter().any(|c| c.tries > max_retries * 2);
             if let Some(control) = p.out_flows.get_mut(&CONTROL) {
@@ -1557,15 +1701,7 @@ impl Machine for Endpoint {
                 self.fail(addr, "peer stopped answering control messages");
                 continue;
             }
-            let assocs: Vec<AssocId> = self
-                .peers
-                .get(&addr)
-                .map(|p| p.out_flows.keys().copied().collect())
-                .unwrap_or_default();
-            for assoc in assocs {
-                self.pump(now, addr, assoc);
-            }
-            self.collect_ready(addr);
+            self.pump_all(now, addr);
         }
     }
 

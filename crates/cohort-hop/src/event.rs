@@ -99,12 +99,12 @@ pub enum RelayEvent {
 }
 
 macro_rules! counters {
-    ($(#[doc = $doc:literal] $name:ident,)*) => {
+    ($($(#[doc = $doc:literal])+ $name:ident,)*) => {
         /// Packets by fate. Everything from the network that is not used is counted in
         /// exactly one of the drop counters.
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
         pub struct HopCounters {
-            $(#[doc = $doc] pub $name: u64,)*
+            $($(#[doc = $doc])+ pub $name: u64,)*
         }
 
         impl HopCounters {

@@ -104,8 +104,8 @@ impl Drop for Inflight {
 pub(crate) enum SendTimeout {
     /// Nothing due.
     Nothing,
-    /// The S1 was sent again.
-    Retransmitted,
+    /// The S1 was sent again, for the n-th time.
+    Retransmitted(u32),
     /// The round was given up; this many messages are lost.
     Abandoned(usize),
 }
@@ -172,6 +172,16 @@ impl SendFlow {
                     .saturating_sub(self.next_round.max(c.info.start_round))
             })
             .sum()
+    }
+
+    /// The next round to start.
+    pub fn next_round(&self) -> u32 {
+        self.next_round
+    }
+
+    /// The round whose S1 awaits its A1, and its retransmissions so far.
+    pub fn awaiting_ack(&self) -> Option<(u32, u32)> {
+        self.inflight.as_ref().map(|f| (f.round, f.tries))
     }
 
     /// Elements left on the current chain.
@@ -367,7 +377,7 @@ impl SendFlow {
         inflight.tries += 1;
         inflight.sent_at = now;
         self.ready.push_back(inflight.s1.clone());
-        SendTimeout::Retransmitted
+        SendTimeout::Retransmitted(inflight.tries)
     }
 
     /// An A1 arrived. On the first valid one for the in-flight round, the round's S2s are
@@ -380,9 +390,8 @@ impl SendFlow {
         report: Option<&ReportCommitment>,
         now: Timestamp,
     ) -> Result<Option<Duration>, Refusal> {
-        match self.guard.on_a1(provider, header, element, report)? {
-            Taken::Repeat => return Err(Refusal::Replayed),
-            Taken::New => {}
+        if self.guard.on_a1(provider, header, element, report)? == Taken::Repeat {
+            return Err(Refusal::Replayed);
         }
         let Some(inflight) = self.inflight.take_if(|f| f.round == header.round) else {
             return Ok(None);
@@ -470,6 +479,8 @@ pub(crate) struct RecvFlow {
     pub received_messages: u64,
     pub highest_round: u32,
     pub renewing: bool,
+    /// S1s that came again after we had answered them (our A1s are not getting through).
+    pub repeated_s1: u32,
 }
 
 impl Drop for RecvFlow {
@@ -507,6 +518,7 @@ impl RecvFlow {
             received_messages: 0,
             highest_round: 0,
             renewing: false,
+            repeated_s1: 0,
         })
     }
 
@@ -555,15 +567,26 @@ impl RecvFlow {
         let round = header.round;
         match self
             .guard
-            .on_s1(provider, header, mode, element, count, macs)?
+            .on_s1(provider, header, mode, element, count, macs)
         {
-            Taken::Repeat => {
+            Ok(Taken::New) if !self.a1_sent.contains_key(&round) => {}
+            Ok(_) => {
                 if let Some(a1) = self.a1_sent.get(&round) {
                     self.ready.push_back(a1.clone());
                 }
+                self.repeated_s1 += 1;
                 return Ok(());
             }
-            Taken::New => {}
+            Err(Refusal::Forged) => {
+                // Another S1 for a round we acknowledged. If it is the signer's (a forger's
+                // S1 got here first), answering keeps the flow moving: the round's messages
+                // will fail here, the next round will not.
+                if let Some(a1) = self.a1_sent.get(&round) {
+                    self.ready.push_back(a1.clone());
+                }
+                return Err(Refusal::Forged);
+            }
+            Err(e) => return Err(e),
         }
         self.highest_round = self.highest_round.max(round);
         // An earlier round still open when a later one starts will not complete: report it.
@@ -610,7 +633,7 @@ impl RecvFlow {
         };
         self.guard
             .on_a1(provider, header, &a1_element, report.as_ref())?;
-        let mut a1 = Vec::with_capacity(80);
+        let mut a1 = Vec::with_capacity(96);
         Packet::A1 {
             header: *header,
             element: a1_element,

@@ -6,19 +6,24 @@
 //! Round `r` of a chain with anchor index `n` starting at round `s` uses signature-chain
 //! elements `i1 = n - 1 - 2(r - s)` (disclosed in S1) and `i0 = i1 - 1` (the MAC key,
 //! disclosed in S2), and acknowledgment-chain elements `i1` (A1) and `i0` (A2).
-//! - **S1** is taken for a new round only if its element is *fresh*: lower in the chain than
-//!   anything seen. Then nothing that reveals the round's key has been seen here yet, so
-//!   the MACs stored now were fixed before the key could be known. A retransmitted S1 must
-//!   equal the stored one; the first S1 of a round wins.
+//! - **S1** opens a round only if its element is *fresh*: lower in the chain than anything
+//!   seen. Then nothing that reveals the round's key has been seen here yet, so the MACs
+//!   stored now were fixed before the key could be known.
+//! - Nobody can check an S1's MACs before the key is out, and its element is public as soon
+//!   as it is sent: an eavesdropper can repeat the element with MACs of its own. So a hop
+//!   keeps up to [`MAX_CANDIDATES`] distinct S1s of a round until the round's A1 passes
+//!   (exact repeats are retransmissions), and an S2 must verify against one of them. A
+//!   forger cannot make MACs that a later key matches, so its candidates only take room.
 //! - **A1** is taken only for a round whose S1 is stored, with a fresh ack element. The
 //!   signer discloses the key only after the A1, and the A1 passed this hop after the MACs
-//!   were stored.
+//!   were stored; after it, no new S1 candidate is taken for the round.
 //! - **S2** is taken only for an acknowledged round: the key must hash to the round's S1
-//!   element, the MAC (or the Merkle path to the MAC'd root) must match, and each message
-//!   index is taken once.
-//! - **A2** opens the commitment an A1 carried: the ack element must belong to the ack
-//!   chain, the A1's MAC (keyed with that element) must match, and the secret must hash to
-//!   the ack or nack commitment. One report per round.
+//!   element, the MAC (or the Merkle path to the MAC'd root) must match a candidate's, and
+//!   each message index is taken once. The first S2 that verifies settles the candidate.
+//! - **A2** opens a commitment an A1 carried: the ack element must belong to the ack chain,
+//!   an A1's MAC over its commitments (keyed with that element) must match, and the secret
+//!   must hash to the ack or nack commitment. Like S1s, A1s that repeat the element with
+//!   other commitments are kept as candidates (bounded). One report per round.
 //!
 //! State is bounded: at most `max_rounds` rounds per flow (the oldest is evicted, and
 //! anything for an evicted round is stale) and three chain generations per direction.
@@ -53,6 +58,20 @@ pub enum Taken {
     New,
     /// An exact repeat of something taken before (a retransmission): pass it on again.
     Repeat,
+}
+
+/// Most distinct S1s (same element, other MACs) a hop holds for one round before an A1.
+const MAX_CANDIDATES: usize = 4;
+
+fn split_elements(bytes: &[u8]) -> Vec<Element> {
+    bytes
+        .chunks_exact(ELEMENT_LEN)
+        .map(|c| {
+            let mut e = [0u8; ELEMENT_LEN];
+            e.copy_from_slice(c);
+            e
+        })
+        .collect()
 }
 
 /// One chain generation: the rounds it serves and its verifier.
@@ -114,23 +133,20 @@ impl Chains {
     fn find(&mut self, round: u32) -> Option<&mut Generation> {
         self.generations.iter_mut().find(|g| g.serves(round))
     }
-
-    fn end_round(&self) -> Option<u32> {
-        self.generations
-            .back()
-            .map(|g| g.info.start_round + g.rounds())
-    }
 }
 
 /// What a hop remembers of one round.
 #[derive(Clone, Debug)]
 struct RoundState {
     s1_element: Element,
-    count: u16,
-    /// One MAC per message (N, C) or one over the Merkle root (M).
-    macs: Vec<Element>,
+    /// S1s seen with this element: (digest, count, MACs), where the MACs are one per message
+    /// (N, C) or one over the Merkle root (M). One, unless somebody repeated the element
+    /// with MACs of its own; once an S2 verifies, only that candidate is left.
+    candidates: Vec<(Element, u16, Vec<Element>)>,
+    settled: bool,
     a1_element: Option<Element>,
-    report: Option<ReportCommitment>,
+    /// Report commitments seen with the A1's element (candidates, as for S1s).
+    reports: Vec<ReportCommitment>,
     /// The key, once an S2 showed it.
     key: Option<Element>,
     /// ALPHA-M: the root the MAC was checked over.
@@ -201,36 +217,17 @@ impl FlowGuard {
         !self.ack.generations.is_empty()
     }
 
-    /// First round no known signature chain serves.
-    pub fn sig_end_round(&self) -> Option<u32> {
-        self.sig.end_round()
-    }
-
-    /// First round no known acknowledgment chain serves.
-    pub fn ack_end_round(&self) -> Option<u32> {
-        self.ack.end_round()
-    }
-
-    /// Messages announced in `round`'s S1, if it is remembered.
-    pub fn round_count(&self, round: u32) -> Option<u16> {
-        self.rounds.get(&round).map(|r| r.count)
-    }
-
-    /// Whether every message of `round` has been taken.
+    /// Whether every message of `round` has been taken (of the S1 its S2s verified against).
     pub fn round_complete(&self, round: u32) -> bool {
-        self.rounds
-            .get(&round)
-            .is_some_and(|r| r.seen_count == r.count)
+        self.rounds.get(&round).is_some_and(|r| {
+            r.settled
+                && r.candidates
+                    .first()
+                    .is_some_and(|(_, count, _)| r.seen_count == *count)
+        })
     }
 
-    /// Rounds remembered, oldest first, with whether they are complete and reported.
-    pub fn rounds(&self) -> impl Iterator<Item = (u32, bool, bool)> + '_ {
-        self.rounds
-            .iter()
-            .map(|(&r, s)| (r, s.seen_count == s.count, s.reported))
-    }
-
-    /// Checks an S1 and stores its MACs.
+    /// Checks an S1 and stores its MACs (as a new round, or as another candidate).
     pub fn on_s1(
         &mut self,
         provider: &CryptoProvider,
@@ -244,20 +241,19 @@ impl FlowGuard {
             return Err(Refusal::Malformed);
         }
         let round = header.round;
-        if let Some(state) = self.rounds.get(&round) {
-            let same = ct_eq(&state.s1_element, element)
-                && state.count == count
-                && state.macs.len() * ELEMENT_LEN == macs.len()
-                && state
-                    .macs
-                    .iter()
-                    .zip(macs.chunks(ELEMENT_LEN))
-                    .all(|(a, b)| ct_eq(a, b));
-            return if same {
-                Ok(Taken::Repeat)
-            } else {
-                Err(Refusal::Forged)
-            };
+        let digest = crypto::s1_digest(provider, &header.to_bytes(), element, count, macs);
+        if let Some(state) = self.rounds.get_mut(&round) {
+            if !ct_eq(&state.s1_element, element) {
+                return Err(Refusal::Forged);
+            }
+            if state.candidates.iter().any(|(d, _, _)| ct_eq(d, &digest)) {
+                return Ok(Taken::Repeat);
+            }
+            if state.a1_element.is_some() || state.candidates.len() >= MAX_CANDIDATES {
+                return Err(Refusal::Forged);
+            }
+            state.candidates.push((digest, count, split_elements(macs)));
+            return Ok(Taken::New);
         }
         if round < self.evicted_below {
             return Err(Refusal::Stale);
@@ -273,25 +269,17 @@ impl FlowGuard {
             Err(ChainError::TooFar) => return Err(Refusal::Stale),
             Err(ChainError::Mismatch) => return Err(Refusal::Forged),
         }
-        let macs = macs
-            .chunks_exact(ELEMENT_LEN)
-            .map(|c| {
-                let mut m = [0u8; ELEMENT_LEN];
-                m.copy_from_slice(c);
-                m
-            })
-            .collect();
         self.rounds.insert(
             round,
             RoundState {
                 s1_element: *element,
-                count,
-                macs,
+                candidates: vec![(digest, count, split_elements(macs))],
+                settled: false,
                 a1_element: None,
-                report: None,
+                reports: Vec::new(),
                 key: None,
                 root: None,
-                seen: vec![false; usize::from(count)],
+                seen: Vec::new(),
                 seen_count: 0,
                 reported: false,
             },
@@ -325,15 +313,19 @@ impl FlowGuard {
             });
         };
         if let Some(seen) = state.a1_element {
-            let same_report = match (state.report.as_ref(), report) {
-                (Some(a), Some(b)) => a == b,
-                (None, None) => true,
-                _ => false,
-            };
-            return if ct_eq(&seen, element) && same_report {
-                Ok(Taken::Repeat)
-            } else {
-                Err(Refusal::Forged)
+            if !ct_eq(&seen, element) {
+                return Err(Refusal::Forged);
+            }
+            return match report {
+                None => Ok(Taken::Repeat),
+                Some(r) if state.reports.contains(r) => Ok(Taken::Repeat),
+                Some(_) if state.reported || state.reports.len() >= MAX_CANDIDATES => {
+                    Err(Refusal::Forged)
+                }
+                Some(r) => {
+                    state.reports.push(*r);
+                    Ok(Taken::New)
+                }
             };
         }
         let generation = self.ack.find(round).ok_or(Refusal::Stale)?;
@@ -345,7 +337,14 @@ impl FlowGuard {
             Err(ChainError::Mismatch) => return Err(Refusal::Forged),
         }
         state.a1_element = Some(*element);
-        state.report = report.copied();
+        state.reports.extend(report.copied());
+        let most = state
+            .candidates
+            .iter()
+            .map(|(_, count, _)| *count)
+            .max()
+            .unwrap_or(0);
+        state.seen = vec![false; usize::from(most)];
         Ok(Taken::New)
     }
 
@@ -401,51 +400,56 @@ impl FlowGuard {
             }
         }
         let fh = header.to_bytes();
-        match self.mode {
+        // Which candidate S1 this message verifies against.
+        let matched = match self.mode {
             Mode::M { .. } => {
-                let path_nodes: Vec<Element> = path
-                    .chunks_exact(ELEMENT_LEN)
-                    .map(|c| {
-                        let mut e = [0u8; ELEMENT_LEN];
-                        e.copy_from_slice(c);
-                        e
-                    })
-                    .collect();
                 let leaf = crypto::merkle_leaf(provider, payload);
-                let root = merkle::root_from_path(
-                    provider,
-                    &leaf,
-                    slot,
-                    usize::from(state.count),
-                    &path_nodes,
-                )
-                .ok_or(Refusal::Forged)?;
-                match state.root {
-                    Some(known) => {
-                        if !ct_eq(&known, &root) {
-                            return Err(Refusal::Forged);
-                        }
-                    }
-                    None => {
-                        let mac =
-                            crypto::mac(provider, key, &[&fh, &state.count.to_be_bytes(), &root]);
-                        if !ct_eq(&mac, &state.macs[0]) {
-                            return Err(Refusal::Forged);
-                        }
+                let path_nodes = split_elements(path);
+                let mut matched = None;
+                for (c, (_, count, macs)) in state.candidates.iter().enumerate() {
+                    let Some(root) = merkle::root_from_path(
+                        provider,
+                        &leaf,
+                        slot,
+                        usize::from(*count),
+                        &path_nodes,
+                    ) else {
+                        continue;
+                    };
+                    let ok = match state.root {
+                        Some(known) => state.settled && ct_eq(&known, &root),
+                        None => ct_eq(
+                            &crypto::mac(provider, key, &[&fh, &count.to_be_bytes(), &root]),
+                            &macs[0],
+                        ),
+                    };
+                    if ok {
                         state.root = Some(root);
+                        matched = Some(c);
+                        break;
                     }
                 }
+                matched
             }
             Mode::N | Mode::C { .. } => {
                 if !path.is_empty() {
                     return Err(Refusal::Malformed);
                 }
                 let mac = crypto::mac(provider, key, &[&fh, &index.to_be_bytes(), payload]);
-                if !ct_eq(&mac, &state.macs[slot]) {
-                    return Err(Refusal::Forged);
-                }
+                state
+                    .candidates
+                    .iter()
+                    .position(|(_, _, macs)| macs.get(slot).is_some_and(|m| ct_eq(m, &mac)))
             }
             Mode::Unprotected => return Err(Refusal::Malformed),
+        };
+        let Some(c) = matched else {
+            return Err(Refusal::Forged);
+        };
+        if !state.settled {
+            let keep = state.candidates.swap_remove(c);
+            state.candidates = vec![keep];
+            state.settled = true;
         }
         state.seen[slot] = true;
         state.seen_count += 1;
@@ -465,9 +469,9 @@ impl FlowGuard {
         let Some(state) = self.rounds.get_mut(&round) else {
             return Err(Refusal::Stale);
         };
-        let Some(report) = state.report else {
+        if state.reports.is_empty() {
             return Err(Refusal::Unverifiable);
-        };
+        }
         if state.reported {
             return Err(Refusal::Replayed);
         }
@@ -479,9 +483,13 @@ impl FlowGuard {
             Err(ChainError::Mismatch) => return Err(Refusal::Forged),
         }
         let fh = header.to_bytes();
-        let mac = crypto::mac(provider, element, &[&fh, &report.ack, &report.nack]);
-        let commitment = if delivered { report.ack } else { report.nack };
-        if !ct_eq(&mac, &report.mac) || !ct_eq(&crypto::commitment(provider, secret), &commitment) {
+        let opened = crypto::commitment(provider, secret);
+        let ok = state.reports.iter().any(|report| {
+            let mac = crypto::mac(provider, element, &[&fh, &report.ack, &report.nack]);
+            let commitment = if delivered { report.ack } else { report.nack };
+            ct_eq(&mac, &report.mac) && ct_eq(&opened, &commitment)
+        });
+        if !ok {
             return Err(Refusal::Forged);
         }
         state.reported = true;

@@ -18,8 +18,8 @@ use crate::endpoint::count_refusal;
 use crate::event::{HopCounters, RelayEvent};
 use crate::guard::FlowGuard;
 use crate::wire::{
-    ack_signed_bytes, control_signed_bytes, syn_signed_bytes, Control, Packet, PairId,
-    FLOW_FROM_RESPONDER,
+    ack_signed_bytes, ackack_signed_bytes, control_signed_bytes, signed_envelope_bytes,
+    syn_signed_bytes, Control, HandshakeHeader, Packet, PairId, FLOW_FROM_RESPONDER,
 };
 use cohort_channel::identity::PublicKey;
 use cohort_core::{Machine, Timestamp, Transmit};
@@ -38,6 +38,12 @@ struct RelayPair {
     /// By flow (direction bit and association id).
     flows: BTreeMap<u16, FlowGuard>,
     learned: u64,
+    /// The responder's ACK signature, which the initiator's ACKACK signs.
+    ack_signature: Vec<u8>,
+    /// The ACK as verified (a repeat is compared, not verified again).
+    ack: Vec<u8>,
+    /// The ACKACK once verified (a repeat is compared, not verified again).
+    ackack: Option<Vec<u8>>,
 }
 
 impl RelayPair {
@@ -146,11 +152,8 @@ impl Relay {
             return;
         };
         if let Some(existing) = self.pairs.get(&header.pair_id) {
-            // A retransmitted ACK of a pair we know: forward it if it is the same pair.
-            if existing.initiator == header.initiator
-                && existing.responder == header.responder
-                && existing.responder_key.as_bytes() == &responder.public_key
-            {
+            // A retransmitted ACK of a pair we know: forward it if it is the same ACK.
+            if existing.ack.as_slice() == data {
                 self.forward(header.initiator, data);
             } else {
                 self.counters.stale += 1;
@@ -211,6 +214,9 @@ impl Relay {
                 responder_key,
                 flows: BTreeMap::from([(0, from_initiator), (FLOW_FROM_RESPONDER, from_responder)]),
                 learned: self.learned,
+                ack_signature: responder.signature.to_vec(),
+                ack: data.to_vec(),
+                ackack: None,
             },
         );
         self.events.push_back(RelayEvent::PairLearned {
@@ -218,6 +224,67 @@ impl Relay {
             responder: header.responder,
         });
         self.forward(header.initiator, data);
+    }
+
+    fn on_ackack(&mut self, data: &[u8], header: &HandshakeHeader, signature: &[u8]) {
+        let provider = self.provider;
+        let Some(pair) = self.pairs.get_mut(&header.pair_id) else {
+            self.counters.unknown += 1;
+            return;
+        };
+        if pair.initiator != header.initiator || pair.responder != header.responder {
+            self.counters.forged += 1;
+            return;
+        }
+        let ok = match &pair.ackack {
+            Some(known) => known.as_slice() == data,
+            None => pair.initiator_key.verify(
+                &provider,
+                &ackack_signed_bytes(header, &pair.ack_signature),
+                signature,
+            ),
+        };
+        if !ok {
+            self.counters.forged += 1;
+            return;
+        }
+        pair.ackack = Some(data.to_vec());
+        self.counters.verified += 1;
+        let to = header.responder;
+        self.forward(to, data);
+    }
+
+    /// A signed control message (a chain renewal): one signature check, then the same
+    /// processing as a control message that arrived on the control association.
+    fn on_signed(
+        &mut self,
+        data: &[u8],
+        pair_id: PairId,
+        from_responder: bool,
+        message: &[u8],
+        signature: &[u8],
+    ) {
+        let provider = self.provider;
+        let Some(pair) = self.pairs.get(&pair_id) else {
+            self.counters.unknown += 1;
+            return;
+        };
+        let (key, to, control_flow) = if from_responder {
+            (pair.responder_key, pair.initiator, FLOW_FROM_RESPONDER)
+        } else {
+            (pair.initiator_key, pair.responder, 0)
+        };
+        if !key.verify(
+            &provider,
+            &signed_envelope_bytes(&pair_id, from_responder, message),
+            signature,
+        ) {
+            self.counters.forged += 1;
+            return;
+        }
+        self.counters.verified += 1;
+        self.on_control(pair_id, control_flow, message);
+        self.forward(to, data);
     }
 
     fn on_flow_packet(&mut self, data: &[u8], packet: &Packet<'_>) {
@@ -391,10 +458,22 @@ impl Machine for Relay {
             return;
         };
         match &packet {
-            Packet::Hello(h) | Packet::Syn { header: h, .. } | Packet::AckAck { header: h, .. } => {
+            // The return-routability exchange passes unchecked: a relay holds no state for it
+            // and cannot check the responder's cookie, and verifying the SYN's signature for
+            // anyone who asks would make the relay the cheapest target on the path. The
+            // responder checks the cookie, then the signature; nothing is stored anywhere
+            // before that.
+            Packet::Hello(h) | Packet::Syn { header: h, .. } => {
                 let to = h.responder;
                 self.forward(to, data);
             }
+            Packet::AckAck { header, signature } => self.on_ackack(data, header, signature),
+            Packet::Signed {
+                pair_id,
+                from_responder,
+                message,
+                signature,
+            } => self.on_signed(data, *pair_id, *from_responder, message, signature),
             Packet::Challenge { header, .. } => {
                 let to = header.initiator;
                 self.forward(to, data);

@@ -59,6 +59,9 @@ pub mod kind {
     pub const ACK: u8 = 0x04;
     /// Initiator's signed confirmation.
     pub const ACKACK: u8 = 0x05;
+    /// A control message signed with the sender's identity key (chain renewals), outside
+    /// the control association so that renewing its own chains cannot deadlock.
+    pub const SIGNED: u8 = 0x06;
     /// First packet of a round: a chain element and MACs.
     pub const S1: u8 = 0x10;
     /// The verifier's acknowledgement of an S1.
@@ -281,6 +284,17 @@ pub enum Packet<'a> {
         /// The initiator's signature.
         signature: &'a [u8],
     },
+    /// A control message under an Ed25519 signature.
+    Signed {
+        /// The pair.
+        pair_id: PairId,
+        /// Sent by the responder (else by the initiator).
+        from_responder: bool,
+        /// The control message ([`Control`]).
+        message: &'a [u8],
+        /// Signature over [`signed_envelope_bytes`].
+        signature: &'a [u8],
+    },
     /// First packet of a round.
     S1 {
         /// Pair, flow, round.
@@ -374,6 +388,16 @@ impl<'a> Packet<'a> {
             },
             kind::ACKACK => Packet::AckAck {
                 header: HandshakeHeader::read(&mut r)?,
+                signature: r.bytes(SIGNATURE_LEN)?,
+            },
+            kind::SIGNED => Packet::Signed {
+                pair_id: r.array()?,
+                from_responder: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(Malformed),
+                },
+                message: r.u16_prefixed()?,
                 signature: r.bytes(SIGNATURE_LEN)?,
             },
             kind::S1 => {
@@ -503,6 +527,19 @@ impl<'a> Packet<'a> {
                 header.write(&mut w);
                 w.bytes(signature);
             }
+            Packet::Signed {
+                pair_id,
+                from_responder,
+                message,
+                signature,
+            } => {
+                w.u8(kind::SIGNED)
+                    .bytes(pair_id)
+                    .u8(u8::from(*from_responder));
+                // Control messages are far shorter than 64 KiB.
+                let _ = w.u16_prefixed(message);
+                w.bytes(signature);
+            }
             Packet::S1 {
                 header,
                 mode,
@@ -611,6 +648,15 @@ pub fn ack_signed_bytes(
     header.write(&mut Writer::new(&mut out));
     out.extend_from_slice(initiator_signature);
     part.write_unsigned(&mut out);
+    out
+}
+
+/// What a [`Packet::Signed`] signs: a label, the pair id, the direction and the message.
+pub fn signed_envelope_bytes(pair_id: &PairId, from_responder: bool, message: &[u8]) -> Vec<u8> {
+    let mut out = b"cohort-hop v1 signed".to_vec();
+    out.extend_from_slice(pair_id);
+    out.push(u8::from(from_responder));
+    out.extend_from_slice(message);
     out
 }
 
@@ -930,6 +976,12 @@ mod tests {
             Packet::Plain {
                 header: fh,
                 payload: b"plain",
+            },
+            Packet::Signed {
+                pair_id: [7; 8],
+                from_responder: true,
+                message: b"\x05\x00\x04",
+                signature: &sig,
             },
         ];
         packets
