@@ -6,6 +6,7 @@
 //!   cohort keygen                ──▶ cohort-channel identity (Ed25519 identity file)
 //!   cohort tunnel server|client  ──▶ cohort-net TCP driver ──▶ cohort-channel
 //!   cohort group run|bench       ──▶ cohort-net UDP driver ──▶ cohort-group members
+//!   cohort hop run|ctl|forge     ──▶ own UDP/TUN loop ──▶ cohort-hop endpoints and relays
 //! ```
 
 mod bench;
@@ -14,6 +15,7 @@ mod demo_channel;
 mod demo_group;
 mod gears_cmd;
 mod group_cmd;
+mod hop_cmd;
 mod keygen_cmd;
 mod tunnel_cmd;
 
@@ -52,6 +54,11 @@ enum Command {
         #[command(subcommand)]
         command: group_cmd::GroupCommand,
     },
+    /// Hop-by-hop authentication (ALPHA) over UDP: run an endpoint or relay, control it.
+    Hop {
+        #[command(subcommand)]
+        command: hop_cmd::HopCommand,
+    },
 }
 
 /// An error the user can fix: printed as one line, exit status 2.
@@ -67,6 +74,7 @@ fn main() -> ExitCode {
         Command::Keygen(args) => keygen_cmd::run(&args),
         Command::Tunnel { command } => tunnel_cmd::run(command),
         Command::Group { command } => group_cmd::run(command),
+        Command::Hop { command } => hop_cmd::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,726 @@
+//! `cohort hop run`: the event loop around one [`HopNode`] (an endpoint or a relay).
+//!
+//! The tokio driver in `cohort-net` runs a machine on one socket; an endpoint in TUN mode
+//! has a second input (the TUN device), and every node has the control socket and, for
+//! experiments, a user-space delay on everything it sends. So this loop is its own, with the
+//! same call order as the driver (see `cohort_core::Machine`):
+//!
+//! ```text
+//!   loop:
+//!     drain: poll_transmit (until None) ─▶ UDP now, or the delay line (held delay_ms)
+//!            poll_event    (until None) ─▶ stdout / TUN; Connected ─▶ open associations
+//!     wait for the first of: a datagram (then up to BURST more without waiting), a TUN
+//!       packet (likewise), the core's deadline, the delay line's head, a stdin line, a
+//!       control request, the 1 s tick (counters line), SIGINT/SIGTERM
+//! ```
+//!
+//! Everything runs on one thread: the core is single-threaded by design and one thread
+//! keeps the packet order and the timing of the user-space delay exact.
+
+use super::config::{self, App, HopSetup, Overrides, PeerSetup, Role};
+use super::ctl::{self, CtlRequest, Request};
+use super::json;
+use super::tun::{is_ip_packet, TunDevice};
+use super::RunArgs;
+use crate::group_cmd::os_seed;
+use crate::UsageError;
+use cohort_core::{Machine, Timestamp};
+use cohort_crypto::CryptoProvider;
+use cohort_hop::{
+    Endpoint, EndpointConfig, EndpointEvent, HopEvent, HopNode, Mode, Relay, RelayConfig,
+};
+use serde_json::{json, Value};
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Most packets taken from one input before the loop drains the core again.
+const BURST: usize = 64;
+/// How long after a failed handshake a configured peer is tried again.
+const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+/// Longest stdin command line.
+const MAX_LINE: usize = 256 * 1024;
+/// Largest datagram or TUN packet read.
+const MAX_PACKET: usize = 65_536;
+
+/// Runs `cohort hop run`.
+pub fn run(args: &RunArgs) -> Result<(), UsageError> {
+    let provider = CryptoProvider::default_provider();
+    let overrides = Overrides {
+        listen: args.listen,
+        mode: args.mode.clone(),
+        associations: args.associations,
+        ctl: args.ctl.clone(),
+        delay_ms: args.delay_ms,
+    };
+    let setup =
+        config::load(&provider, &args.config, &overrides).map_err(|e| UsageError(e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| UsageError(format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(serve(provider, setup, args.exit_on_eof))
+}
+
+/// One line of standard input, as the reader thread saw it.
+enum Input {
+    Line(String),
+    Bad(String),
+    Eof,
+}
+
+/// What woke the loop.
+enum Wake {
+    Datagram(std::io::Result<(usize, SocketAddr)>),
+    Tun(std::io::Result<usize>),
+    Timeout,
+    DelayDue,
+    Stdin(Option<Input>),
+    Ctl(Option<CtlRequest>),
+    Tick,
+    Stop,
+}
+
+/// The TUN side's own counters (the core counts the rest).
+#[derive(Default)]
+struct TunCounters {
+    /// IP packets read from the device and handed to the endpoint.
+    sent: u64,
+    /// IP packets the endpoint received and the loop wrote to the device.
+    written: u64,
+    /// Packets from the device the endpoint refused (queue full, no open association).
+    refused: u64,
+    /// Non-IP frames from the device, ignored.
+    not_ip: u64,
+    /// Writes to the device that failed.
+    write_errors: u64,
+}
+
+struct Daemon {
+    node: HopNode,
+    socket: UdpSocket,
+    epoch: Instant,
+    delay: Duration,
+    delayed: VecDeque<(Instant, SocketAddr, Vec<u8>)>,
+    send_buf: Vec<u8>,
+    peers: Vec<PeerSetup>,
+    reconnect: HashMap<SocketAddr, Instant>,
+    tun: Option<TunDevice>,
+    tun_counters: TunCounters,
+    send_errors: u64,
+}
+
+async fn serve(
+    provider: CryptoProvider,
+    setup: HopSetup,
+    exit_on_eof: bool,
+) -> Result<(), UsageError> {
+    let HopSetup {
+        role,
+        identity,
+        listen,
+        ctl: ctl_path,
+        trust,
+        delay,
+        peers,
+    } = setup;
+    let socket = cohort_net::bind_udp(listen)
+        .map_err(|e| UsageError(format!("cannot listen on {listen}: {e}")))?;
+    let local = socket
+        .local_addr()
+        .map_err(|e| UsageError(format!("cannot read the socket's address: {e}")))?;
+    let mut tun = None;
+    let (node, role_name, key) = match role {
+        Role::Endpoint(e) => {
+            let identity =
+                identity.ok_or_else(|| UsageError("config error: identity: missing".into()))?;
+            let key = identity.public().to_string();
+            let mut config = EndpointConfig::new(identity);
+            config.trust = trust;
+            if let Some(n) = e.chain_rounds {
+                config.chain_rounds = n;
+            }
+            if let Some(s) = e.storage {
+                config.storage = s;
+            }
+            if let Some(b) = e.delivery_reports {
+                config.delivery_reports = b;
+            }
+            if let Some(n) = e.max_queue {
+                config.max_queue = n;
+            }
+            if let Some(d) = e.retransmit {
+                config.retransmit = d;
+            }
+            if let Some(n) = e.max_retries {
+                config.max_retries = n;
+            }
+            if let App::Tun(setup) = &e.app {
+                let device = TunDevice::open(setup).map_err(|e| {
+                    UsageError(format!(
+                        "cannot create TUN device {:?}: {e} (app = \"tun\" needs Linux and \
+                         CAP_NET_ADMIN, e.g. root)",
+                        setup.name
+                    ))
+                })?;
+                tun = Some(device);
+            }
+            let seed = os_seed(&provider)?;
+            let endpoint = Endpoint::new(config, provider, local, seed);
+            (HopNode::Endpoint(endpoint), "endpoint", Some(key))
+        }
+        Role::Relay => {
+            let mut config = RelayConfig::new();
+            config.trust = trust;
+            config.routes = peers
+                .iter()
+                .filter_map(|p| p.via.map(|via| (p.address, via)))
+                .collect();
+            (
+                HopNode::Relay(Relay::new(config, provider, local)),
+                "relay",
+                None,
+            )
+        }
+    };
+    let (mut ctl_rx, _ctl_guard) = ctl::serve(&ctl_path).map_err(|e| {
+        UsageError(format!(
+            "cannot open the control socket {}: {e}",
+            ctl_path.display()
+        ))
+    })?;
+    let mut started = json::started(role_name, local, key, &ctl_path.display().to_string());
+    if let Some(t) = &tun {
+        started["tun"] = json!(t.name());
+    }
+    emit(&started);
+
+    let mut d = Daemon {
+        node,
+        socket,
+        epoch: Instant::now(),
+        delay,
+        delayed: VecDeque::new(),
+        send_buf: Vec::with_capacity(MAX_PACKET),
+        peers,
+        reconnect: HashMap::new(),
+        tun,
+        tun_counters: TunCounters::default(),
+        send_errors: 0,
+    };
+    if d.node.endpoint().is_some() {
+        let now = d.now();
+        for p in d.peers.clone() {
+            if p.connect {
+                if let Some(e) = d.node.endpoint_mut() {
+                    e.connect(now, p.address, p.via);
+                }
+            }
+        }
+    }
+
+    let mut stdin = spawn_stdin_reader();
+    let mut stdin_open = true;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut last_counters = *d.counters();
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate())
+        .map_err(|e| UsageError(format!("cannot watch SIGTERM: {e}")))?;
+    let mut interrupt = signal(SignalKind::interrupt())
+        .map_err(|e| UsageError(format!("cannot watch SIGINT: {e}")))?;
+    let mut recv_buf = vec![0u8; MAX_PACKET];
+    let mut tun_buf = vec![0u8; MAX_PACKET];
+
+    loop {
+        d.drain().await;
+        let deadline = d
+            .node
+            .poll_timeout()
+            .map(|at| d.epoch + Duration::from_nanos(at.as_nanos()));
+        let delay_due = d.delayed.front().map(|(at, _, _)| *at);
+        let wake = {
+            let tun = d.tun.as_ref();
+            tokio::select! {
+                r = d.socket.recv_from(&mut recv_buf) => Wake::Datagram(r),
+                r = tun_recv(tun, &mut tun_buf) => Wake::Tun(r),
+                () = sleep_until(deadline) => Wake::Timeout,
+                () = sleep_until(delay_due) => Wake::DelayDue,
+                input = stdin.recv(), if stdin_open => Wake::Stdin(input),
+                request = ctl_rx.recv() => Wake::Ctl(request),
+                _ = tick.tick() => Wake::Tick,
+                _ = interrupt.recv() => Wake::Stop,
+                _ = terminate.recv() => Wake::Stop,
+            }
+        };
+        match wake {
+            Wake::Datagram(Ok((len, from))) => {
+                let now = d.now();
+                d.node.handle_datagram(now, from, &recv_buf[..len]);
+                for _ in 0..BURST {
+                    match d.socket.try_recv_from(&mut recv_buf) {
+                        Ok((len, from)) => d.node.handle_datagram(now, from, &recv_buf[..len]),
+                        Err(_) => break,
+                    }
+                }
+            }
+            // ICMP errors (port unreachable) surface here; they are not fatal.
+            Wake::Datagram(Err(e)) if e.kind() != std::io::ErrorKind::ConnectionRefused => {
+                return Err(UsageError(format!("the UDP socket failed: {e}")));
+            }
+            Wake::Datagram(Err(_)) => {}
+            Wake::Tun(Ok(len)) => {
+                d.tun_packet(&tun_buf[..len]);
+                for _ in 0..BURST {
+                    let Some(tun) = d.tun.as_ref() else { break };
+                    match tun.try_recv(&mut tun_buf) {
+                        Ok(len) => d.tun_packet(&tun_buf[..len]),
+                        Err(_) => break,
+                    }
+                }
+            }
+            Wake::Tun(Err(e)) => {
+                return Err(UsageError(format!("the TUN device failed: {e}")));
+            }
+            Wake::Timeout => {
+                let now = d.now();
+                d.node.handle_timeout(now);
+                d.retry_connects(now);
+            }
+            Wake::DelayDue => d.flush_delayed().await,
+            Wake::Stdin(Some(Input::Line(line))) if line.trim().is_empty() => {}
+            Wake::Stdin(Some(Input::Line(line))) => match json::parse_command(&line) {
+                Ok(command) => d.command(command),
+                Err(e) => emit(&e.to_json()),
+            },
+            Wake::Stdin(Some(Input::Bad(problem))) => emit(&json::error(None, &problem)),
+            Wake::Stdin(Some(Input::Eof) | None) => {
+                stdin_open = false;
+                if exit_on_eof {
+                    break;
+                }
+            }
+            Wake::Ctl(Some(CtlRequest { request, reply })) => {
+                let answer = d.control(request);
+                let _ = reply.send(answer);
+            }
+            Wake::Ctl(None) => {}
+            Wake::Tick => {
+                let counters = *d.counters();
+                if counters != last_counters {
+                    let mut line = json::counters(&counters);
+                    line["event"] = json!("counters");
+                    emit(&line);
+                    last_counters = counters;
+                }
+                let now = d.now();
+                d.retry_connects(now);
+            }
+            Wake::Stop => break,
+        }
+    }
+    // Let held datagrams go (a clean stop should not lose what the core already sent).
+    while !d.delayed.is_empty() {
+        let at = d.delayed.front().map(|(at, _, _)| *at);
+        sleep_until(at).await;
+        d.flush_delayed().await;
+    }
+    Ok(())
+}
+
+impl Daemon {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn counters(&self) -> &cohort_hop::HopCounters {
+        match &self.node {
+            HopNode::Endpoint(e) => e.counters(),
+            HopNode::Relay(r) => r.counters(),
+        }
+    }
+
+    /// The machine's call order: every transmit, then every event (which may issue
+    /// commands, so again), until neither has anything.
+    async fn drain(&mut self) {
+        loop {
+            let now = self.now();
+            let mut buf = std::mem::take(&mut self.send_buf);
+            while let Some(t) = self.node.poll_transmit(now, &mut buf) {
+                self.transmit(t.destination, &buf[..t.size]).await;
+                buf.clear();
+            }
+            self.send_buf = buf;
+            let mut any = false;
+            while let Some(event) = self.node.poll_event() {
+                any = true;
+                self.event(event).await;
+            }
+            if !any {
+                return;
+            }
+        }
+    }
+
+    async fn transmit(&mut self, to: SocketAddr, bytes: &[u8]) {
+        if self.delay.is_zero() {
+            // A full socket buffer or an unreachable next hop loses the datagram, as a
+            // network would; the protocol above recovers.
+            if self.socket.send_to(bytes, to).await.is_err() {
+                self.send_errors += 1;
+            }
+        } else {
+            self.delayed
+                .push_back((Instant::now() + self.delay, to, bytes.to_vec()));
+        }
+    }
+
+    async fn flush_delayed(&mut self) {
+        let now = Instant::now();
+        while self.delayed.front().is_some_and(|(at, _, _)| *at <= now) {
+            if let Some((_, to, bytes)) = self.delayed.pop_front() {
+                if self.socket.send_to(&bytes, to).await.is_err() {
+                    self.send_errors += 1;
+                }
+            }
+        }
+    }
+
+    async fn event(&mut self, event: HopEvent) {
+        match event {
+            HopEvent::Relay(e) => emit(&json::relay_event(&e)),
+            HopEvent::Endpoint(EndpointEvent::Received { peer, assoc, data }) => {
+                if let Some(tun) = &self.tun {
+                    if tun.send(&data).await.is_ok() {
+                        self.tun_counters.written += 1;
+                    } else {
+                        self.tun_counters.write_errors += 1;
+                    }
+                } else {
+                    emit(&json::endpoint_event(&EndpointEvent::Received {
+                        peer,
+                        assoc,
+                        data,
+                    }));
+                }
+            }
+            HopEvent::Endpoint(e) => {
+                emit(&json::endpoint_event(&e));
+                let now = self.now();
+                match e {
+                    EndpointEvent::Connected { peer, .. } => {
+                        self.reconnect.remove(&peer);
+                        if let Some(p) = self.peers.iter().find(|p| p.address == peer).cloned() {
+                            for _ in 0..p.associations {
+                                self.open(now, peer, p.mode);
+                            }
+                        }
+                    }
+                    EndpointEvent::ConnectFailed { peer, .. }
+                        if self.peers.iter().any(|p| p.address == peer && p.connect) =>
+                    {
+                        self.reconnect
+                            .insert(peer, Instant::now() + RECONNECT_AFTER);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn open(&mut self, now: Timestamp, peer: SocketAddr, mode: Mode) -> Value {
+        let Some(e) = self.node.endpoint_mut() else {
+            return json!({"error": "a relay has no associations of its own"});
+        };
+        match e.open(now, peer, mode) {
+            Ok(assoc) => {
+                json!({"opening": assoc, "peer": peer.to_string(), "mode": mode.to_string()})
+            }
+            Err(err) => {
+                let line = json::error(Some("open"), &format!("{peer}: {err}"));
+                emit(&line);
+                json!({"error": format!("{peer}: {err}")})
+            }
+        }
+    }
+
+    fn retry_connects(&mut self, now: Timestamp) {
+        let due: Vec<SocketAddr> = self
+            .reconnect
+            .iter()
+            .filter(|(_, at)| **at <= Instant::now())
+            .map(|(p, _)| *p)
+            .collect();
+        for peer in due {
+            self.reconnect.remove(&peer);
+            let via = self
+                .peers
+                .iter()
+                .find(|p| p.address == peer)
+                .and_then(|p| p.via);
+            if let Some(e) = self.node.endpoint_mut() {
+                e.connect(now, peer, via);
+            }
+        }
+    }
+
+    /// An IP packet from the TUN device: to the single peer, on any open association.
+    fn tun_packet(&mut self, packet: &[u8]) {
+        if !is_ip_packet(packet) {
+            self.tun_counters.not_ip += 1;
+            return;
+        }
+        let Some(peer) = self.peers.first().map(|p| p.address) else {
+            return;
+        };
+        let now = self.now();
+        let Some(e) = self.node.endpoint_mut() else {
+            return;
+        };
+        match e.send_any(now, peer, packet) {
+            Ok(()) => self.tun_counters.sent += 1,
+            // Like a router with a full queue: drop; TCP above slows down and resends.
+            Err(_) => self.tun_counters.refused += 1,
+        }
+    }
+
+    /// The peer a command means: the one named, or the only one there is.
+    fn peer_for(&self, named: Option<SocketAddr>) -> Result<SocketAddr, String> {
+        if let Some(p) = named {
+            return Ok(p);
+        }
+        let known: Vec<SocketAddr> = match self.node.endpoint() {
+            Some(e) => e.status().peers.iter().map(|p| p.addr).collect(),
+            None => Vec::new(),
+        };
+        let mut all: Vec<SocketAddr> = self.peers.iter().map(|p| p.address).collect();
+        for k in known {
+            if !all.contains(&k) {
+                all.push(k);
+            }
+        }
+        match all.as_slice() {
+            [one] => Ok(*one),
+            [] => Err("no peer yet: name one with \"peer\"".into()),
+            _ => Err("several peers: name one with \"peer\"".into()),
+        }
+    }
+
+    fn mode_for(&self, peer: SocketAddr, text: Option<&str>) -> Result<Mode, String> {
+        match text {
+            Some(t) => config::parse_mode(t),
+            None => Ok(self
+                .peers
+                .iter()
+                .find(|p| p.address == peer)
+                .map_or(Mode::M { batch: 32 }, |p| p.mode)),
+        }
+    }
+
+    /// A stdin command.
+    fn command(&mut self, command: json::Command) {
+        let now = self.now();
+        let result = match command {
+            json::Command::Status => {
+                let mut line = self.status();
+                line["event"] = json!("status");
+                emit(&line);
+                return;
+            }
+            json::Command::Send { peer, assoc, data } => (|| {
+                let peer = self.peer_for(peer)?;
+                let e = self
+                    .node
+                    .endpoint_mut()
+                    .ok_or("a relay sends nothing of its own")?;
+                match assoc {
+                    Some(a) => e.send(now, peer, a, &data),
+                    None => e.send_any(now, peer, &data),
+                }
+                .map_err(|err| format!("{peer}: {err}"))
+            })()
+            .map_err(|e| ("send", e)),
+            json::Command::Open { peer, mode } => (|| {
+                let peer = self.peer_for(peer)?;
+                let mode = self.mode_for(peer, mode.as_deref())?;
+                // A refusal prints its own error line; success shows up as `opened`.
+                self.open(now, peer, mode);
+                Ok(())
+            })()
+            .map_err(|e| ("open", e)),
+            json::Command::Close { peer, assoc } => self
+                .close(now, peer, assoc)
+                .map(|_| ())
+                .map_err(|e| ("close", e)),
+        };
+        if let Err((cmd, e)) = result {
+            emit(&json::error(Some(cmd), &e));
+        }
+    }
+
+    fn close(
+        &mut self,
+        now: Timestamp,
+        peer: Option<SocketAddr>,
+        assoc: u16,
+    ) -> Result<Value, String> {
+        let peer = self.peer_for(peer)?;
+        let e = self
+            .node
+            .endpoint_mut()
+            .ok_or("a relay has no associations of its own")?;
+        let status = e.status();
+        let assocs = status
+            .peers
+            .iter()
+            .find(|p| p.addr == peer)
+            .map(|p| p.associations.clone())
+            .unwrap_or_default();
+        let outgoing = if assocs.iter().any(|a| a.id == assoc && a.outgoing) {
+            true
+        } else if assocs.iter().any(|a| a.id == assoc && !a.outgoing) {
+            false
+        } else {
+            return Err(format!("{peer}: no association {assoc}"));
+        };
+        e.close(now, peer, assoc, outgoing);
+        Ok(
+            json!({"closed": assoc, "peer": peer.to_string(), "dir": if outgoing { "out" } else { "in" }}),
+        )
+    }
+
+    /// A control-socket request.
+    fn control(&mut self, request: Request) -> Value {
+        let now = self.now();
+        match request {
+            Request::Status => self.status(),
+            Request::Open { peer, mode } => {
+                let peer = match self.peer_for(peer) {
+                    Ok(p) => p,
+                    Err(e) => return json!({ "error": e }),
+                };
+                match self.mode_for(peer, mode.as_deref()) {
+                    Ok(mode) => self.open(now, peer, mode),
+                    Err(e) => json!({ "error": e }),
+                }
+            }
+            Request::Close { peer, assoc } => {
+                let Ok(assoc) = u16::try_from(assoc) else {
+                    return json!({"error": "no such association"});
+                };
+                self.close(now, peer, assoc)
+                    .unwrap_or_else(|e| json!({ "error": e }))
+            }
+        }
+    }
+
+    fn status(&self) -> Value {
+        let mut v = match &self.node {
+            HopNode::Endpoint(e) => json::endpoint_status(&e.status()),
+            HopNode::Relay(r) => json::relay_status(&r.status()),
+        };
+        v["delay_ms"] = json!(self.delay.as_secs_f64() * 1e3);
+        v["send_errors"] = json!(self.send_errors);
+        if let Some(t) = &self.tun {
+            let c = &self.tun_counters;
+            v["tun"] = json!({
+                "name": t.name(),
+                "sent": c.sent,
+                "written": c.written,
+                "refused": c.refused,
+                "not_ip": c.not_ip,
+                "write_errors": c.write_errors,
+            });
+        }
+        v
+    }
+}
+
+async fn tun_recv(tun: Option<&TunDevice>, buf: &mut [u8]) -> std::io::Result<usize> {
+    match tun {
+        Some(t) => t.recv(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes one JSON line and flushes it. A closed stdout means nobody listens: the node goes
+/// on (a TUN endpoint or a relay is useful without anyone reading its lines).
+fn emit(value: &Value) {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let _ = writeln!(out, "{value}").and_then(|()| out.flush());
+}
+
+/// Reads lines on a plain thread (blocking reads of stdin never stall the runtime).
+fn spawn_stdin_reader() -> mpsc::Receiver<Input> {
+    let (tx, rx) = mpsc::channel(64);
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut stdin = stdin.lock();
+        loop {
+            let input = match read_line_bounded(&mut stdin, MAX_LINE) {
+                Ok(Some(Ok(line))) => Input::Line(line),
+                Ok(Some(Err(problem))) => Input::Bad(problem),
+                Ok(None) | Err(_) => Input::Eof,
+            };
+            let eof = matches!(input, Input::Eof);
+            if tx.blocking_send(input).is_err() || eof {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Reads one line of at most `limit` bytes: `None` at end of input, `Some(Err(_))` for a
+/// line too long (skipped to its end) or not UTF-8.
+fn read_line_bounded(
+    input: &mut impl BufRead,
+    limit: usize,
+) -> std::io::Result<Option<Result<String, String>>> {
+    let mut line = Vec::new();
+    let mut too_long = false;
+    loop {
+        let buf = input.fill_buf()?;
+        if buf.is_empty() {
+            if line.is_empty() && !too_long {
+                return Ok(None);
+            }
+            break;
+        }
+        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..=i], true),
+            None => (buf, false),
+        };
+        let used = chunk.len();
+        if line.len() + used > limit + 1 {
+            too_long = true;
+            line.clear();
+        } else if !too_long {
+            line.extend_from_slice(chunk);
+        }
+        input.consume(used);
+        if done {
+            break;
+        }
+    }
+    if too_long {
+        return Ok(Some(Err(format!("line longer than {limit} bytes"))));
+    }
+    while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        line.pop();
+    }
+    Ok(Some(
+        String::from_utf8(line).map_err(|_| "line is not UTF-8".to_string()),
+    ))
+}

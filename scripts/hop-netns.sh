@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# ALPHA hop-by-hop authentication over a real (virtual) network: two endpoints in TUN mode
+# and a relay between them, each in its own network namespace, plus a forger.
+#
+#   netns A                      netns R                       netns B
+#   tun hop0 10.200.0.1/24       relay 10.77.1.2:7500          tun hop0 10.200.0.2/24
+#   endpoint 10.77.1.1:7500 ─veth─ 10.77.1.2 | 10.77.2.1 ─veth─ endpoint 10.77.2.2:7500
+#                                  10.77.3.1
+#                                    │ veth
+#                                  netns F: forger 10.77.3.2
+#
+# A and B have no link to each other and R does not forward IP (ip_forward stays 0), so the
+# only way between them is the relay's UDP socket: A's and B's overlay traffic goes to R
+# (`via`), and R passes on only packets it verified. The tunnel subnet 10.200.0.0/24 lives
+# only on the TUN devices; the overlay runs on 10.77.x, so cohort's own UDP never loops
+# into the tunnel.
+#
+# 1. ping through the tunnel (A -> B, 10.200.0.2);
+# 2. iperf3 A -> B through the tunnel for a few seconds, rate printed;
+# 3. an observer at R records a few of A's datagrams during the ping; the forger (in F)
+#    replays them unchanged and, for their pair id and the live associations it reads from
+#    A's control socket, sends forged packets (random chain elements, MACs, keys; a marker
+#    payload) at R:
+#    R's drop counters must grow by at least that many, and B must deliver nothing while
+#    A sends nothing.
+#
+# Usage: scripts/hop-netns.sh PATH/TO/cohort
+# Needs root, `ip` (iproute2) with netns support, /dev/net/tun, python3, ping and iperf3 (it
+# fails loudly if any is missing, never skips). Prints PASS or FAIL; exits non-zero on
+# failure. Only addresses inside the namespaces it creates carry traffic; everything is
+# removed on exit.
+set -euo pipefail
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+[ $# -eq 1 ] || { echo "usage: $0 PATH/TO/cohort" >&2; exit 2; }
+[ -x "$1" ] || fail "$1 is not an executable"
+COHORT=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+[ "$(id -u)" -eq 0 ] || fail "needs root (network namespaces, TUN devices)"
+command -v ip >/dev/null || fail "ip (iproute2) not found"
+command -v python3 >/dev/null || fail "python3 not found"
+command -v iperf3 >/dev/null || fail "iperf3 not found (Debian: apt-get install iperf3)"
+command -v ping >/dev/null || fail "ping not found (Debian: apt-get install iputils-ping)"
+[ -c /dev/net/tun ] || fail "/dev/net/tun is missing (no TUN support)"
+
+TAG=$$
+NS_A=hop-a-$TAG; NS_R=hop-r-$TAG; NS_B=hop-b-$TAG; NS_F=hop-f-$TAG
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for ns in "$NS_A" "$NS_R" "$NS_B" "$NS_F"; do ip netns del "$ns" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+dump() {
+  for n in a r b; do
+    echo "--- $n stdout (last 10 lines)"; tail -n 10 "$WORK/$n.out" 2>/dev/null || true
+    echo "--- $n stderr"; cat "$WORK/$n.err" 2>/dev/null || true
+  done
+}
+die() { echo "FAIL: $*" >&2; dump >&2; exit 1; }
+
+for ns in "$NS_A" "$NS_R" "$NS_B" "$NS_F"; do
+  ip netns add "$ns" || fail "cannot create network namespace $ns (ip netns unavailable?)"
+  ip -n "$ns" link set lo up
+  # IPv6 off: no router solicitations or MLD reports wander into the tunnels, so the
+  # counters below see only the test's own traffic.
+  ip netns exec "$ns" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6'
+done
+link() { # NS1 DEV1 ADDR1 NS2 DEV2 ADDR2
+  ip link add "$2" type veth peer name "$5" || fail "cannot create a veth pair"
+  ip link set "$2" netns "$1"; ip link set "$5" netns "$4"
+  ip -n "$1" addr add "$3" dev "$2"; ip -n "$4" addr add "$6" dev "$5"
+  ip -n "$1" link set "$2" up; ip -n "$4" link set "$5" up
+}
+link "$NS_A" ha$TAG 10.77.1.1/24 "$NS_R" hra$TAG 10.77.1.2/24
+link "$NS_B" hb$TAG 10.77.2.2/24 "$NS_R" hrb$TAG 10.77.2.1/24
+link "$NS_F" hf$TAG 10.77.3.2/24 "$NS_R" hrf$TAG 10.77.3.1/24
+# B and F reach the relay's address (10.77.1.2) through R; nothing reaches A or B directly.
+ip -n "$NS_B" route add 10.77.1.0/24 via 10.77.2.1
+ip -n "$NS_F" route add 10.77.1.0/24 via 10.77.3.1
+[ "$(ip netns exec "$NS_R" cat /proc/sys/net/ipv4/ip_forward)" = 0 ] || die "R forwards IP"
+
+cat >"$WORK/q.py" <<'EOF'
+import json, sys
+def get(v, path):
+    for part in path.split("."):
+        v = v[int(part)] if isinstance(v, list) else v.get(part)
+        if v is None:
+            return None
+    return v
+cmd = sys.argv[1]
+v = json.load(sys.stdin)
+if cmd == "get":            # get PATH: one value (0 if missing)
+    x = get(v, sys.argv[2]); print(0 if x is None else x)
+elif cmd == "open_out":     # open outgoing data associations
+    print(sum(1 for a in v.get("associations", []) if a["dir"] == "out" and a["assoc"] != 0 and a["open"]))
+elif cmd == "dropped":      # the relay's drop counters, summed
+    c = v["counters"]
+    print(sum(c.get(k, 0) for k in ("malformed", "unknown", "forged", "replayed", "stale", "unverifiable", "bad_cookie", "untrusted", "no_room")))
+elif cmd == "rate":         # iperf3 -J: receiver Mbit/s
+    print("%.1f" % (v["end"]["sum_received"]["bits_per_second"] / 1e6))
+EOF
+q() { python3 "$WORK/q.py" "$@"; }
+ctl() { "$COHORT" hop ctl --socket "$WORK/$1.sock" --json status; }
+
+KA=$("$COHORT" keygen --out "$WORK/a.key")
+KB=$("$COHORT" keygen --out "$WORK/b.key")
+cat >"$WORK/r.toml" <<EOF
+role = "relay"
+listen = "10.77.1.2:7500"
+trust = ["$KA", "$KB"]
+ctl = "r.sock"
+EOF
+cat >"$WORK/a.toml" <<EOF
+role = "endpoint"
+identity = "a.key"
+listen = "10.77.1.1:7500"
+ctl = "a.sock"
+app = "tun"
+mode = "m:32"
+associations = 2
+[tun]
+name = "hop0"
+address = "10.200.0.1/24"
+mtu = 1300
+[[peer]]
+address = "10.77.2.2:7500"
+via = "10.77.1.2:7500"
+trust = "$KB"
+EOF
+cat >"$WORK/b.toml" <<EOF
+role = "endpoint"
+identity = "b.key"
+listen = "10.77.2.2:7500"
+ctl = "b.sock"
+app = "tun"
+mode = "m:32"
+associations = 2
+[tun]
+name = "hop0"
+address = "10.200.0.2/24"
+[[peer]]
+address = "10.77.1.1:7500"
+via = "10.77.1.2:7500"
+trust = "$KA"
+connect = false
+EOF
+start() { # NAME NS
+  ip netns exec "$2" "$COHORT" hop run --config "$WORK/$1.toml" </dev/null >"$WORK/$1.out" 2>"$WORK/$1.err" &
+  PIDS+=($!)
+}
+wait_for() { # SECONDS DESCRIPTION COMMAND...
+  local limit=$1 what=$2; shift 2
+  local end=$((SECONDS + limit))
+  until "$@"; do
+    [ $SECONDS -lt $end ] || die "no $what within ${limit}s"
+    sleep 0.2
+  done
+}
+start r "$NS_R"
+wait_for 10 "relay start" test -S "$WORK/r.sock"
+start b "$NS_B"
+wait_for 10 "endpoint B start" test -S "$WORK/b.sock"
+start a "$NS_A"
+wait_for 10 "endpoint A start" test -S "$WORK/a.sock"
+both_open() {
+  [ "$(ctl a | q open_out)" -ge 2 ] && [ "$(ctl b | q open_out)" -ge 2 ]
+}
+wait_for 20 "two open associations each way" both_open
+echo "handshake through the relay done; A and B each have 2 outgoing ALPHA-M associations"
+
+# An on-path observer at R records ALPHA datagrams from A (UDP to 10.77.1.2:7500) while
+# the ping runs: the forger replays them later and attacks their pair id.
+cat >"$WORK/capture.py" <<'EOF'
+import socket, struct, sys, time
+iface, out, want, limit = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0800))
+s.bind((iface, 0))
+s.settimeout(0.2)
+got, end = [], time.time() + limit
+while len(got) < want and time.time() < end:
+    try:
+        frame = s.recv(65535)
+    except socket.timeout:
+        continue
+    ip = frame[14:]
+    if len(ip) < 28 or ip[0] >> 4 != 4 or ip[9] != 17:
+        continue
+    ihl = (ip[0] & 15) * 4
+    dport = struct.unpack("!H", ip[ihl + 2:ihl + 4])[0]
+    if ip[16:20] == bytes([10, 77, 1, 2]) and dport == 7500:
+        got.append(ip[ihl + 8:].hex())
+with open(out, "w") as f:
+    f.write("\n".join(got) + "\n")
+EOF
+ip netns exec "$NS_R" python3 "$WORK/capture.py" hra$TAG "$WORK/captured.hex" 40 8 &
+CAPTURE=$!
+sleep 0.5
+
+# 1. ping through the tunnel.
+ip netns exec "$NS_A" ping -c 3 -i 0.2 -W 2 10.200.0.2 >"$WORK/ping.out" 2>&1 \
+  || { cat "$WORK/ping.out" >&2; die "ping 10.200.0.2 through the tunnel failed"; }
+grep -E 'packets transmitted|rtt' "$WORK/ping.out"
+ip netns exec "$NS_A" ping -c 20 -i 0.05 -W 2 10.200.0.2 >/dev/null 2>&1 || true
+wait "$CAPTURE" || die "capturing at R failed"
+echo "observer at R captured $(grep -c . "$WORK/captured.hex") ALPHA datagrams from A"
+# Without the relay's own UDP socket there is no path: A cannot reach B's overlay address.
+if ip netns exec "$NS_A" ping -c 1 -W 1 10.77.2.2 >/dev/null 2>&1; then
+  die "A reaches B's overlay address without the relay"
+fi
+
+# 2. iperf3 A -> B through the tunnel.
+ip netns exec "$NS_B" iperf3 -s -1 -B 10.200.0.2 >"$WORK/iperf-s.out" 2>&1 &
+PIDS+=($!)
+sleep 0.5
+ip netns exec "$NS_A" iperf3 -c 10.200.0.2 -t 3 -J >"$WORK/iperf.json" 2>"$WORK/iperf.err" \
+  || { cat "$WORK/iperf.err" "$WORK/iperf.json" >&2; die "iperf3 through the tunnel failed"; }
+RATE=$(q rate <"$WORK/iperf.json")
+echo "iperf3 A -> B through the tunnel (ALPHA-M, batch 32, 2 associations, via the relay): $RATE Mbit/s"
+python3 -c "import sys; sys.exit(0 if float('$RATE') > 0 else 1)" || die "iperf3 moved nothing"
+ctl r >"$WORK/r-after-iperf.json"
+echo "relay after iperf3: verified $(q get counters.verified <"$WORK/r-after-iperf.json"), forwarded $(q get counters.forwarded <"$WORK/r-after-iperf.json")"
+sleep 1
+
+# 3. Forgeries at the relay, from namespace F.
+R0=$(ctl r); B0=$(ctl b); A0=$(ctl a)
+ip netns exec "$NS_F" "$COHORT" hop forge --to 10.77.1.2:7500 --ctl "$WORK/a.sock" \
+  --replay "$WORK/captured.hex" --rounds 10 --marker "FORGED-$TAG" >"$WORK/forge.json" 2>"$WORK/forge.err" \
+  || { cat "$WORK/forge.err" >&2; die "hop forge failed"; }
+FORGED=$(q get sent <"$WORK/forge.json")
+[ "$FORGED" -gt 0 ] || die "the forger sent nothing"
+DROPPED0=$(echo "$R0" | q dropped)
+relay_dropped_all() { [ $(( $(ctl r | q dropped) - DROPPED0 )) -ge "$FORGED" ]; }
+wait_for 10 "drop of all $FORGED forged packets at the relay" relay_dropped_all
+sleep 0.5
+R1=$(ctl r); B1=$(ctl b); A1=$(ctl a)
+echo "forger sent $FORGED packets ($(q get kinds <"$WORK/forge.json" | tr -d ' '), known pairs: $(q get known_pairs <"$WORK/forge.json"))"
+delta() { echo $(( $(echo "$R1" | q get "counters.$1") - $(echo "$R0" | q get "counters.$1") )); }
+echo "relay drops: +$(( $(echo "$R1" | q dropped) - DROPPED0 )) (forged +$(delta forged), replayed +$(delta replayed), stale +$(delta stale), unverifiable +$(delta unverifiable), unknown +$(delta unknown), malformed +$(delta malformed))"
+[ "$(q get known_pairs <"$WORK/forge.json")" -ge 1 ] || die "the forger learned no live pair id"
+[ $(( $(delta forged) + $(delta unverifiable) + $(delta replayed) + $(delta stale) )) -gt 0 ] \
+  || die "no forgery for the live pair reached the relay's checks (all were unknown pairs)"
+SENT_DELTA=$(( $(echo "$A1" | q get tun.sent) - $(echo "$A0" | q get tun.sent) ))
+DELIV_DELTA=$(( $(echo "$B1" | q get counters.delivered) - $(echo "$B0" | q get counters.delivered) ))
+WRITTEN_DELTA=$(( $(echo "$B1" | q get tun.written) - $(echo "$B0" | q get tun.written) ))
+echo "during the attack: A sent $SENT_DELTA real packets; B delivered $DELIV_DELTA, wrote $WRITTEN_DELTA to its tunnel"
+[ "$DELIV_DELTA" -le "$SENT_DELTA" ] || die "B delivered more than A sent: a forgery got through"
+[ "$WRITTEN_DELTA" -le "$SENT_DELTA" ] || die "B wrote more to its tunnel than A sent"
+
+# The path still works after the attack.
+ip netns exec "$NS_A" ping -c 2 -i 0.2 -W 2 10.200.0.2 >/dev/null 2>&1 || die "ping after the attack failed"
+for p in "${PIDS[@]:0:3}"; do kill -0 "$p" 2>/dev/null || die "a node exited"; done
+echo "PASS: hop-netns"
