@@ -204,6 +204,10 @@ pub struct PeerStatus {
     pub addr: SocketAddr,
     /// Where packets for it go first (itself or a relay).
     pub next_hop: SocketAddr,
+    /// The pair id on the wire.
+    pub pair_id: PairId,
+    /// Whether we started the handshake.
+    pub initiator: bool,
     /// Its key, once known.
     pub key: Option<PublicKey>,
     /// Handshake state, as a word.
@@ -353,6 +357,8 @@ impl Endpoint {
                 PeerStatus {
                     addr: p.addr,
                     next_hop: p.next_hop,
+                    pair_id: p.pair_id,
+                    initiator: p.initiator,
                     key: p.key,
                     state: match p.state {
                         PeerState::Hello => "hello-sent",
@@ -1419,10 +1425,13 @@ impl Endpoint {
             if let Some(start) = f.wants_renewal(margin) {
                 renewals.push((f.flow, 0, start));
             }
-            if f.pump(&provider, &pair_id, now) && assoc != CONTROL && !f.ready.is_empty() {
-                if !self.active.contains(&(peer, assoc)) {
-                    self.active.push_back((peer, assoc));
-                }
+            let started = f.pump(&provider, &pair_id, now);
+            if started
+                && assoc != CONTROL
+                && !f.ready.is_empty()
+                && !self.active.contains(&(peer, assoc))
+            {
+                self.active.push_back((peer, assoc));
             }
         }
         if let Some(f) = p.in_flows.get(&assoc) {

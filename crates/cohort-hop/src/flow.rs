@@ -86,6 +86,8 @@ impl OwnChain {
 /// A round the signer has sent the S1 of and not yet finished.
 struct Inflight {
     round: u32,
+    /// ALPHA-M: the round's Merkle tree.
+    tree: Option<MerkleTree>,
     messages: Vec<Vec<u8>>,
     key: Element,
     s1: Vec<u8>,
@@ -294,20 +296,23 @@ impl SendFlow {
         };
         let fh = header.to_bytes();
         let mut macs = Vec::with_capacity(ELEMENT_LEN * messages.len());
+        let mut tree = None;
         match mode {
             Mode::M { .. } => {
                 let leaves: Vec<Element> = messages
                     .iter()
                     .map(|m| crypto::merkle_leaf(provider, m))
                     .collect();
-                let Some(tree) = MerkleTree::new(provider, &leaves) else {
+                let Some(built) = MerkleTree::new(provider, &leaves) else {
                     return false;
                 };
                 macs.extend_from_slice(&crypto::mac(
                     provider,
                     &key,
-                    &[&fh, &count.to_be_bytes(), &tree.root()],
+                    &[&fh, &count.to_be_bytes(), &built.root()],
                 ));
+                // Kept for the S2s' paths: no message is hashed twice.
+                tree = Some(built);
             }
             _ => {
                 for (j, m) in messages.iter().enumerate() {
@@ -341,6 +346,7 @@ impl SendFlow {
         self.ready.push_back(s1.clone());
         self.inflight = Some(Inflight {
             round,
+            tree,
             messages,
             key,
             s1,
@@ -399,19 +405,9 @@ impl SendFlow {
         let sample =
             (inflight.tries == 0).then(|| now.saturating_duration_since(inflight.first_sent_at));
         let count = inflight.messages.len();
-        let tree = match self.mode {
-            Mode::M { .. } => {
-                let leaves: Vec<Element> = inflight
-                    .messages
-                    .iter()
-                    .map(|m| crypto::merkle_leaf(provider, m))
-                    .collect();
-                MerkleTree::new(provider, &leaves)
-            }
-            _ => None,
-        };
         for (j, message) in inflight.messages.iter().enumerate() {
-            let path: Vec<u8> = tree
+            let path: Vec<u8> = inflight
+                .tree
                 .as_ref()
                 .and_then(|t| t.path(j))
                 .map(|p| p.concat())

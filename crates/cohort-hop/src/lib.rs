@@ -41,4 +41,4 @@ pub use config::{EndpointConfig, Mode, RelayConfig, DEFAULT_BATCH, MAX_BATCH_C, 
 pub use endpoint::{AssocStatus, Endpoint, EndpointStatus, HopError, PeerStatus, MAX_MESSAGE};
 pub use event::{AssocId, EndpointEvent, HopCounters, RelayEvent};
 pub use node::{HopEvent, HopNode};
-pub use relay::{Relay, RelayStatus};
+pub use relay::{Relay, RelayPairStatus, RelayStatus};

@@ -65,13 +65,26 @@ impl RelayPair {
     }
 }
 
+/// What a relay knows of one pair.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RelayPairStatus {
+    /// The pair id.
+    pub pair_id: PairId,
+    /// The initiator's address.
+    pub initiator: SocketAddr,
+    /// The responder's address.
+    pub responder: SocketAddr,
+    /// Flows (both directions, control included) the relay verifies.
+    pub flows: usize,
+}
+
 /// A snapshot of a relay, for `hop ctl` and tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RelayStatus {
     /// The relay's address.
     pub local: SocketAddr,
-    /// Pairs known: (initiator, responder, flows verified).
-    pub pairs: Vec<(SocketAddr, SocketAddr, usize)>,
+    /// Pairs known.
+    pub pairs: Vec<RelayPairStatus>,
     /// Counters.
     pub counters: HopCounters,
 }
@@ -121,8 +134,13 @@ impl Relay {
     pub fn status(&self) -> RelayStatus {
         let mut pairs: Vec<_> = self
             .pairs
-            .values()
-            .map(|p| (p.initiator, p.responder, p.flows.len()))
+            .iter()
+            .map(|(id, p)| RelayPairStatus {
+                pair_id: *id,
+                initiator: p.initiator,
+                responder: p.responder,
+                flows: p.flows.len(),
+            })
             .collect();
         pairs.sort();
         RelayStatus {

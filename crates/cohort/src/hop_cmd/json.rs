@@ -130,6 +130,8 @@ pub fn endpoint_status(status: &EndpointStatus) -> Value {
             json!({
                 "peer": p.addr.to_string(),
                 "next_hop": p.next_hop.to_string(),
+                "pair_id": hex::encode(p.pair_id),
+                "initiator": p.initiator,
                 "state": p.state,
                 "key": p.key.map(|k| k.to_string()),
                 "srtt_ms": p.srtt.map(|d| (d.as_secs_f64() * 1e4).round() / 10.0),
@@ -172,11 +174,12 @@ pub fn relay_status(status: &RelayStatus) -> Value {
     let pairs: Vec<Value> = status
         .pairs
         .iter()
-        .map(|(initiator, responder, flows)| {
+        .map(|p| {
             json!({
-                "initiator": initiator.to_string(),
-                "responder": responder.to_string(),
-                "flows": flows,
+                "pair_id": hex::encode(p.pair_id),
+                "initiator": p.initiator.to_string(),
+                "responder": p.responder.to_string(),
+                "flows": p.flows,
             })
         })
         .collect();

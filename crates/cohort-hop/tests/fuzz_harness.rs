@@ -1,0 +1,466 @@
+//! The hop fuzz targets' harnesses (`cohort_hop::fuzzing`) as property tests, so they run in
+//! every `cargo test` and cannot rot: each on arbitrary bytes, and on real packets captured
+//! from an established pair (handshake, S1, A1, S2 in modes N, M and C, A2) with bits
+//! flipped, bytes set, cut and extended, so the tests reach past the parser into the checks
+//! every hop makes. Plus every single-bit flip of one real packet of each kind, at a relay,
+//! after the run and just before the real packet.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
+
+use cohort_hop::crypto::ELEMENT_LEN;
+use cohort_hop::fuzzing::{
+    captured, captured_kinds, drops, endpoint, join_datagrams, mutate_input, mutate_real, packet,
+    relay, EndpointControl, HopPair, MutantSpec, Mutation, ADDR_A, ADDR_R, SETUP_MESSAGES,
+};
+use cohort_hop::wire::{kind, Packet, FLOW_FROM_RESPONDER, FLOW_HEADER_LEN};
+use cohort_hop::EndpointEvent;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 0..max)
+}
+
+fn mutations() -> impl Strategy<Value = Vec<Mutation>> {
+    prop::collection::vec(any::<[u8; 4]>().prop_map(Mutation::from_bytes), 1..4)
+}
+
+fn mutated(real: &[u8], ms: &[Mutation]) -> Vec<u8> {
+    let mut m = real.to_vec();
+    for mutation in ms {
+        mutation.apply(&mut m);
+    }
+    m
+}
+
+/// The messages on the control flows of the captured run (Open, OpenAck): S2 payloads.
+fn captured_controls() -> &'static [Vec<u8>] {
+    static CONTROLS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    CONTROLS.get_or_init(|| {
+        captured()
+            .iter()
+            .filter_map(|(_, d)| match Packet::parse(d) {
+                Ok(Packet::S2 {
+                    header, payload, ..
+                }) if header.flow & !FLOW_FROM_RESPONDER == 0 => Some(payload.to_vec()),
+                _ => None,
+            })
+            .collect()
+    })
+}
+
+/// Datagrams A sent B in a pair connected directly, with delivery reports.
+fn direct_from_a() -> &'static [Vec<u8>] {
+    static DIRECT: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    DIRECT.get_or_init(|| {
+        HopPair::new(false, true)
+            .sent
+            .into_iter()
+            .filter(|(from, _, _)| *from == ADDR_A)
+            .map(|(_, _, d)| d)
+            .collect()
+    })
+}
+
+/// The captured datagram of kind `k` matching `pick`, with its index in [`captured`].
+fn find(k: u8, pick: impl Fn(&Packet<'_>) -> bool) -> (usize, SocketAddr, Vec<u8>) {
+    captured()
+        .iter()
+        .enumerate()
+        .find(|(_, (_, d))| d[1] == k && Packet::parse(d).is_ok_and(|p| pick(&p)))
+        .map(|(i, (from, d))| (i, *from, d.clone()))
+        .unwrap_or_else(|| panic!("no captured packet of kind {k:#x}"))
+}
+
+fn flow_of(p: &Packet<'_>) -> u16 {
+    p.flow_header().map_or(u16::MAX, |h| h.flow)
+}
+
+/// Which bytes of a packet a hop can check on arrival.
+#[derive(Clone, Copy, Debug)]
+enum Checked {
+    /// All of them.
+    Whole,
+    /// An S1's: version, kind, flow header, mode and element. The count and the MACs are
+    /// checked only when the key comes (in mode M the count is the tree's, under the MAC; in
+    /// N and C the parser ties it to the number of MACs).
+    S1,
+    /// An A1's (with a report): version, kind, flow header and element, and the report flag.
+    /// The report commitments (and anything between element and flag) are checked only
+    /// later, by the S2s and the A2.
+    A1,
+}
+
+impl Checked {
+    fn bits(self, len: usize) -> Vec<usize> {
+        let head = 2 + FLOW_HEADER_LEN;
+        let bytes: Vec<usize> = match self {
+            Checked::Whole => (0..len).collect(),
+            Checked::S1 => (0..head + 1 + ELEMENT_LEN).collect(),
+            // The flag sits before the three commitments.
+            Checked::A1 => (0..head + ELEMENT_LEN)
+                .chain([len - 1 - 3 * ELEMENT_LEN])
+                .collect(),
+        };
+        bytes
+            .into_iter()
+            .flat_map(|b| (0..8).map(move |i| b * 8 + i))
+            .collect()
+    }
+}
+
+/// One real packet of each kind the relay verifies: (name, index in the capture, sender,
+/// bytes, which bytes a hop can check on arrival).
+fn targets() -> Vec<(&'static str, usize, SocketAddr, Vec<u8>, Checked)> {
+    let p = HopPair::new(true, true);
+    let (m, c) = (p.assoc_m, p.assoc_c);
+    let mut out = Vec::new();
+    let mut add = |name, (i, from, d): (usize, SocketAddr, Vec<u8>), checked| {
+        out.push((name, i, from, d, checked));
+    };
+    add("S1 (M)", find(kind::S1, |p| flow_of(p) == m), Checked::S1);
+    add("S1 (C)", find(kind::S1, |p| flow_of(p) == c), Checked::S1);
+    add(
+        "S1 (control, N)",
+        find(kind::S1, |p| flow_of(p) == 0),
+        Checked::S1,
+    );
+    add("A1 (M)", find(kind::A1, |p| flow_of(p) == m), Checked::A1);
+    let whole = Checked::Whole;
+    add("S2 (M)", find(kind::S2, |p| flow_of(p) == m), whole);
+    add("S2 (C)", find(kind::S2, |p| flow_of(p) == c), whole);
+    add(
+        "S2 (control Open)",
+        find(kind::S2, |p| flow_of(p) == 0),
+        whole,
+    );
+    add("A2 (C)", find(kind::A2, |p| flow_of(p) == c), whole);
+    add("ACK", find(kind::ACK, |_| true), whole);
+    add("ACKACK", find(kind::ACKACK, |_| true), whole);
+    add("SIGNED (renewal)", find(kind::SIGNED, |_| true), whole);
+    out
+}
+
+fn flips(d: &[u8], checked: Checked) -> Vec<Vec<u8>> {
+    checked
+        .bits(d.len())
+        .into_iter()
+        .map(|bit| {
+            let mut f = d.to_vec();
+            f[bit / 8] ^= 1 << (bit % 8);
+            f
+        })
+        .collect()
+}
+
+#[test]
+fn the_pair_delivers_and_the_capture_holds_every_kind() {
+    for relay in [false, true] {
+        let p = HopPair::new(relay, true);
+        assert_eq!(p.check_deliveries(), 2 * SETUP_MESSAGES);
+        assert_eq!(p.check_relay(&[]), 0);
+    }
+    let kinds = captured_kinds();
+    for k in [
+        kind::HELLO,
+        kind::CHALLENGE,
+        kind::SYN,
+        kind::ACK,
+        kind::ACKACK,
+        kind::SIGNED,
+        kind::S1,
+        kind::A1,
+        kind::S2,
+        kind::A2,
+    ] {
+        assert!(kinds.contains_key(&k), "no {k:#x} in {kinds:?}");
+    }
+    // Every captured datagram and control message parses and round-trips.
+    for (_, d) in captured() {
+        assert!(packet(d).0, "{d:02x?}");
+    }
+    assert!(captured_controls().len() >= 4);
+    for c in captured_controls() {
+        assert!(packet(c).1, "{c:02x?}");
+    }
+}
+
+/// The harnesses reach what they claim: a real datagram fed to B is taken (and counted as
+/// nothing dropped), and a mutant is dropped.
+#[test]
+fn the_harnesses_reach_the_checks() {
+    // A's last S1 of the M association, again, at B: a repeat, answered, not dropped.
+    let p = HopPair::new(false, false);
+    let s1 = p
+        .sent
+        .iter()
+        .rev()
+        .find(|(f, _, d)| *f == ADDR_A && d[1] == kind::S1 && d[11] != 0)
+        .map(|(_, _, d)| d.clone())
+        .unwrap();
+    let c = EndpointControl {
+        from_stranger: false,
+        reports: false,
+        to_a: false,
+    };
+    let mut input = vec![c.byte()];
+    input.extend(join_datagrams([s1.as_slice()]));
+    let outcome = endpoint(&input);
+    assert_eq!((outcome.fed, outcome.dropped), (1, 0), "{outcome:?}");
+    assert!(outcome.alive);
+    let mut bad = s1.clone();
+    *bad.last_mut().unwrap() ^= 1;
+    let mut input = vec![c.byte()];
+    input.extend(join_datagrams([bad.as_slice()]));
+    let outcome = endpoint(&input);
+    assert_eq!((outcome.fed, outcome.dropped), (1, 1), "{outcome:?}");
+    // A fuzzed Hello is forwarded by the relay (no state), but nothing else.
+    let mut input = vec![0];
+    let mut hello = Vec::new();
+    Packet::parse(&captured()[0].1).unwrap().write(&mut hello);
+    assert_eq!(hello[1], kind::HELLO);
+    hello[3] ^= 1; // another pair id
+    input.extend(join_datagrams([hello.as_slice(), &[1, 0x10, 0]]));
+    let outcome = relay(&input);
+    assert_eq!((outcome.fed, outcome.dropped, outcome.forwarded), (2, 1, 1));
+    assert!(outcome.alive);
+}
+
+/// Every single-bit flip of one real packet of each kind, handed to the relay after the
+/// run: none is forwarded, and each moves the relay's drop counters by exactly one.
+#[test]
+fn flipped_real_packets_die_at_the_relay_after_the_run() {
+    let mut p = HopPair::new(true, true);
+    let mut total = 0;
+    let mut failures = Vec::new();
+    for (name, _, from, real, _) in targets() {
+        for (bit, f) in flips(&real, Checked::Whole).into_iter().enumerate() {
+            let before = drops(p.relay.as_ref().unwrap().counters());
+            p.deliver(from, ADDR_R, &f, true);
+            let step = p.relay_steps.last().unwrap();
+            let after = drops(p.relay.as_ref().unwrap().counters());
+            if !step.outputs.is_empty() || after != before + 1 {
+                failures.push(format!(
+                    "{name}: bit {bit} (byte {}): forwarded {}, drops +{}",
+                    bit / 8,
+                    step.outputs.len(),
+                    after - before
+                ));
+            }
+            total += 1;
+        }
+    }
+    assert!(total > 5_000, "{total}");
+    assert!(
+        failures.is_empty(),
+        "{} of {total} flipped packets were not dropped once:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    // Nothing reached B.
+    p.pump();
+    assert_eq!(p.check_deliveries(), 2 * SETUP_MESSAGES);
+}
+
+/// The same flips handed to the relay just before the real packet, when it is waiting for
+/// it: none is forwarded, each is counted once, and the real packet still goes through (B
+/// delivers everything). For S1 and A1 only the bytes a hop can check on arrival are
+/// flipped (see [`Checked`]): the rest can only be checked when the key or the A2 comes, so
+/// a changed copy that arrives first is passed on (see
+/// `a_raced_s1_forges_nothing_and_loses_nothing_silently`).
+/// The ACK's flips meet a relay that holds no pair yet: both signatures are checked.
+#[test]
+fn flipped_real_packets_die_at_the_relay_just_before_the_real_one() {
+    for (name, i, _, real, checked) in targets() {
+        let all = flips(&real, checked);
+        let n = all.len();
+        let p = HopPair::with_injections(true, true, BTreeMap::from([(i, all)]));
+        let injected: Vec<_> = p.relay_steps.iter().filter(|s| s.injected).collect();
+        assert_eq!(injected.len(), n, "{name}");
+        for (bit, s) in checked.bits(real.len()).into_iter().zip(&injected) {
+            assert!(
+                s.outputs.is_empty() && s.dropped == 1,
+                "{name}: bit {bit} (byte {}): forwarded {}, drops +{}",
+                bit / 8,
+                s.outputs.len(),
+                s.dropped
+            );
+        }
+        assert_eq!(p.check_deliveries(), 2 * SETUP_MESSAGES, "{name}");
+        assert_eq!(p.check_relay(&[]), 0, "{name}");
+    }
+}
+
+/// ALPHA's race, pinned: a copy of a real S1 with a MAC changed, arriving at the relay
+/// first, is passed on (nothing can check the MACs before the key is disclosed). Nothing
+/// forged is delivered, and the round's messages are either delivered after all or the
+/// loss is not silent: A gets a negative delivery report for the round.
+#[test]
+fn a_raced_s1_forges_nothing_and_loses_nothing_silently() {
+    let p0 = HopPair::new(true, true);
+    let (i, _, real) = find(kind::S1, |p| flow_of(p) == p0.assoc_m);
+    let round = Packet::parse(&real).unwrap().flow_header().unwrap().round;
+    let mut raced = real.clone();
+    *raced.last_mut().unwrap() ^= 1;
+    let mut p = HopPair::with_injections(true, true, BTreeMap::from([(i, vec![raced.clone()])]));
+    let step = p.relay_steps.iter().find(|s| s.injected).unwrap();
+    assert_eq!(
+        step.outputs.len(),
+        1,
+        "an S1 with the real element is passed on"
+    );
+    p.run_for(Duration::from_secs(5));
+    let delivered = p.check_deliveries();
+    let nack = p.events_a.iter().any(|e| {
+        matches!(e, EndpointEvent::Report { assoc, round: r, delivered: false, .. }
+            if *assoc == p0.assoc_m && *r == round)
+    });
+    assert!(
+        delivered == 2 * SETUP_MESSAGES || nack,
+        "{delivered} delivered, and A was not told: {:?}",
+        p.events_a
+    );
+    // The harness's relay check knows the exception, and nothing else was forwarded.
+    assert_eq!(p.check_relay(&[real]), 1);
+}
+
+/// A relay forwards a repeated ACK of a pair it knows only if it is the ACK it verified (it
+/// once forwarded any ACK with the pair's id, addresses and responder key, unchecked).
+#[test]
+fn a_relay_forwards_no_changed_ack() {
+    let mut p = HopPair::new(true, true);
+    let (_, from, ack) = find(kind::ACK, |_| true);
+    // The last byte: the responder's signature.
+    let mut changed = ack.clone();
+    *changed.last_mut().unwrap() ^= 1;
+    p.deliver(from, ADDR_R, &changed, true);
+    let step = p.relay_steps.last().unwrap();
+    assert!(
+        step.outputs.is_empty(),
+        "the relay forwarded an ACK with a broken signature"
+    );
+    // The real one again is still forwarded (a retransmission).
+    p.deliver(from, ADDR_R, &ack, true);
+    assert_eq!(p.relay_steps.last().unwrap().outputs.len(), 1);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4000))]
+
+    #[test]
+    fn packet_arbitrary(data in bytes(200)) {
+        let _ = packet(&data);
+    }
+
+    #[test]
+    fn packet_mutated(which in any::<prop::sample::Index>(), ms in mutations()) {
+        let all = captured();
+        let _ = packet(&mutated(&all[which.index(all.len())].1, &ms));
+    }
+
+    #[test]
+    fn control_mutated(which in any::<prop::sample::Index>(), ms in mutations()) {
+        let all = captured_controls();
+        let _ = packet(&mutated(&all[which.index(all.len())], &ms));
+    }
+}
+
+proptest! {
+    // Each case sets a pair up (a handshake, two associations, four rounds) and runs it for
+    // four virtual seconds.
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn endpoint_arbitrary(control in 0u8..8, data in bytes(300)) {
+        let mut input = vec![control];
+        input.extend(data);
+        let outcome = endpoint(&input);
+        prop_assert!(outcome.alive, "{:?}", outcome);
+        prop_assert_eq!(outcome.delivered, 0);
+    }
+
+    /// Real datagrams A sent, mutated, to B from A or a stranger (or to A).
+    #[test]
+    fn endpoint_mutated(
+        control in 0u8..8,
+        picks in prop::collection::vec((any::<prop::sample::Index>(), mutations()), 1..4),
+    ) {
+        let all = direct_from_a();
+        let datagrams: Vec<Vec<u8>> = picks
+            .iter()
+            .map(|(which, ms)| mutated(&all[which.index(all.len())], ms))
+            .collect();
+        let mut input = vec![control];
+        input.extend(join_datagrams(datagrams.iter().map(Vec::as_slice)));
+        let outcome = endpoint(&input);
+        prop_assert!(outcome.alive, "{:?}", outcome);
+        prop_assert_eq!(outcome.delivered, 0);
+    }
+
+    #[test]
+    fn relay_arbitrary(control in 0u8..2, data in bytes(300)) {
+        let mut input = vec![control];
+        input.extend(data);
+        let outcome = relay(&input);
+        prop_assert!(outcome.alive, "{:?}", outcome);
+        prop_assert_eq!(outcome.delivered, 0);
+    }
+
+    /// Real datagrams, mutated, straight to the relay.
+    #[test]
+    fn relay_mutated(
+        picks in prop::collection::vec((any::<prop::sample::Index>(), mutations()), 1..4),
+    ) {
+        let all = captured();
+        let datagrams: Vec<Vec<u8>> = picks
+            .iter()
+            .map(|(which, ms)| mutated(&all[which.index(all.len())].1, ms))
+            .collect();
+        let mut input = vec![1];
+        input.extend(join_datagrams(datagrams.iter().map(Vec::as_slice)));
+        let _ = relay(&input);
+    }
+
+    #[test]
+    fn mutate_real_arbitrary(data in bytes(100)) {
+        let _ = mutate_real(&data);
+    }
+
+    #[test]
+    fn mutate_real_specs(
+        live in any::<bool>(),
+        specs in prop::collection::vec((any::<u8>(), mutations()), 1..4),
+    ) {
+        let specs: Vec<MutantSpec> = specs
+            .into_iter()
+            .map(|(pick, mutations)| MutantSpec { pick, mutations })
+            .collect();
+        let outcome = mutate_real(&mutate_input(live, &specs));
+        prop_assert_eq!(outcome.fed, specs.len());
+    }
+}
+
+#[test]
+fn mutate_input_round_trips() {
+    let specs = vec![
+        MutantSpec {
+            pick: 3,
+            mutations: vec![Mutation::FlipBit(7, 2), Mutation::Truncate(9)],
+        },
+        MutantSpec {
+            pick: 200,
+            mutations: vec![
+                Mutation::Extend(5),
+                Mutation::Set(1, 0),
+                Mutation::Insert(0, 9),
+            ],
+        },
+    ];
+    let input = mutate_input(true, &specs);
+    assert_eq!(
+        cohort_hop::fuzzing::parse_mutate_input(&input),
+        Some((true, specs))
+    );
+}
