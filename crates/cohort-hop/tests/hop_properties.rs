@@ -1,0 +1,301 @@
+//! Targeted properties in the simulator: no state before a cookie, no public-key work per
+//! data packet at a relay, trust lists, delivery reports, renewal under continuous traffic.
+
+mod support;
+
+use cohort_crypto::{CryptoError, CryptoProvider, Secret, SignatureScheme};
+use cohort_hop::wire::{HandshakeHeader, Packet};
+use cohort_hop::{EndpointEvent, HopEvent, HopNode, Mode, Relay, RelayConfig};
+use cohort_sim::{FnRule, PacketView, Verdict};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use support::Path;
+
+#[test]
+fn a_flood_of_spoofed_first_packets_leaves_no_state() {
+    let mut path = Path::new(3, 1, |_| {});
+    path.connect().expect("connect");
+    let b = path.b;
+    let relay = path.relays[0];
+    let b_addr = path.addr(b);
+    let before = path.sim.node(b).endpoint().unwrap().status().peers.len();
+    // 2000 Hellos and 2000 SYNs with made-up cookies from 2000 spoofed addresses, straight
+    // at B and at the relay.
+    for i in 0..2000u32 {
+        let spoofed: SocketAddr = format!("10.66.{}.{}:{}", i / 250, i % 250, 1000 + i)
+            .parse()
+            .unwrap();
+        let header = HandshakeHeader {
+            pair_id: (u64::from(i) << 8).to_be_bytes(),
+            initiator: spoofed,
+            responder: b_addr,
+        };
+        let mut hello = Vec::new();
+        Packet::Hello(header).write(&mut hello);
+        let sig = [7u8; 64];
+        let mut syn = Vec::new();
+        Packet::Syn {
+            header,
+            timestamp: 1,
+            cookie: [i as u8; 16],
+            initiator: cohort_hop::wire::SignedHello {
+                public_key: [1; 32],
+                control_sig: cohort_hop::wire::AnchorInfo {
+                    chain_id: [0; 8],
+                    anchor: [0; 16],
+                    length: 2,
+                    start_round: 0,
+                },
+                control_ack: cohort_hop::wire::AnchorInfo {
+                    chain_id: [0; 8],
+                    anchor: [0; 16],
+                    length: 2,
+                    start_round: 0,
+                },
+                signature: &sig,
+            },
+        }
+        .write(&mut syn);
+        path.sim.inject(spoofed, b, hello.clone(), Duration::ZERO);
+        path.sim.inject(spoofed, b, syn.clone(), Duration::ZERO);
+        path.sim.inject(spoofed, relay, hello, Duration::ZERO);
+        path.sim.inject(spoofed, relay, syn, Duration::ZERO);
+    }
+    path.sim.run_for(Duration::from_secs(2)).expect("run");
+    let status = path.sim.node(b).endpoint().unwrap().status();
+    assert_eq!(
+        status.peers.len(),
+        before,
+        "B holds state for a spoofed peer"
+    );
+    assert!(status.counters.bad_cookie >= 2000, "{:?}", status.counters);
+    let relay_status = path.sim.node(relay).relay().unwrap().status();
+    assert_eq!(
+        relay_status.pairs.len(),
+        1,
+        "the relay learned a pair from a flood"
+    );
+    // The real pair still works.
+    let assoc = path.open(Mode::N).expect("open");
+    assert!(path.send(assoc, b"still here"));
+    path.sim.run_for(Duration::from_secs(1)).expect("run");
+    assert_eq!(path.received_at_b(), vec![b"still here".to_vec()]);
+}
+
+/// Ed25519 that counts verifications, around the default backend.
+struct CountingEd25519;
+static VERIFICATIONS: AtomicU64 = AtomicU64::new(0);
+static COUNTING: CountingEd25519 = CountingEd25519;
+
+impl SignatureScheme for CountingEd25519 {
+    fn generate(&self) -> Result<(Secret, Vec<u8>), CryptoError> {
+        CryptoProvider::default_provider().ed25519.generate()
+    }
+    fn public_key(&self, secret: &Secret) -> Result<Vec<u8>, CryptoError> {
+        CryptoProvider::default_provider()
+            .ed25519
+            .public_key(secret)
+    }
+    fn sign(&self, secret: &Secret, message: &[u8]) -> Result<Vec<u8>, CryptoError> {
+        CryptoProvider::default_provider()
+            .ed25519
+            .sign(secret, message)
+    }
+    fn verify(&self, public: &[u8], message: &[u8], signature: &[u8]) -> Result<(), CryptoError> {
+        VERIFICATIONS.fetch_add(1, Ordering::Relaxed);
+        CryptoProvider::default_provider()
+            .ed25519
+            .verify(public, message, signature)
+    }
+}
+
+#[test]
+fn relays_do_no_public_key_work_per_data_packet() {
+    let mut path = Path::new(4, 1, |c| c.chain_rounds = 1 << 12);
+    // Swap in a relay whose provider counts signature checks (the path is not connected yet).
+    let relay = path.relays[0];
+    let provider = CryptoProvider {
+        ed25519: &COUNTING,
+        ..CryptoProvider::default_provider()
+    };
+    let addr = path.addr(relay);
+    path.sim.restart(
+        relay,
+        HopNode::Relay(Relay::new(RelayConfig::new(), provider, addr)),
+    );
+    path.connect().expect("connect");
+    let m = path.open(Mode::M { batch: 16 }).expect("open");
+    let n = path.open(Mode::N).expect("open");
+    path.sim.run_for(Duration::from_millis(200)).expect("run");
+    let after_setup = VERIFICATIONS.load(Ordering::Relaxed);
+    assert!(
+        after_setup >= 2,
+        "the relay checked the handshake's signatures"
+    );
+    for i in 0..500 {
+        assert!(path.send(m, format!("m{i}").as_bytes()));
+        assert!(path.send(n, format!("n{i}").as_bytes()));
+    }
+    let a = path.a;
+    path.sim
+        .run_until_cond(Duration::from_secs(120), |s| {
+            s.node(a).endpoint().unwrap().status().peers[0]
+                .associations
+                .iter()
+                .all(|x| x.queued == 0 && x.awaiting_ack.is_none())
+        })
+        .expect("drain");
+    path.sim.run_for(Duration::from_secs(1)).expect("run");
+    assert_eq!(path.received_at_b().len(), 1000);
+    let verified = path.sim.node(relay).relay().unwrap().counters().verified;
+    assert!(verified > 1500, "the relay verified the data ({verified})");
+    assert_eq!(
+        VERIFICATIONS.load(Ordering::Relaxed),
+        after_setup,
+        "signature checks during data transfer"
+    );
+}
+
+#[test]
+fn untrusted_peers_get_nothing() {
+    // B trusts only a key that is not A's.
+    let stranger = support::identity(99, 99).public();
+    let mut path = Path::new(5, 1, |c| c.trust = vec![stranger]);
+    let b = path.addr(path.b);
+    let via = Some(path.addr(path.relays[0]));
+    let a = path.a;
+    path.sim
+        .with_node(a, |n, now| n.endpoint_mut().unwrap().connect(now, b, via));
+    // Long enough for every retransmission of the SYN to go unanswered.
+    path.sim.run_for(Duration::from_secs(60)).expect("run");
+    let b_status = path.sim.node(path.b).endpoint().unwrap().status();
+    assert!(
+        b_status.peers.is_empty(),
+        "B holds state for an untrusted peer"
+    );
+    assert!(b_status.counters.untrusted > 0);
+    assert!(!path.sim.node(a).endpoint().unwrap().is_connected(b));
+    assert!(
+        path.sim
+            .events_of(a)
+            .any(|(_, e)| matches!(e, HopEvent::Endpoint(EndpointEvent::ConnectFailed { .. }))),
+        "A is told the handshake failed"
+    );
+    assert!(path
+        .sim
+        .node(path.relays[0])
+        .relay()
+        .unwrap()
+        .status()
+        .pairs
+        .is_empty());
+}
+
+#[test]
+fn delivery_reports_say_what_arrived() {
+    let mut path = Path::new(6, 2, |c| c.delivery_reports = true);
+    path.connect().expect("connect");
+    let assoc = path.open(Mode::C { batch: 4 }).expect("open");
+    for i in 0..8 {
+        assert!(path.send(assoc, format!("r{i}").as_bytes()));
+    }
+    path.sim.run_for(Duration::from_secs(2)).expect("run");
+    let reports = |path: &Path| -> Vec<(u32, bool)> {
+        path.sim
+            .events_of(path.a)
+            .filter_map(|(_, e)| match e {
+                HopEvent::Endpoint(EndpointEvent::Report {
+                    round, delivered, ..
+                }) => Some((*round, *delivered)),
+                _ => None,
+            })
+            .collect()
+    };
+    let clean = reports(&path);
+    assert!(
+        !clean.is_empty() && clean.iter().all(|&(_, d)| d),
+        "{clean:?}"
+    );
+    // Now lose one S2 on the last link: that round is reported as not delivered once the
+    // next round begins.
+    let b = path.b;
+    let mut dropped = false;
+    let rule = path.sim.add_rule(FnRule::new(
+        "drop one S2",
+        move |p: &PacketView<'_>, _rng: &mut dyn rand_core::RngCore| {
+            if !dropped && p.to == b && p.bytes.get(1) == Some(&cohort_hop::wire::kind::S2) {
+                dropped = true;
+                Verdict::Drop
+            } else {
+                Verdict::Pass
+            }
+        },
+    ));
+    for i in 0..4 {
+        assert!(path.send(assoc, format!("lost-round-{i}").as_bytes()));
+    }
+    path.sim.run_for(Duration::from_secs(1)).expect("run");
+    path.sim.remove_rule(rule);
+    for i in 0..4 {
+        assert!(path.send(assoc, format!("next-round-{i}").as_bytes()));
+    }
+    path.sim.run_for(Duration::from_secs(2)).expect("run");
+    let all = reports(&path);
+    let new: Vec<_> = all[clean.len()..].to_vec();
+    assert!(
+        new.iter().any(|&(_, d)| !d),
+        "a nack for the lossy round: {new:?}"
+    );
+    assert!(
+        new.iter().any(|&(_, d)| d),
+        "an ack for the next round: {new:?}"
+    );
+    assert_eq!(path.received_at_b().len(), 8 + 3 + 4);
+}
+
+#[test]
+fn chains_are_renewed_under_continuous_traffic() {
+    // Four rounds per chain: every association and the control association renew many
+    // times while messages flow.
+    let mut path = Path::new(7, 2, |c| c.chain_rounds = 4);
+    path.connect().expect("connect");
+    let m = path.open(Mode::M { batch: 8 }).expect("open");
+    let n = path.open(Mode::N).expect("open");
+    let mut sent = Vec::new();
+    for i in 0..400 {
+        let msg = format!("c{i}").into_bytes();
+        assert!(path.send(if i % 4 == 0 { n } else { m }, &msg));
+        sent.push(msg);
+        if i % 10 == 0 {
+            path.sim.run_for(Duration::from_millis(30)).expect("run");
+        }
+    }
+    let a = path.a;
+    path.sim
+        .run_until_cond(Duration::from_secs(120), |s| {
+            s.node(a).endpoint().unwrap().status().peers[0]
+                .associations
+                .iter()
+                .all(|x| x.queued == 0 && x.awaiting_ack.is_none())
+        })
+        .expect("drain");
+    path.sim.run_for(Duration::from_secs(1)).expect("run");
+    let mut got = path.received_at_b();
+    got.sort();
+    sent.sort();
+    assert_eq!(got, sent);
+    let renewed = |id| {
+        path.sim
+            .events_of(id)
+            .filter(|(_, e)| matches!(e, HopEvent::Endpoint(EndpointEvent::Renewed { .. })))
+            .count()
+    };
+    // 300 messages in rounds of up to 8 and 100 in rounds of 1: well over 4 chains each.
+    assert!(renewed(path.a) >= 20, "A renewed {} times", renewed(path.a));
+    assert!(renewed(path.b) >= 20, "B renewed {} times", renewed(path.b));
+    for &r in &path.relays {
+        let c = path.sim.node(r).relay().unwrap().counters();
+        assert_eq!(c.stale + c.forged + c.unverifiable, 0, "{c:?}");
+    }
+}
