@@ -23,8 +23,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 COHORT=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 SECS=${2:-2}
 DELAY=${3:-5}
-MODES=(none n c:32 m:32)
-ASSOCS=(1 2 4 8)
+# HOP_MODES / HOP_ASSOCS / HOP_DELAYS narrow a run (e.g. HOP_MODES="none m:32").
+read -r -a MODES <<< "${HOP_MODES:-none n c:32 m:32}"
+read -r -a ASSOCS <<< "${HOP_ASSOCS:-1 2 4 8}"
 [ "$(id -u)" -eq 0 ] || fail "needs root (network namespaces, TUN devices)"
 command -v ip >/dev/null || fail "ip (iproute2) not found"
 command -v python3 >/dev/null || fail "python3 not found"
@@ -139,7 +140,8 @@ printf '%-8s %-7s' delay assocs
 for m in "${MODES[@]}"; do printf ' %9s' "$m"; done
 printf ' %10s\n' "m:32/none"
 FAILED=0
-for delay in 0 "$DELAY"; do
+read -r -a DELAYS <<< "${HOP_DELAYS:-0 $DELAY}"
+for delay in "${DELAYS[@]}"; do
   for n in "${ASSOCS[@]}"; do
     printf '%-8s %-7s' "${delay}ms" "$n"
     declare -A rate=()

@@ -176,7 +176,7 @@ impl EndpointConfig {
 }
 
 /// A relay's settings.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RelayConfig {
     /// Next hop for an endpoint address; endpoints not listed are sent to directly.
     pub routes: Vec<(SocketAddr, SocketAddr)>,
@@ -189,6 +189,12 @@ pub struct RelayConfig {
     pub max_rounds: usize,
     /// How far ahead (in rounds) the relay follows a chain after losses.
     pub max_skip_rounds: u32,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig::new()
+    }
 }
 
 impl RelayConfig {

@@ -526,6 +526,32 @@ impl Endpoint {
         self.send(now, peer, assoc, data)
     }
 
+    /// Queues `data` on one of the open outgoing associations to `peer`, chosen by `key`:
+    /// messages with the same key always take the same association, so they stay in order
+    /// (rounds of different associations complete independently). A tunnel passes a hash of
+    /// each packet's connection (addresses, protocol, ports), so one TCP connection is never
+    /// reordered while several spread over the associations.
+    pub fn send_keyed(
+        &mut self,
+        now: Timestamp,
+        peer: SocketAddr,
+        key: u64,
+        data: &[u8],
+    ) -> Result<(), HopError> {
+        let p = self.peers.get(&peer).ok_or(HopError::UnknownPeer)?;
+        let open: Vec<AssocId> = p
+            .out_flows
+            .iter()
+            .filter(|(&id, f)| id != CONTROL && f.open)
+            .map(|(&id, _)| id)
+            .collect();
+        if open.is_empty() {
+            return Err(HopError::NotOpen);
+        }
+        let pick = open[(key % open.len() as u64) as usize];
+        self.send(now, peer, pick, data)
+    }
+
     /// Closes an association (ours or the peer's); the peer is told.
     pub fn close(&mut self, now: Timestamp, peer: SocketAddr, assoc: AssocId, outgoing: bool) {
         let Some(p) = self.peers.get_mut(&peer) else {

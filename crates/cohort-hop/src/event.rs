@@ -141,7 +141,7 @@ counters! {
     bad_cookie,
     /// Drops: a handshake from a key that is not trusted.
     untrusted,
-    /// Drops: tables full (pairs, handshakes).
+    /// Tables full: handshakes refused (endpoint), or the oldest pair evicted (relay).
     no_room,
     /// Drops: an outgoing message did not fit the association's queue.
     queue_full,

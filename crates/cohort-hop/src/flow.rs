@@ -405,6 +405,10 @@ impl SendFlow {
         let sample =
             (inflight.tries == 0).then(|| now.saturating_duration_since(inflight.first_sent_at));
         let count = inflight.messages.len();
+        // The next round's S1 goes out ahead of this round's S2s: its element reveals this
+        // round's key, but every hop has locked this round's MACs (the A1 passed them), and
+        // its A1 can be on the way back while the S2s are still being sent.
+        self.pump(provider, &header.pair_id, now);
         for (j, message) in inflight.messages.iter().enumerate() {
             let path: Vec<u8> = inflight
                 .tree
@@ -585,13 +589,15 @@ impl RecvFlow {
             Err(e) => return Err(e),
         }
         self.highest_round = self.highest_round.max(round);
-        // An earlier round still open when a later one starts will not complete: report it.
+        // A round still open when the round after next starts will not complete: report it.
         if self.guard.reports() {
+            // The signer sends a round's S1 ahead of the previous round's S2s, so only
+            // rounds before the previous one are given up on.
             let unfinished: Vec<u32> = self
                 .pending_reports
                 .keys()
                 .copied()
-                .filter(|&r| r < round)
+                .filter(|&r| r + 1 < round)
                 .collect();
             for r in unfinished {
                 self.send_report(provider, header, r, false);

@@ -323,6 +323,15 @@ impl FlowGuard {
                     Err(Refusal::Forged)
                 }
                 Some(r) => {
+                    // The report MAC's key (this round's A2 element) is public as soon as a
+                    // later A1 was seen: its element hashes to it. No new candidate then.
+                    let public = self.ack.find(round).is_none_or(|g| {
+                        let (_, i0) = g.indices(round);
+                        g.verifier.known_index() <= i0
+                    });
+                    if public {
+                        return Err(Refusal::Stale);
+                    }
                     state.reports.push(*r);
                     Ok(Taken::New)
                 }
@@ -499,5 +508,78 @@ impl FlowGuard {
     /// Index of the element an A1 for `round` discloses, and of the A2's, in the ack chain.
     pub fn ack_indices(&mut self, round: u32) -> Option<(u32, u32)> {
         self.ack.find(round).map(|g| g.indices(round))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::{ChainStorage, HashChain};
+
+    fn chain(p: &CryptoProvider, id: u8, rounds: u32) -> (HashChain, AnchorInfo) {
+        let c = HashChain::generate(p, [id; 8], [id; 16], rounds * 2, ChainStorage::Full);
+        let info = AnchorInfo {
+            chain_id: [id; 8],
+            anchor: c.anchor(),
+            length: rounds * 2,
+            start_round: 0,
+        };
+        (c, info)
+    }
+
+    fn header(round: u32) -> FlowHeader {
+        FlowHeader {
+            pair_id: [1; 8],
+            flow: 1,
+            round,
+        }
+    }
+
+    /// A forger who learns a round's A2 element from the next round's A1 must not be able to
+    /// slip in report commitments of its own and open them.
+    #[test]
+    fn report_commitments_close_once_the_a2_element_is_public() {
+        let p = CryptoProvider::default_provider();
+        let (mut sig, sig_info) = chain(&p, 1, 8);
+        let (mut ack, ack_info) = chain(&p, 2, 8);
+        let mut g = FlowGuard::new(Mode::N, true, sig_info, 16, 8).unwrap();
+        assert!(g.add_ack_chain(ack_info));
+        let report = |mac_key: &Element, fh: &FlowHeader, secret: &Element| {
+            let c = crypto::commitment(&p, secret);
+            ReportCommitment {
+                ack: c,
+                nack: c,
+                mac: crypto::mac(&p, mac_key, &[&fh.to_bytes(), &c, &c]),
+            }
+        };
+        let mut a2_elements = Vec::new();
+        for round in 0..2 {
+            let (_, e1) = sig.next(&p).unwrap();
+            let (_, _key) = sig.next(&p).unwrap();
+            let h = header(round);
+            assert_eq!(
+                g.on_s1(&p, &h, crate::wire::mode_code::N, &e1, 1, &[0u8; 16]),
+                Ok(Taken::New)
+            );
+            let (_, a1) = ack.next(&p).unwrap();
+            let (_, a2) = ack.next(&p).unwrap();
+            let real = report(&a2, &h, &[9; 16]);
+            assert_eq!(g.on_a1(&p, &h, &a1, Some(&real)), Ok(Taken::New));
+            a2_elements.push((a1, a2));
+        }
+        // Round 1's A1 is out: anyone can hash it to round 0's A2 element.
+        let (a1_0, _) = a2_elements[0];
+        let (a1_1, _) = a2_elements[1];
+        let derived = crypto::chain_step(&p, &[2; 8], 14, &a1_1);
+        assert_eq!(derived, a2_elements[0].1);
+        let forged_secret = [0x66; 16];
+        let forged = report(&derived, &header(0), &forged_secret);
+        assert_eq!(g.on_a1(&p, &header(0), &a1_0, Some(&forged)), Err(Refusal::Stale));
+        assert_eq!(
+            g.on_a2(&p, &header(0), &derived, true, &forged_secret),
+            Err(Refusal::Forged)
+        );
+        // The real report still opens.
+        assert_eq!(g.on_a2(&p, &header(0), &derived, true, &[9; 16]), Ok(()));
     }
 }

@@ -44,6 +44,9 @@ struct RelayPair {
     ack: Vec<u8>,
     /// The ACKACK once verified (a repeat is compared, not verified again).
     ackack: Option<Vec<u8>>,
+    /// Digests of the last signed packets verified: a repeat (a retransmitted renewal) is
+    /// recognised without another signature check.
+    signed_seen: VecDeque<[u8; 32]>,
 }
 
 impl RelayPair {
@@ -235,6 +238,7 @@ impl Relay {
                 ack_signature: responder.signature.to_vec(),
                 ack: data.to_vec(),
                 ackack: None,
+                signed_seen: VecDeque::new(),
             },
         );
         self.events.push_back(RelayEvent::PairLearned {
@@ -283,7 +287,7 @@ impl Relay {
         signature: &[u8],
     ) {
         let provider = self.provider;
-        let Some(pair) = self.pairs.get(&pair_id) else {
+        let Some(pair) = self.pairs.get_mut(&pair_id) else {
             self.counters.unknown += 1;
             return;
         };
@@ -292,13 +296,20 @@ impl Relay {
         } else {
             (pair.initiator_key, pair.responder, 0)
         };
-        if !key.verify(
-            &provider,
-            &signed_envelope_bytes(&pair_id, from_responder, message),
-            signature,
-        ) {
-            self.counters.forged += 1;
-            return;
+        let digest = provider.sha256.sha256(&[data]);
+        if !pair.signed_seen.contains(&digest) {
+            if !key.verify(
+                &provider,
+                &signed_envelope_bytes(&pair_id, from_responder, message),
+                signature,
+            ) {
+                self.counters.forged += 1;
+                return;
+            }
+            pair.signed_seen.push_back(digest);
+            if pair.signed_seen.len() > 16 {
+                pair.signed_seen.pop_front();
+            }
         }
         self.counters.verified += 1;
         self.on_control(pair_id, control_flow, message);

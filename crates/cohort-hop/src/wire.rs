@@ -24,8 +24,8 @@ pub const SIGNATURE_LEN: usize = 64;
 /// Length of a return-routability cookie.
 pub const COOKIE_LEN: usize = 16;
 /// A Hello is padded to at least this many bytes, so that the Challenge it provokes is never
-/// larger: a spoofed Hello cannot be amplified.
-pub const HELLO_MIN_LEN: usize = 64;
+/// larger (72 bytes with two IPv6 addresses): a spoofed Hello cannot be amplified.
+pub const HELLO_MIN_LEN: usize = 80;
 /// Most MACs one S1 may carry (ALPHA-C's batch limit).
 pub const MAX_S1_MACS: usize = 64;
 /// Longest Merkle path an S2 may carry (a tree of up to 1024 leaves).

@@ -480,7 +480,9 @@ impl Daemon {
         let Some(e) = self.node.endpoint_mut() else {
             return;
         };
-        match e.send_any(now, peer, packet) {
+        // One connection stays on one association (so TCP sees no reordering); several
+        // connections spread over the associations.
+        match e.send_keyed(now, peer, connection_hash(packet), packet) {
             Ok(()) => self.tun_counters.sent += 1,
             // Like a router with a full queue: drop; TCP above slows down and resends.
             Err(_) => self.tun_counters.refused += 1,
@@ -637,6 +639,31 @@ impl Daemon {
         }
         v
     }
+}
+
+/// A hash of an IP packet's connection: addresses, protocol and (for TCP and UDP) ports.
+/// Anything it cannot parse hashes by its addresses alone (or to 0).
+fn connection_hash(packet: &[u8]) -> u64 {
+    let (fields, proto, l4): (&[u8], u8, usize) = match packet.first().map(|b| b >> 4) {
+        Some(4) if packet.len() >= 20 => {
+            let ihl = usize::from(packet[0] & 0x0f) * 4;
+            (&packet[12..20], packet[9], ihl)
+        }
+        Some(6) if packet.len() >= 40 => (&packet[8..40], packet[6], 40),
+        _ => return 0,
+    };
+    // FNV-1a: not a security boundary, only a spread.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut mix = |b: u8| {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    };
+    fields.iter().copied().for_each(&mut mix);
+    mix(proto);
+    if (proto == 6 || proto == 17) && packet.len() >= l4 + 4 {
+        packet[l4..l4 + 4].iter().copied().for_each(&mut mix);
+    }
+    h
 }
 
 async fn tun_recv(tun: Option<&TunDevice>, buf: &mut [u8]) -> std::io::Result<usize> {
