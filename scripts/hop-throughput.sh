@@ -24,6 +24,9 @@ COHORT=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 SECS=${2:-2}
 DELAY=${3:-5}
 # HOP_MODES / HOP_ASSOCS / HOP_DELAYS narrow a run (e.g. HOP_MODES="none m:32").
+# HOP_STREAMS (default 1) is iperf3's parallel TCP connections: the tunnel keeps each
+# connection on one association, so spreading over associations needs several streams.
+STREAMS=${HOP_STREAMS:-1}
 read -r -a MODES <<< "${HOP_MODES:-none n c:32 m:32}"
 read -r -a ASSOCS <<< "${HOP_ASSOCS:-1 2 4 8}"
 [ "$(id -u)" -eq 0 ] || fail "needs root (network namespaces, TUN devices)"
@@ -127,14 +130,14 @@ point() {
   ip netns exec "$NS_B" iperf3 -s -1 -B 10.200.0.2 >/dev/null 2>&1 &
   server=$!
   sleep 0.3
-  if ip netns exec "$NS_A" timeout $((SECS + 15)) iperf3 -c 10.200.0.2 -t "$SECS" -J >"$WORK/iperf.json" 2>/dev/null; then
+  if ip netns exec "$NS_A" timeout $((SECS + 15)) iperf3 -c 10.200.0.2 -t "$SECS" -P "$STREAMS" -J >"$WORK/iperf.json" 2>/dev/null; then
     RESULT=$(q rate <"$WORK/iperf.json" 2>/dev/null || echo fail)
   fi
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
 }
 
-echo "iperf3 TCP through the ALPHA tunnel A -> relay -> B, ${SECS}s per point, $(nproc) cores, $(basename "$COHORT") $("$COHORT" --version | cut -d' ' -f2)"
+echo "iperf3 TCP ($STREAMS stream(s)) through the ALPHA tunnel A -> relay -> B, ${SECS}s per point, $(nproc) cores, $(basename "$COHORT") $("$COHORT" --version | cut -d' ' -f2)"
 echo "rates in Mbit/s; delay = user-space delay on each endpoint's sends (RTT + 2 x delay)"
 printf '%-8s %-7s' delay assocs
 for m in "${MODES[@]}"; do printf ' %9s' "$m"; done
