@@ -1,7 +1,8 @@
 //! `cohort demo`: first a secure channel (handshake, resumption, a man in the middle; see
 //! `demo_channel`), then two in-process peers, keyed by that channel, exchange gear-protected
 //! packets in the deterministic simulator while the controller reacts to a CPU spike and to
-//! a forgery burst; last, a secure group of four survives a crash (see `demo_group`).
+//! a forgery burst; then a secure group of four survives a crash (see `demo_group`); last,
+//! forged packets die at the first relay of a hop-by-hop authenticated path (see `demo_hop`).
 
 use crate::UsageError;
 use clap::Args;
@@ -181,7 +182,8 @@ pub fn run(args: &DemoArgs) -> Result<(), UsageError> {
     println!(
         "see `cohort gears list` for every gear and `cohort gears bench` for their speed here."
     );
-    crate::demo_group::run(args.seed, args.verbose)
+    crate::demo_group::run(args.seed, args.verbose)?;
+    crate::demo_hop::run(args.seed, args.verbose)
 }
 
 /// Packets that look like alice's (her gears, fresh sequence numbers) but carry tags made

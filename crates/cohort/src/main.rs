@@ -13,6 +13,7 @@ mod bench;
 mod demo;
 mod demo_channel;
 mod demo_group;
+mod demo_hop;
 mod gears_cmd;
 mod group_cmd;
 mod hop_cmd;
@@ -39,8 +40,9 @@ enum Command {
         command: gears_cmd::GearsCommand,
     },
     /// A secure channel; two in-process peers exchange protected packets while the gear
-    /// controller reacts to load and to a forgery burst; a group of four survives a crash.
-    /// All in the deterministic simulator.
+    /// controller reacts to load and to a forgery burst; a group of four survives a crash;
+    /// forged packets die at the first relay of a hop-by-hop authenticated path. All in the
+    /// deterministic simulator.
     Demo(demo::DemoArgs),
     /// Write a new Ed25519 identity file (owner-only) and print its public key.
     Keygen(keygen_cmd::KeygenArgs),

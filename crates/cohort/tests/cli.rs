@@ -225,6 +225,29 @@ fn demo_tells_the_story_and_no_forgery_gets_through() {
         stdout.contains("authentication failures in the window"),
         "the forgery burst should shift up:\n{stdout}"
     );
+    // The hop-by-hop act: every packet of the forger next to r1 died at r1, and r2 and b
+    // dropped nothing.
+    let summary = stdout
+        .lines()
+        .find(|l| l.starts_with("summary: forged traffic"))
+        .unwrap_or_else(|| panic!("no hop summary:\n{stdout}"));
+    assert!(
+        summary.contains("dies at the first hop") && summary.contains("r2 and b saw none"),
+        "{stdout}"
+    );
+    let (dropped, injected) = summary
+        .split_once("r1 dropped ")
+        .and_then(|(_, rest)| rest.split_once(';'))
+        .and_then(|(counts, _)| counts.split_once(" of "))
+        .map(|(d, i)| (d.parse::<u32>().unwrap(), i.parse::<u32>().unwrap()))
+        .unwrap_or_else(|| panic!("no drop counts:\n{stdout}"));
+    assert!(dropped == injected && injected > 0, "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "r1's drop counters rose by {injected} (the forger sent {injected}); r2's by 0, b's by 0"
+        )),
+        "{stdout}"
+    );
 }
 
 #[test]
