@@ -1780,3 +1780,72 @@ impl Machine for Endpoint {
         self.events.pop_front()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::ChainStorage;
+    use cohort_channel::identity::Identity;
+    use cohort_crypto::Secret;
+
+    /// Two open data associations with packets ready, and a control packet: the control
+    /// packet goes first, then the associations take turns one packet at a time.
+    #[test]
+    fn signalling_goes_first_and_associations_take_turns() {
+        let provider = CryptoProvider::default_provider();
+        let identity = Identity::from_secret(&provider, Secret::new(vec![3; 32])).unwrap();
+        let local: SocketAddr = "10.0.0.1:1".parse().unwrap();
+        let peer: SocketAddr = "10.0.0.2:1".parse().unwrap();
+        let mut e = Endpoint::new(EndpointConfig::new(identity), provider, local, [4; 32]);
+        let mut rng = ChaCha20Rng::from_seed([5; 32]);
+        let mut p = Peer {
+            addr: peer,
+            next_hop: peer,
+            pair_id: [1; 8],
+            initiator: true,
+            state: PeerState::Established,
+            key: None,
+            handshake: Vec::new(),
+            handshake_sent_at: Timestamp::ZERO,
+            handshake_tries: 0,
+            our_signature: Vec::new(),
+            pending_control: None,
+            out_flows: BTreeMap::new(),
+            in_flows: BTreeMap::new(),
+            next_assoc: 3,
+            controls: Vec::new(),
+            renewals: HashMap::new(),
+            srtt: None,
+        };
+        for assoc in [1u16, 2] {
+            let chain = OwnChain::generate(&provider, &mut rng, 4, 0, ChainStorage::Full);
+            let mut f = SendFlow::new(assoc, Mode::Unprotected, false, chain, 4, 4).unwrap();
+            f.open = true;
+            for i in 0..3u8 {
+                f.ready.push_back(vec![assoc as u8, i]);
+            }
+            p.out_flows.insert(assoc, f);
+        }
+        e.peers.insert(peer, p);
+        e.active.push_back((peer, 1));
+        e.active.push_back((peer, 2));
+        e.urgent.push_back((peer, vec![0xcc]));
+        let mut order = Vec::new();
+        let mut buf = Vec::new();
+        while let Some(t) = e.poll_transmit(Timestamp::ZERO, &mut buf) {
+            assert_eq!(t.destination, peer);
+            order.push(buf.clone());
+            buf.clear();
+        }
+        let expected: Vec<Vec<u8>> = vec![
+            vec![0xcc],
+            vec![1, 0],
+            vec![2, 0],
+            vec![1, 1],
+            vec![2, 1],
+            vec![1, 2],
+            vec![2, 2],
+        ];
+        assert_eq!(order, expected);
+    }
+}
