@@ -24,8 +24,11 @@ fn addr(i: usize) -> SocketAddr {
 }
 
 fn identity(n: u8) -> Identity {
-    Identity::from_secret(&CryptoProvider::default_provider(), Secret::new(vec![n; 32]))
-        .expect("identity")
+    Identity::from_secret(
+        &CryptoProvider::default_provider(),
+        Secret::new(vec![n; 32]),
+    )
+    .expect("identity")
 }
 
 struct Run {

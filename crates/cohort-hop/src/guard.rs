@@ -574,7 +574,10 @@ mod tests {
         assert_eq!(derived, a2_elements[0].1);
         let forged_secret = [0x66; 16];
         let forged = report(&derived, &header(0), &forged_secret);
-        assert_eq!(g.on_a1(&p, &header(0), &a1_0, Some(&forged)), Err(Refusal::Stale));
+        assert_eq!(
+            g.on_a1(&p, &header(0), &a1_0, Some(&forged)),
+            Err(Refusal::Stale)
+        );
         assert_eq!(
             g.on_a2(&p, &header(0), &derived, true, &forged_secret),
             Err(Refusal::Forged)

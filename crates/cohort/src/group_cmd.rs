@@ -15,6 +15,7 @@ pub mod config;
 pub mod json;
 pub mod shell;
 
+use crate::stdin_lines;
 use crate::UsageError;
 use clap::{Args, Subcommand};
 use cohort_core::Timestamp;
@@ -22,7 +23,7 @@ use cohort_crypto::CryptoProvider;
 use cohort_group::{DropCounters, GroupEvent, GroupMember, RemovalReason};
 use serde_json::Value;
 use shell::{Shell, ShellEvent};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -88,77 +89,6 @@ fn run_member(args: &RunArgs) -> Result<(), UsageError> {
     runtime.block_on(serve(provider, setup, args.exit_on_eof))
 }
 
-/// One line of standard input, as the reader thread saw it.
-enum Input {
-    Line(String),
-    Bad(String),
-    Eof,
-}
-
-/// Reads lines on a plain thread (blocking reads of stdin never stall the runtime).
-fn spawn_stdin_reader() -> mpsc::Receiver<Input> {
-    let (tx, rx) = mpsc::channel(64);
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        let mut stdin = stdin.lock();
-        loop {
-            let input = match read_line_bounded(&mut stdin, MAX_LINE) {
-                Ok(Some(Ok(line))) => Input::Line(line),
-                Ok(Some(Err(problem))) => Input::Bad(problem),
-                Ok(None) | Err(_) => Input::Eof,
-            };
-            let eof = matches!(input, Input::Eof);
-            if tx.blocking_send(input).is_err() || eof {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-/// Reads one line of at most `limit` bytes: `None` at end of input, `Some(Err(_))` for a
-/// line too long (skipped to its end) or not UTF-8.
-fn read_line_bounded(
-    input: &mut impl BufRead,
-    limit: usize,
-) -> std::io::Result<Option<Result<String, String>>> {
-    let mut line = Vec::new();
-    let mut too_long = false;
-    loop {
-        let buf = input.fill_buf()?;
-        if buf.is_empty() {
-            if line.is_empty() && !too_long {
-                return Ok(None);
-            }
-            break;
-        }
-        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buf[..=i], true),
-            None => (buf, false),
-        };
-        let used = chunk.len();
-        if line.len() + used > limit + 1 {
-            too_long = true;
-            line.clear();
-        } else if !too_long {
-            line.extend_from_slice(chunk);
-        }
-        input.consume(used);
-        if done {
-            break;
-        }
-    }
-    if too_long {
-        return Ok(Some(Err(format!("line longer than {limit} bytes"))));
-    }
-    while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-        line.pop();
-    }
-    Ok(Some(
-        String::from_utf8(line).map_err(|_| "line is not UTF-8".to_string()),
-    ))
-}
-
 /// Writes one JSON line and flushes it. A closed stdout means nobody listens: exit.
 fn emit(value: &Value) {
     let stdout = std::io::stdout();
@@ -217,7 +147,7 @@ async fn serve(
         s.member_mut().start(now, &peers)
     });
 
-    let mut stdin = spawn_stdin_reader();
+    let mut stdin = stdin_lines::spawn(MAX_LINE);
     let mut stdin_open = true;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_dropped = DropCounters::default();
@@ -261,8 +191,8 @@ async fn serve(
                 None => break,
             },
             input = stdin.recv(), if stdin_open => match input {
-                Some(Input::Line(line)) if line.trim().is_empty() => {}
-                Some(Input::Line(line)) => match json::parse_command(&line) {
+                Some(stdin_lines::Input::Line(line)) if line.trim().is_empty() => {}
+                Some(stdin_lines::Input::Line(line)) => match json::parse_command(&line) {
                     Ok(json::Command::Send { channel, data }) => {
                         command(&commands, "send", move |s, now| s.send(now, channel, data));
                     }
@@ -279,8 +209,8 @@ async fn serve(
                     Ok(json::Command::Leave) => leave(&commands, &mut leave_deadline),
                     Err(e) => emit(&e.to_json()),
                 },
-                Some(Input::Bad(problem)) => emit(&json::error(None, &problem)),
-                Some(Input::Eof) | None => {
+                Some(stdin_lines::Input::Bad(problem)) => emit(&json::error(None, &problem)),
+                Some(stdin_lines::Input::Eof) | None => {
                     stdin_open = false;
                     if exit_on_eof {
                         leave(&commands, &mut leave_deadline);
@@ -310,31 +240,5 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)] // reason: test code; a panic is the failure report
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lines_are_bounded_and_checked() {
-        let text = b"short\r\n0123456789abcdef\nok\n\xff\nlast";
-        let mut input = std::io::BufReader::with_capacity(4, &text[..]);
-        let mut lines = Vec::new();
-        while let Some(line) = read_line_bounded(&mut input, 8).unwrap() {
-            lines.push(line);
-        }
-        assert_eq!(
-            lines,
-            [
-                Ok("short".to_string()),
-                Err("line longer than 8 bytes".to_string()),
-                Ok("ok".to_string()),
-                Err("line is not UTF-8".to_string()),
-                Ok("last".to_string()),
-            ]
-        );
     }
 }

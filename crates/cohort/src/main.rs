@@ -18,6 +18,7 @@ mod gears_cmd;
 mod group_cmd;
 mod hop_cmd;
 mod keygen_cmd;
+mod stdin_lines;
 mod tunnel_cmd;
 
 use clap::{Parser, Subcommand};

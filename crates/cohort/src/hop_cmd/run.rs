@@ -23,6 +23,7 @@ use super::json;
 use super::tun::{is_ip_packet, TunDevice};
 use super::RunArgs;
 use crate::group_cmd::os_seed;
+use crate::stdin_lines::{self, Input};
 use crate::UsageError;
 use cohort_core::{Machine, Timestamp};
 use cohort_crypto::CryptoProvider;
@@ -31,11 +32,10 @@ use cohort_hop::{
 };
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::UdpSocket;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// Most packets taken from one input before the loop drains the core again.
@@ -64,13 +64,6 @@ pub fn run(args: &RunArgs) -> Result<(), UsageError> {
         .build()
         .map_err(|e| UsageError(format!("cannot start the runtime: {e}")))?;
     runtime.block_on(serve(provider, setup, args.exit_on_eof))
-}
-
-/// One line of standard input, as the reader thread saw it.
-enum Input {
-    Line(String),
-    Bad(String),
-    Eof,
 }
 
 /// What woke the loop.
@@ -223,7 +216,7 @@ async fn serve(
         }
     }
 
-    let mut stdin = spawn_stdin_reader();
+    let mut stdin = stdin_lines::spawn(MAX_LINE);
     let mut stdin_open = true;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_counters = *d.counters();
@@ -686,68 +679,4 @@ fn emit(value: &Value) {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let _ = writeln!(out, "{value}").and_then(|()| out.flush());
-}
-
-/// Reads lines on a plain thread (blocking reads of stdin never stall the runtime).
-fn spawn_stdin_reader() -> mpsc::Receiver<Input> {
-    let (tx, rx) = mpsc::channel(64);
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        let mut stdin = stdin.lock();
-        loop {
-            let input = match read_line_bounded(&mut stdin, MAX_LINE) {
-                Ok(Some(Ok(line))) => Input::Line(line),
-                Ok(Some(Err(problem))) => Input::Bad(problem),
-                Ok(None) | Err(_) => Input::Eof,
-            };
-            let eof = matches!(input, Input::Eof);
-            if tx.blocking_send(input).is_err() || eof {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-/// Reads one line of at most `limit` bytes: `None` at end of input, `Some(Err(_))` for a
-/// line too long (skipped to its end) or not UTF-8.
-fn read_line_bounded(
-    input: &mut impl BufRead,
-    limit: usize,
-) -> std::io::Result<Option<Result<String, String>>> {
-    let mut line = Vec::new();
-    let mut too_long = false;
-    loop {
-        let buf = input.fill_buf()?;
-        if buf.is_empty() {
-            if line.is_empty() && !too_long {
-                return Ok(None);
-            }
-            break;
-        }
-        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buf[..=i], true),
-            None => (buf, false),
-        };
-        let used = chunk.len();
-        if line.len() + used > limit + 1 {
-            too_long = true;
-            line.clear();
-        } else if !too_long {
-            line.extend_from_slice(chunk);
-        }
-        input.consume(used);
-        if done {
-            break;
-        }
-    }
-    if too_long {
-        return Ok(Some(Err(format!("line longer than {limit} bytes"))));
-    }
-    while line.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
-        line.pop();
-    }
-    Ok(Some(
-        String::from_utf8(line).map_err(|_| "line is not UTF-8".to_string()),
-    ))
 }
