@@ -1052,7 +1052,7 @@ impl Endpoint {
                     }
                     r.map(|()| Received::Nothing)
                 }
-                None => Err(Refusal::Stale),
+                None => Err(Refusal::Unknown),
             },
             Packet::S2 {
                 index,
@@ -1062,7 +1062,7 @@ impl Endpoint {
                 ..
             } if theirs => match p.in_flows.get_mut(&assoc) {
                 Some(f) => f.on_s2(&provider, &header, index, &key, path, payload),
-                None => Err(Refusal::Stale),
+                None => Err(Refusal::Unknown),
             },
             Packet::Plain { payload, .. } if theirs => match p.in_flows.get_mut(&assoc) {
                 Some(f) if f.mode == Mode::Unprotected => Ok(f.on_plain(payload)),
@@ -1083,7 +1083,7 @@ impl Endpoint {
                     }
                     Err(e) => Err(e),
                 },
-                None => Err(Refusal::Stale),
+                None => Err(Refusal::Unknown),
             },
             Packet::A2 {
                 element,
@@ -1103,7 +1103,7 @@ impl Endpoint {
                     }
                     Err(e) => Err(e),
                 },
-                None => Err(Refusal::Stale),
+                None => Err(Refusal::Unknown),
             },
             _ => Err(Refusal::Malformed),
         };
@@ -1620,6 +1620,7 @@ pub(crate) fn count_refusal(counters: &mut HopCounters, refusal: Refusal) {
         Refusal::Replayed => counters.replayed += 1,
         Refusal::Stale => counters.stale += 1,
         Refusal::Unverifiable => counters.unverifiable += 1,
+        Refusal::Unknown => counters.unknown += 1,
     }
 }
 

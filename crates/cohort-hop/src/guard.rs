@@ -49,6 +49,8 @@ pub enum Refusal {
     Stale,
     /// S2 for a round not acknowledged at this hop.
     Unverifiable,
+    /// No such flow here (never opened, or closed).
+    Unknown,
 }
 
 /// What happened to an S1 or A1 that was taken.
