@@ -62,6 +62,11 @@ pub enum Taken {
     Repeat,
 }
 
+/// Most exact repeats of a round's S1 (and of its A1) a hop passes on: enough for the
+/// signer's retransmissions (`EndpointConfig::max_retries` defaults to 8), and a bound on
+/// what a replayer can make a hop send.
+pub const MAX_REPEATS: u8 = 8;
+
 /// Most distinct S1s (same element, other MACs) a hop holds for one round before an A1.
 const MAX_CANDIDATES: usize = 4;
 
@@ -146,6 +151,9 @@ struct RoundState {
     /// with MACs of its own; once an S2 verifies, only that candidate is left.
     candidates: Vec<(Element, u16, Vec<Element>)>,
     settled: bool,
+    /// Exact repeats of the S1 and of the A1 passed on so far.
+    s1_repeats: u8,
+    a1_repeats: u8,
     a1_element: Option<Element>,
     /// Report commitments seen with the A1's element (candidates, as for S1s).
     reports: Vec<ReportCommitment>,
@@ -249,6 +257,10 @@ impl FlowGuard {
                 return Err(Refusal::Forged);
             }
             if state.candidates.iter().any(|(d, _, _)| ct_eq(d, &digest)) {
+                if state.s1_repeats >= MAX_REPEATS {
+                    return Err(Refusal::Replayed);
+                }
+                state.s1_repeats += 1;
                 return Ok(Taken::Repeat);
             }
             if state.a1_element.is_some() || state.candidates.len() >= MAX_CANDIDATES {
@@ -277,6 +289,8 @@ impl FlowGuard {
                 s1_element: *element,
                 candidates: vec![(digest, count, split_elements(macs))],
                 settled: false,
+                s1_repeats: 0,
+                a1_repeats: 0,
                 a1_element: None,
                 reports: Vec::new(),
                 key: None,
@@ -318,26 +332,35 @@ impl FlowGuard {
             if !ct_eq(&seen, element) {
                 return Err(Refusal::Forged);
             }
-            return match report {
-                None => Ok(Taken::Repeat),
-                Some(r) if state.reports.contains(r) => Ok(Taken::Repeat),
-                Some(_) if state.reported || state.reports.len() >= MAX_CANDIDATES => {
-                    Err(Refusal::Forged)
-                }
-                Some(r) => {
-                    // The report MAC's key (this round's A2 element) is public as soon as a
-                    // later A1 was seen: its element hashes to it. No new candidate then.
-                    let public = self.ack.find(round).is_none_or(|g| {
-                        let (_, i0) = g.indices(round);
-                        g.verifier.known_index() <= i0
-                    });
-                    if public {
-                        return Err(Refusal::Stale);
-                    }
-                    state.reports.push(*r);
-                    Ok(Taken::New)
-                }
+            let repeat = match report {
+                None => true,
+                Some(r) => state.reports.contains(r),
             };
+            if repeat {
+                if state.a1_repeats >= MAX_REPEATS {
+                    return Err(Refusal::Replayed);
+                }
+                state.a1_repeats += 1;
+                return Ok(Taken::Repeat);
+            }
+            // The same element with other report commitments: another candidate.
+            let Some(r) = report else {
+                return Err(Refusal::Forged);
+            };
+            if state.reported || state.reports.len() >= MAX_CANDIDATES {
+                return Err(Refusal::Forged);
+            }
+            // The report MAC's key (this round's A2 element) is public as soon as a later A1
+            // was seen: its element hashes to it. No new candidate then.
+            let public = self.ack.find(round).is_none_or(|g| {
+                let (_, i0) = g.indices(round);
+                g.verifier.known_index() <= i0
+            });
+            if public {
+                return Err(Refusal::Stale);
+            }
+            state.reports.push(*r);
+            return Ok(Taken::New);
         }
         let generation = self.ack.find(round).ok_or(Refusal::Stale)?;
         let (i1, _) = generation.indices(round);
@@ -586,5 +609,30 @@ mod tests {
         );
         // The real report still opens.
         assert_eq!(g.on_a2(&p, &header(0), &derived, true, &[9; 16]), Ok(()));
+    }
+
+    /// A hop passes on a bounded number of exact repeats of an S1 or A1 (retransmissions),
+    /// so a replayer cannot make it send without end.
+    #[test]
+    fn repeats_are_passed_on_a_bounded_number_of_times() {
+        let p = CryptoProvider::default_provider();
+        let (mut sig, sig_info) = chain(&p, 1, 8);
+        let (mut ack, ack_info) = chain(&p, 2, 8);
+        let mut g = FlowGuard::new(Mode::N, false, sig_info, 16, 8).unwrap();
+        assert!(g.add_ack_chain(ack_info));
+        let (_, e1) = sig.next(&p).unwrap();
+        let h = header(0);
+        let s1 = |g: &mut FlowGuard| g.on_s1(&p, &h, crate::wire::mode_code::N, &e1, 1, &[7u8; 16]);
+        assert_eq!(s1(&mut g), Ok(Taken::New));
+        for _ in 0..MAX_REPEATS {
+            assert_eq!(s1(&mut g), Ok(Taken::Repeat));
+        }
+        assert_eq!(s1(&mut g), Err(Refusal::Replayed));
+        let (_, a1) = ack.next(&p).unwrap();
+        assert_eq!(g.on_a1(&p, &h, &a1, None), Ok(Taken::New));
+        for _ in 0..MAX_REPEATS {
+            assert_eq!(g.on_a1(&p, &h, &a1, None), Ok(Taken::Repeat));
+        }
+        assert_eq!(g.on_a1(&p, &h, &a1, None), Err(Refusal::Replayed));
     }
 }
