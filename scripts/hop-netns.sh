@@ -20,9 +20,11 @@
 # 3. an observer at R records a few of A's datagrams during the ping; the forger (in F)
 #    replays them unchanged and, for their pair id and the live associations it reads from
 #    A's control socket, sends forged packets (random chain elements, MACs, keys; a marker
-#    payload) at R:
-#    R's drop counters must grow by at least that many, and B must deliver nothing while
-#    A sends nothing.
+#    payload) at R: R must drop every forged packet, pass on nothing but verbatim replays
+#    of rounds it still remembers (as retransmissions, a bounded number of times), and B
+#    must deliver nothing while A sends nothing.
+# 4. with policy routing as in the report's Figure 3 (unmarked traffic for B's real
+#    address into the tunnel, cohort's own socket marked), ping B's real address.
 #
 # Usage: scripts/hop-netns.sh PATH/TO/cohort
 # Needs root, `ip` (iproute2) with netns support, /dev/net/tun, python3, ping and iperf3 (it
@@ -126,6 +128,7 @@ associations = 2
 name = "hop0"
 address = "10.200.0.1/24"
 mtu = 1300
+fwmark = 1
 [[peer]]
 address = "10.77.2.2:7500"
 via = "10.77.1.2:7500"
@@ -257,6 +260,20 @@ WRITTEN_DELTA=$(( $(echo "$B1" | q get tun.written) - $(echo "$B0" | q get tun.w
 echo "during the attack: A sent $SENT_DELTA real packets; B delivered $DELIV_DELTA, wrote $WRITTEN_DELTA to its tunnel"
 [ "$DELIV_DELTA" -le "$SENT_DELTA" ] || die "B delivered more than A sent: a forgery got through"
 [ "$WRITTEN_DELTA" -le "$SENT_DELTA" ] || die "B wrote more to its tunnel than A sent"
+
+# 4. The implementation report's routing (its Figure 3): an unmodified application in A
+#    talks to B's *real* address. Policy routing sends every unmarked packet for it into
+#    the tunnel; cohort's own UDP socket marks its packets (fwmark = 1 in A's [tun]), so
+#    they take the main table to the relay and never loop back into the tunnel.
+ip -n "$NS_A" rule add not fwmark 1 table 100 pref 100
+ip -n "$NS_A" route add 10.77.2.2/32 dev hop0 table 100
+T0=$(ctl a | q get tun.sent)
+ip netns exec "$NS_A" ping -c 3 -i 0.2 -W 2 10.77.2.2 >"$WORK/ping-real.out" 2>&1 \
+  || { cat "$WORK/ping-real.out" >&2; die "ping to B's real address through the tunnel failed"; }
+T1=$(ctl a | q get tun.sent)
+[ $(( T1 - T0 )) -ge 3 ] || die "the pings to B's real address did not go through the tunnel"
+echo "ping to B's real address 10.77.2.2 went through the tunnel ($(( T1 - T0 )) packets; cohort's own marked packets bypass it)"
+ip -n "$NS_A" rule del not fwmark 1 table 100 pref 100
 
 # The path still works after the attack.
 ip netns exec "$NS_A" ping -c 2 -i 0.2 -W 2 10.200.0.2 >/dev/null 2>&1 || die "ping after the attack failed"

@@ -21,6 +21,7 @@
 //! name = "cohort0"
 //! address = "10.200.0.1/24"          # the tunnel subnet: NOT the overlay's subnet
 //! mtu = 1300
+//! # fwmark = 1                     # mark cohort's own UDP packets, for policy routing
 //!
 //! [[peer]]
 //! address = "10.77.2.2:7500"         # the other endpoint's overlay address
@@ -111,6 +112,11 @@ pub struct TunSetup {
     pub prefix: u8,
     /// The device MTU (`mtu`, default [`DEFAULT_TUN_MTU`]).
     pub mtu: u16,
+    /// A firewall mark for cohort's own UDP socket (`fwmark`): with it, policy routing can
+    /// send everything *unmarked* for the peer's real address into the tunnel while
+    /// cohort's own (marked) packets take the normal route, as the ALPHA implementation
+    /// report does (its Figure 3).
+    pub fwmark: Option<u32>,
 }
 
 /// One `[[peer]]` table.
@@ -191,7 +197,7 @@ const ENDPOINT_KEYS: &[&str] = &[
 ];
 const ENDPOINT_PEER_KEYS: &[&str] = &["address", "via", "mode", "associations", "trust", "connect"];
 const RELAY_PEER_KEYS: &[&str] = &["address", "via", "trust"];
-const TUN_KEYS: &[&str] = &["name", "address", "mtu"];
+const TUN_KEYS: &[&str] = &["name", "address", "mtu", "fwmark"];
 
 /// Reads and parses the file at `path`; `ctl` defaults to the file's path with `.sock`.
 pub fn load(
@@ -510,11 +516,17 @@ fn parse_tun(table: &Table) -> Result<TunSetup, ConfigError> {
             ))
         }
     };
+    let fwmark = match f.uint("fwmark")? {
+        None => None,
+        Some(n) if (1..=u64::from(u32::MAX)).contains(&n) => Some(n as u32),
+        Some(n) => return Err(err("tun.fwmark", format!("must be 1..={} ({n})", u32::MAX))),
+    };
     Ok(TunSetup {
         name,
         address,
         prefix,
         mtu,
+        fwmark,
     })
 }
 
@@ -778,7 +790,8 @@ mod tests {
                 name: "hop0".into(),
                 address: Ipv4Addr::new(10, 200, 0, 1),
                 prefix: 24,
-                mtu: DEFAULT_TUN_MTU
+                mtu: DEFAULT_TUN_MTU,
+                fwmark: None,
             })
         );
         assert_eq!(setup.trust.len(), 1);
@@ -848,6 +861,7 @@ mod tests {
             ("", "peer"),
             ("name = \"a b\"", "tun.name"),
             ("mtu = 100", "tun.mtu"),
+            ("fwmark = 0", "tun.fwmark"),
             ("size = 3", "tun.size"),
         ];
         for (line, key) in tun_cases {

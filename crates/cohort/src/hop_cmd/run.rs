@@ -160,6 +160,16 @@ async fn serve(
                         setup.name
                     ))
                 })?;
+                if let Some(mark) = setup.fwmark {
+                    socket2::SockRef::from(&socket)
+                        .set_mark(mark)
+                        .map_err(|e| {
+                            UsageError(format!(
+                                "cannot set fwmark {mark} on the UDP socket: {e} (needs \
+                             CAP_NET_ADMIN)"
+                            ))
+                        })?;
+                }
                 tun = Some(device);
             }
             let seed = os_seed(&provider)?;
