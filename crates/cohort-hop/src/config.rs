@@ -180,8 +180,9 @@ impl EndpointConfig {
 pub struct RelayConfig {
     /// Next hop for an endpoint address; endpoints not listed are sent to directly.
     pub routes: Vec<(SocketAddr, SocketAddr)>,
-    /// Endpoints whose handshakes the relay accepts (either side must be listed); empty
-    /// accepts any correctly signed handshake.
+    /// Endpoints whose handshakes the relay accepts (both sides must be listed); empty
+    /// accepts any correctly signed handshake (and then anybody with two keys of their own
+    /// can take up the relay's pair table).
     pub trust: Vec<PublicKey>,
     /// Most pairs tracked at once (oldest evicted first).
     pub max_pairs: usize,

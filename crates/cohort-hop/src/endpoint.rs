@@ -231,7 +231,13 @@ pub struct EndpointStatus {
     pub counters: HopCounters,
 }
 
-/// An ALPHA endpoint. See the [module docs](self) for the call order.
+/// An ALPHA endpoint.
+///
+/// # Call order
+/// After any input (`handle_datagram`, `handle_timeout`, or a command: [`Endpoint::connect`],
+/// [`Endpoint::open`], [`Endpoint::send`], [`Endpoint::send_keyed`], [`Endpoint::send_any`],
+/// [`Endpoint::close`]) call `poll_transmit` until `None`, then `poll_event` until `None`,
+/// then `poll_timeout` (as for every [`Machine`]).
 pub struct Endpoint {
     config: EndpointConfig,
     provider: CryptoProvider,
@@ -905,8 +911,9 @@ impl Endpoint {
             return;
         }
         if !self.trusted(&responder.public_key) {
+            // Dropped, not fatal: anybody who saw our SYN can answer it with a key of its
+            // own; the real ACK may still come (if none does, the handshake times out).
             self.counters.untrusted += 1;
-            self.fail(addr, "peer not trusted");
             return;
         }
         let key = PublicKey::from_bytes(responder.public_key);
@@ -1032,7 +1039,7 @@ impl Endpoint {
             } if theirs => match p.in_flows.get_mut(&assoc) {
                 Some(f) => {
                     let repeated = f.repeated_s1;
-                    let r = f.on_s1(&provider, &header, mode, &element, count, macs);
+                    let r = f.on_s1(&provider, &header, mode, &element, count, macs, now);
                     if f.repeated_s1 > repeated && f.repeated_s1 % 2 == 0 {
                         // Our A1s for this flow are not getting through: maybe a relay
                         // never saw our latest ack chain.
@@ -1690,11 +1697,11 @@ impl Machine for Endpoint {
                 self.urgent.push_back((p.next_hop, p.handshake.clone()));
             }
             // S1 retransmissions.
-            let mut abandoned = Vec::new();
+            let mut stalled_rounds = Vec::new();
             let mut stalled = Vec::new();
             for (&assoc, f) in p.out_flows.iter_mut() {
                 match f.on_timeout(now, rto, max_retries) {
-                    SendTimeout::Abandoned(lost) => abandoned.push((assoc, lost)),
+                    SendTimeout::Stalled(round) => stalled_rounds.push((assoc, round)),
                     SendTimeout::Retransmitted(tries) if tries >= 2 => {
                         // No A1 after two tries: maybe a relay missed our latest chain.
                         if let Some(renew) = p.renewals.get(&(f.flow, 0)) {
@@ -1726,11 +1733,11 @@ impl Machine for Endpoint {
             if let Some(control) = p.out_flows.get_mut(&CONTROL) {
                 control.queue.extend(resend);
             }
-            for (assoc, messages) in abandoned {
-                self.events.push_back(EndpointEvent::RoundAbandoned {
+            for (assoc, round) in stalled_rounds {
+                self.events.push_back(EndpointEvent::Stalled {
                     peer: addr,
                     assoc,
-                    messages,
+                    round,
                 });
             }
             if give_up {

@@ -74,15 +74,16 @@ pub enum EndpointEvent {
         /// Which side's flow.
         outgoing: bool,
     },
-    /// A round was given up after every retransmission of its S1 went unanswered; its
-    /// messages are lost.
-    RoundAbandoned {
+    /// A round's S1 went unanswered `max_retries` times (said once per round). The
+    /// association waits: it is still sent again (every 2 s at most), because moving on
+    /// without its A1 would let a forger finish the round.
+    Stalled {
         /// The peer.
         peer: SocketAddr,
         /// Our association.
         assoc: AssocId,
-        /// Messages lost with it.
-        messages: usize,
+        /// The round.
+        round: u32,
     },
 }
 

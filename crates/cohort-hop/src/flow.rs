@@ -24,6 +24,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 use zeroize::Zeroize;
 
+/// Longest wait between two sends of an unanswered S1.
+const MAX_S1_BACKOFF: Duration = Duration::from_secs(2);
+
 /// A chain the endpoint owns, with the public description it announced.
 pub(crate) struct OwnChain {
     pub info: AnchorInfo,
@@ -64,7 +67,7 @@ impl OwnChain {
     }
 
     fn end_round(&self) -> u32 {
-        self.info.start_round + self.info.length / 2
+        self.info.start_round.saturating_add(self.info.length / 2)
     }
 
     /// The element at `index`, walking the chain down to it (elements above it are
@@ -108,8 +111,8 @@ pub(crate) enum SendTimeout {
     Nothing,
     /// The S1 was sent again, for the n-th time.
     Retransmitted(u32),
-    /// The round was given up; this many messages are lost.
-    Abandoned(usize),
+    /// The S1 went unanswered `max_retries` times (reported once; it is still resent).
+    Stalled(u32),
 }
 
 /// The signer's end of an association.
@@ -334,15 +337,20 @@ impl SendFlow {
             macs: &macs,
         }
         .write(&mut s1);
-        // Our own S1 goes through the same checks a relay makes.
+        // The elements are spent: this round number is used up whatever happens next.
+        self.next_round = round.saturating_add(1);
+        // Our own S1 goes through the same checks a relay makes; if it fails them (it should
+        // not), the messages wait for the next round.
         if self
             .guard
-            .on_s1(provider, &header, mode.code(), &element, count, &macs)
+            .on_s1(provider, &header, mode.code(), &element, count, &macs, now)
             .is_err()
         {
+            for m in messages.into_iter().rev() {
+                self.queue.push_front(m);
+            }
             return false;
         }
-        self.next_round = round + 1;
         self.ready.push_back(s1.clone());
         self.inflight = Some(Inflight {
             round,
@@ -361,7 +369,7 @@ impl SendFlow {
     pub fn deadline(&self, rto: Duration) -> Option<Timestamp> {
         self.inflight
             .as_ref()
-            .map(|f| f.sent_at + rto * (1 << f.tries.min(6)))
+            .map(|f| f.sent_at + (rto * (1 << f.tries.min(4))).min(MAX_S1_BACKOFF).max(rto))
     }
 
     /// Retransmits the S1 or abandons the round when its time is up.
@@ -375,14 +383,16 @@ impl SendFlow {
         let Some(inflight) = self.inflight.as_mut() else {
             return SendTimeout::Nothing;
         };
-        if inflight.tries >= max_retries {
-            let lost = inflight.messages.len();
-            self.inflight = None;
-            return SendTimeout::Abandoned(lost);
-        }
+        // A round is never given up: moving on would disclose the next elements, and one
+        // of them hashes to this round's key while hops may still take an S1 for it (a
+        // forger could then finish the round with a message of its own). The S1 is sent
+        // again, backing off, until its A1 comes.
         inflight.tries += 1;
         inflight.sent_at = now;
         self.ready.push_back(inflight.s1.clone());
+        if inflight.tries == max_retries {
+            return SendTimeout::Stalled(inflight.round);
+        }
         SendTimeout::Retransmitted(inflight.tries)
     }
 
@@ -396,7 +406,7 @@ impl SendFlow {
         report: Option<&ReportCommitment>,
         now: Timestamp,
     ) -> Result<Option<Duration>, Refusal> {
-        if self.guard.on_a1(provider, header, element, report)? == Taken::Repeat {
+        if self.guard.on_a1(provider, header, element, report, now)? == Taken::Repeat {
             return Err(Refusal::Replayed);
         }
         let Some(inflight) = self.inflight.take_if(|f| f.round == header.round) else {
@@ -555,6 +565,7 @@ impl RecvFlow {
     }
 
     /// An S1 arrived: check it, and answer with an A1 (the same one for a repeat).
+    #[allow(clippy::too_many_arguments)] // the S1's fields, as parsed, and the time
     pub fn on_s1(
         &mut self,
         provider: &CryptoProvider,
@@ -563,20 +574,23 @@ impl RecvFlow {
         element: &Element,
         count: u16,
         macs: &[u8],
+        now: Timestamp,
     ) -> Result<(), Refusal> {
         let round = header.round;
         match self
             .guard
-            .on_s1(provider, header, mode, element, count, macs)
+            .on_s1(provider, header, mode, element, count, macs, now)
         {
-            Ok(Taken::New) if !self.a1_sent.contains_key(&round) => {}
-            Ok(_) => {
+            Ok(_) if self.a1_sent.contains_key(&round) => {
                 if let Some(a1) = self.a1_sent.get(&round) {
                     self.ready.push_back(a1.clone());
                 }
                 self.repeated_s1 += 1;
                 return Ok(());
             }
+            // A new round, or one stored whose A1 could not be made before (no ack chain
+            // for it yet): make the A1 now.
+            Ok(_) => {}
             Err(Refusal::Forged) => {
                 // Another S1 for a round we acknowledged. If it is the signer's (a forger's
                 // S1 got here first), answering keeps the flow moving: the round's messages
@@ -597,7 +611,7 @@ impl RecvFlow {
                 .pending_reports
                 .keys()
                 .copied()
-                .filter(|&r| r + 1 < round)
+                .filter(|&r| r.saturating_add(1) < round)
                 .collect();
             for r in unfinished {
                 self.send_report(provider, header, r, false);
@@ -634,7 +648,7 @@ impl RecvFlow {
             None
         };
         self.guard
-            .on_a1(provider, header, &a1_element, report.as_ref())?;
+            .on_a1(provider, header, &a1_element, report.as_ref(), now)?;
         let mut a1 = Vec::with_capacity(96);
         Packet::A1 {
             header: *header,

@@ -33,6 +33,7 @@ use crate::config::Mode;
 use crate::crypto::{self, Element, ELEMENT_LEN};
 use crate::merkle;
 use crate::wire::{AnchorInfo, FlowHeader, ReportCommitment};
+use cohort_core::Timestamp;
 use cohort_crypto::{ct_eq, CryptoProvider};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -62,13 +63,27 @@ pub enum Taken {
     Repeat,
 }
 
-/// Most exact repeats of a round's S1 (and of its A1) a hop passes on: enough for the
-/// signer's retransmissions (`EndpointConfig::max_retries` defaults to 8), and a bound on
-/// what a replayer can make a hop send.
-pub const MAX_REPEATS: u8 = 8;
+/// Exact repeats of a round's S1 (and of its A1) a hop passes on freely; after that it
+/// passes at most one every [`REPEAT_GAP`]. Retransmissions keep getting through (a signer
+/// never gives a round up and resends at least every 2 s), while a replayer can make a hop
+/// send at most one packet per round every `REPEAT_GAP`.
+pub const MAX_REPEATS: u32 = 8;
+
+/// See [`MAX_REPEATS`].
+pub const REPEAT_GAP: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Counts a repeat and says whether to pass it on.
+fn pass_repeat(count: &mut u32, last_passed: &mut Timestamp, now: Timestamp) -> bool {
+    let pass = *count < MAX_REPEATS || now >= *last_passed + REPEAT_GAP;
+    *count = count.saturating_add(1);
+    if pass {
+        *last_passed = now;
+    }
+    pass
+}
 
 /// Most distinct S1s (same element, other MACs) a hop holds for one round before an A1.
-const MAX_CANDIDATES: usize = 4;
+pub const MAX_CANDIDATES: usize = 4;
 
 fn split_elements(bytes: &[u8]) -> Vec<Element> {
     bytes
@@ -112,7 +127,11 @@ struct Chains {
 
 impl Chains {
     fn add(&mut self, info: AnchorInfo, max_skip_rounds: u32) -> bool {
-        if info.length < 2 || info.length % 2 != 0 {
+        // The chain's rounds must fit the round counter (a peer may announce anything).
+        if info.length < 2
+            || info.length % 2 != 0
+            || info.start_round.checked_add(info.length / 2).is_none()
+        {
             return false;
         }
         if let Some(last) = self.generations.back() {
@@ -120,7 +139,7 @@ impl Chains {
             if last.info == info || self.generations.iter().any(|g| g.info == info) {
                 return true;
             }
-            if info.start_round != last.info.start_round + last.rounds() {
+            if Some(info.start_round) != last.info.start_round.checked_add(last.rounds()) {
                 return false;
             }
         }
@@ -152,8 +171,10 @@ struct RoundState {
     candidates: Vec<(Element, u16, Vec<Element>)>,
     settled: bool,
     /// Exact repeats of the S1 and of the A1 passed on so far.
-    s1_repeats: u8,
-    a1_repeats: u8,
+    s1_repeats: u32,
+    s1_passed: Timestamp,
+    a1_repeats: u32,
+    a1_passed: Timestamp,
     a1_element: Option<Element>,
     /// Report commitments seen with the A1's element (candidates, as for S1s).
     reports: Vec<ReportCommitment>,
@@ -238,6 +259,7 @@ impl FlowGuard {
     }
 
     /// Checks an S1 and stores its MACs (as a new round, or as another candidate).
+    #[allow(clippy::too_many_arguments)] // the S1's fields, as parsed, and the time
     pub fn on_s1(
         &mut self,
         provider: &CryptoProvider,
@@ -246,6 +268,7 @@ impl FlowGuard {
         element: &Element,
         count: u16,
         macs: &[u8],
+        now: Timestamp,
     ) -> Result<Taken, Refusal> {
         if mode != self.mode.code() || count > self.mode.batch() {
             return Err(Refusal::Malformed);
@@ -257,14 +280,23 @@ impl FlowGuard {
                 return Err(Refusal::Forged);
             }
             if state.candidates.iter().any(|(d, _, _)| ct_eq(d, &digest)) {
-                if state.s1_repeats >= MAX_REPEATS {
-                    return Err(Refusal::Replayed);
-                }
-                state.s1_repeats += 1;
-                return Ok(Taken::Repeat);
+                return if pass_repeat(&mut state.s1_repeats, &mut state.s1_passed, now) {
+                    Ok(Taken::Repeat)
+                } else {
+                    Err(Refusal::Replayed)
+                };
             }
             if state.a1_element.is_some() || state.candidates.len() >= MAX_CANDIDATES {
                 return Err(Refusal::Forged);
+            }
+            // Once anything at or below the round's key has been seen here (a later round's
+            // S1, or an S2), the key may be public: no MAC offered now can be trusted.
+            let public = self.sig.find(round).is_none_or(|g| {
+                let (_, i0) = g.indices(round);
+                g.verifier.known_index() <= i0
+            });
+            if public {
+                return Err(Refusal::Stale);
             }
             state.candidates.push((digest, count, split_elements(macs)));
             return Ok(Taken::New);
@@ -290,7 +322,9 @@ impl FlowGuard {
                 candidates: vec![(digest, count, split_elements(macs))],
                 settled: false,
                 s1_repeats: 0,
+                s1_passed: now,
                 a1_repeats: 0,
+                a1_passed: now,
                 a1_element: None,
                 reports: Vec::new(),
                 key: None,
@@ -316,11 +350,17 @@ impl FlowGuard {
         header: &FlowHeader,
         element: &Element,
         report: Option<&ReportCommitment>,
+        now: Timestamp,
     ) -> Result<Taken, Refusal> {
         if report.is_some() != self.reports {
             return Err(Refusal::Malformed);
         }
         let round = header.round;
+        let later_round_seen = self
+            .rounds
+            .range(round.saturating_add(1)..)
+            .next()
+            .is_some();
         let Some(state) = self.rounds.get_mut(&round) else {
             return Err(if round < self.evicted_below {
                 Refusal::Stale
@@ -337,11 +377,11 @@ impl FlowGuard {
                 Some(r) => state.reports.contains(r),
             };
             if repeat {
-                if state.a1_repeats >= MAX_REPEATS {
-                    return Err(Refusal::Replayed);
-                }
-                state.a1_repeats += 1;
-                return Ok(Taken::Repeat);
+                return if pass_repeat(&mut state.a1_repeats, &mut state.a1_passed, now) {
+                    Ok(Taken::Repeat)
+                } else {
+                    Err(Refusal::Replayed)
+                };
             }
             // The same element with other report commitments: another candidate.
             let Some(r) = report else {
@@ -350,12 +390,16 @@ impl FlowGuard {
             if state.reported || state.reports.len() >= MAX_CANDIDATES {
                 return Err(Refusal::Forged);
             }
-            // The report MAC's key (this round's A2 element) is public as soon as a later A1
-            // was seen: its element hashes to it. No new candidate then.
-            let public = self.ack.find(round).is_none_or(|g| {
-                let (_, i0) = g.indices(round);
-                g.verifier.known_index() <= i0
-            });
+            // The report MAC's key (this round's A2 element) is public once the verifier sent
+            // the next round's A1 (its element hashes to it) or this round's A2. The verifier
+            // sends those only after this round's S2s or the next round's S1 passed every hop:
+            // once this hop saw either (or a later A1), no new candidate.
+            let public = later_round_seen
+                || state.key.is_some()
+                || self.ack.find(round).is_none_or(|g| {
+                    let (_, i0) = g.indices(round);
+                    g.verifier.known_index() <= i0
+                });
             if public {
                 return Err(Refusal::Stale);
             }
@@ -380,6 +424,24 @@ impl FlowGuard {
             .unwrap_or(0);
         state.seen = vec![false; usize::from(most)];
         Ok(Taken::New)
+    }
+
+    /// The A1 this hop passed for `round` (element and first report commitment), to send
+    /// back for an S1 that carries the round's real `s1_element` (the signer's own, when this
+    /// hop holds a forger's MACs), if the repeat throttle lets it go now.
+    pub fn a1_to_resend(
+        &mut self,
+        round: u32,
+        s1_element: &Element,
+        now: Timestamp,
+    ) -> Option<(Element, Option<ReportCommitment>)> {
+        let state = self.rounds.get_mut(&round)?;
+        if !ct_eq(&state.s1_element, s1_element) {
+            return None;
+        }
+        let element = state.a1_element?;
+        let report = state.reports.first().copied();
+        pass_repeat(&mut state.a1_repeats, &mut state.a1_passed, now).then_some((element, report))
     }
 
     /// Checks an S2; on success the message index is marked taken.
@@ -552,6 +614,8 @@ mod tests {
         (c, info)
     }
 
+    const T0: Timestamp = Timestamp::ZERO;
+
     fn header(round: u32) -> FlowHeader {
         FlowHeader {
             pair_id: [1; 8],
@@ -583,13 +647,13 @@ mod tests {
             let (_, _key) = sig.next(&p).unwrap();
             let h = header(round);
             assert_eq!(
-                g.on_s1(&p, &h, crate::wire::mode_code::N, &e1, 1, &[0u8; 16]),
+                g.on_s1(&p, &h, crate::wire::mode_code::N, &e1, 1, &[0u8; 16], T0),
                 Ok(Taken::New)
             );
             let (_, a1) = ack.next(&p).unwrap();
             let (_, a2) = ack.next(&p).unwrap();
             let real = report(&a2, &h, &[9; 16]);
-            assert_eq!(g.on_a1(&p, &h, &a1, Some(&real)), Ok(Taken::New));
+            assert_eq!(g.on_a1(&p, &h, &a1, Some(&real), T0), Ok(Taken::New));
             a2_elements.push((a1, a2));
         }
         // Round 1's A1 is out: anyone can hash it to round 0's A2 element.
@@ -600,7 +664,7 @@ mod tests {
         let forged_secret = [0x66; 16];
         let forged = report(&derived, &header(0), &forged_secret);
         assert_eq!(
-            g.on_a1(&p, &header(0), &a1_0, Some(&forged)),
+            g.on_a1(&p, &header(0), &a1_0, Some(&forged), T0),
             Err(Refusal::Stale)
         );
         assert_eq!(
@@ -611,8 +675,9 @@ mod tests {
         assert_eq!(g.on_a2(&p, &header(0), &derived, true, &[9; 16]), Ok(()));
     }
 
-    /// A hop passes on a bounded number of exact repeats of an S1 or A1 (retransmissions),
-    /// so a replayer cannot make it send without end.
+    /// A hop passes on the first repeats of an S1 or A1 (retransmissions), then one in
+    /// `MAX_REPEATS`: a replayer gets a bounded fraction through, a signer that keeps
+    /// resending still does.
     #[test]
     fn repeats_are_passed_on_a_bounded_number_of_times() {
         let p = CryptoProvider::default_provider();
@@ -622,17 +687,80 @@ mod tests {
         assert!(g.add_ack_chain(ack_info));
         let (_, e1) = sig.next(&p).unwrap();
         let h = header(0);
-        let s1 = |g: &mut FlowGuard| g.on_s1(&p, &h, crate::wire::mode_code::N, &e1, 1, &[7u8; 16]);
-        assert_eq!(s1(&mut g), Ok(Taken::New));
-        for _ in 0..MAX_REPEATS {
-            assert_eq!(s1(&mut g), Ok(Taken::Repeat));
-        }
-        assert_eq!(s1(&mut g), Err(Refusal::Replayed));
+        let s1 = |g: &mut FlowGuard, ms: u64| {
+            g.on_s1(
+                &p,
+                &h,
+                crate::wire::mode_code::N,
+                &e1,
+                1,
+                &[7u8; 16],
+                Timestamp::from_millis(ms),
+            )
+        };
+        assert_eq!(s1(&mut g, 0), Ok(Taken::New));
+        // 100 repeats 10 ms apart (one second): the first 8 pass, then one per 100 ms.
+        let passed = (1..=100)
+            .filter(|i| s1(&mut g, i * 10) == Ok(Taken::Repeat))
+            .count();
+        assert_eq!(passed, 8 + 9);
         let (_, a1) = ack.next(&p).unwrap();
-        assert_eq!(g.on_a1(&p, &h, &a1, None), Ok(Taken::New));
-        for _ in 0..MAX_REPEATS {
-            assert_eq!(g.on_a1(&p, &h, &a1, None), Ok(Taken::Repeat));
-        }
-        assert_eq!(g.on_a1(&p, &h, &a1, None), Err(Refusal::Replayed));
+        let a1_at =
+            |g: &mut FlowGuard, ms: u64| g.on_a1(&p, &h, &a1, None, Timestamp::from_millis(ms));
+        assert_eq!(a1_at(&mut g, 0), Ok(Taken::New));
+        let passed = (1..=100)
+            .filter(|i| a1_at(&mut g, i * 10) == Ok(Taken::Repeat))
+            .count();
+        assert_eq!(passed, 8 + 9);
+        // Much later, a retransmission passes again.
+        assert_eq!(a1_at(&mut g, 60_000), Ok(Taken::Repeat));
+    }
+
+    /// Once a hop saw the next round's S1 (whose element hashes to this round's key), it
+    /// takes no new S1 candidate for this round, even before this round's A1.
+    #[test]
+    fn no_candidate_once_the_round_key_may_be_public() {
+        let p = CryptoProvider::default_provider();
+        let (mut sig, sig_info) = chain(&p, 1, 8);
+        let mut g = FlowGuard::new(Mode::N, false, sig_info, 16, 8).unwrap();
+        let (_, e1) = sig.next(&p).unwrap();
+        let (_, _key0) = sig.next(&p).unwrap();
+        let (_, e1_next) = sig.next(&p).unwrap();
+        let n = crate::wire::mode_code::N;
+        assert_eq!(
+            g.on_s1(&p, &header(0), n, &e1, 1, &[1; 16], T0),
+            Ok(Taken::New)
+        );
+        // A second candidate is fine while nothing revealed the key.
+        assert_eq!(
+            g.on_s1(&p, &header(0), n, &e1, 1, &[2; 16], T0),
+            Ok(Taken::New)
+        );
+        assert_eq!(
+            g.on_s1(&p, &header(1), n, &e1_next, 1, &[3; 16], T0),
+            Ok(Taken::New)
+        );
+        assert_eq!(
+            g.on_s1(&p, &header(0), n, &e1, 1, &[4; 16], T0),
+            Err(Refusal::Stale)
+        );
+    }
+
+    /// A chain whose rounds would run past the round counter is refused, first or renewed.
+    #[test]
+    fn chains_past_the_round_counter_are_refused() {
+        let p = CryptoProvider::default_provider();
+        let (_, mut info) = chain(&p, 1, 8);
+        info.start_round = u32::MAX - 2;
+        assert!(FlowGuard::new(Mode::N, false, info, 16, 8).is_none());
+        info.start_round = u32::MAX - 8;
+        let mut g = FlowGuard::new(Mode::N, false, info, 16, 8).unwrap();
+        let (_, mut next) = chain(&p, 2, 8);
+        next.start_round = u32::MAX;
+        assert!(!g.add_sig_chain(next));
+        assert!(!g.add_ack_chain(AnchorInfo {
+            start_round: u32::MAX - 1,
+            ..next
+        }));
     }
 }

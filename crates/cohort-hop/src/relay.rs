@@ -16,7 +16,7 @@
 use crate::config::{Mode, RelayConfig};
 use crate::endpoint::count_refusal;
 use crate::event::{HopCounters, RelayEvent};
-use crate::guard::FlowGuard;
+use crate::guard::{FlowGuard, Refusal};
 use crate::wire::{
     ack_signed_bytes, ackack_signed_bytes, control_signed_bytes, signed_envelope_bytes,
     syn_signed_bytes, Control, HandshakeHeader, Packet, PairId, FLOW_FROM_RESPONDER,
@@ -37,7 +37,8 @@ struct RelayPair {
     responder_key: PublicKey,
     /// By flow (direction bit and association id).
     flows: BTreeMap<u16, FlowGuard>,
-    learned: u64,
+    /// When the pair last had a packet verified (a tick of [`Relay`]'s counter).
+    last_used: u64,
     /// The responder's ACK signature, which the initiator's ACKACK signs.
     ack_signature: Vec<u8>,
     /// The ACK as verified (a repeat is compared, not verified again).
@@ -98,7 +99,8 @@ pub struct Relay {
     provider: CryptoProvider,
     local: SocketAddr,
     pairs: HashMap<PairId, RelayPair>,
-    learned: u64,
+    /// A counter that orders pairs by use (ticks on every new pair and verified packet).
+    use_clock: u64,
     out: VecDeque<(SocketAddr, Vec<u8>)>,
     events: VecDeque<RelayEvent>,
     counters: HopCounters,
@@ -121,7 +123,7 @@ impl Relay {
             provider,
             local,
             pairs: HashMap::new(),
-            learned: 0,
+            use_clock: 0,
             out: VecDeque::new(),
             events: VecDeque::new(),
             counters: HopCounters::default(),
@@ -181,7 +183,7 @@ impl Relay {
             }
             return;
         }
-        if !self.trusted(&initiator.public_key) && !self.trusted(&responder.public_key) {
+        if !self.trusted(&initiator.public_key) || !self.trusted(&responder.public_key) {
             self.counters.untrusted += 1;
             return;
         }
@@ -214,18 +216,19 @@ impl Relay {
             return;
         };
         if self.pairs.len() >= self.config.max_pairs.max(1) {
-            // Bounded: the pair learned longest ago goes.
+            // Bounded: the pair idle longest goes (a flood of new pairs displaces only pairs
+            // quieter than itself).
             if let Some(oldest) = self
                 .pairs
                 .iter()
-                .min_by_key(|(_, p)| p.learned)
+                .min_by_key(|(_, p)| p.last_used)
                 .map(|(id, _)| *id)
             {
                 self.pairs.remove(&oldest);
                 self.counters.no_room += 1;
             }
         }
-        self.learned += 1;
+        self.use_clock += 1;
         self.pairs.insert(
             header.pair_id,
             RelayPair {
@@ -234,7 +237,7 @@ impl Relay {
                 initiator_key,
                 responder_key,
                 flows: BTreeMap::from([(0, from_initiator), (FLOW_FROM_RESPONDER, from_responder)]),
-                learned: self.learned,
+                last_used: self.use_clock,
                 ack_signature: responder.signature.to_vec(),
                 ack: data.to_vec(),
                 ackack: None,
@@ -316,7 +319,7 @@ impl Relay {
         self.forward(to, data);
     }
 
-    fn on_flow_packet(&mut self, data: &[u8], packet: &Packet<'_>) {
+    fn on_flow_packet(&mut self, now: Timestamp, data: &[u8], packet: &Packet<'_>) {
         let Some(header) = packet.flow_header().copied() else {
             return;
         };
@@ -339,7 +342,7 @@ impl Relay {
                 ..
             } => (
                 guard
-                    .on_s1(&provider, &header, *mode, element, *count, macs)
+                    .on_s1(&provider, &header, *mode, element, *count, macs, now)
                     .map(|_| ()),
                 receiver,
             ),
@@ -347,7 +350,7 @@ impl Relay {
                 element, report, ..
             } => (
                 guard
-                    .on_a1(&provider, &header, element, report.as_ref())
+                    .on_a1(&provider, &header, element, report.as_ref(), now)
                     .map(|_| ()),
                 sender,
             ),
@@ -381,6 +384,30 @@ impl Relay {
             }
             _ => return,
         };
+        // An S1 that differs from the one this hop holds for an acknowledged round is the
+        // signer's, retransmitting because the A1 got lost on the way back (a forger's copy
+        // got here first): send the A1 back toward it, so the flow moves on. The round's
+        // messages die at the first hop that holds the forger's MACs; the next round is
+        // clean. Throttled like any repeat.
+        if let (Packet::S1 { element, .. }, Err(Refusal::Forged)) = (packet, &result) {
+            if let Some((a1_element, report)) = guard.a1_to_resend(header.round, element, now) {
+                let mut a1 = Vec::with_capacity(96);
+                Packet::A1 {
+                    header,
+                    element: a1_element,
+                    report,
+                }
+                .write(&mut a1);
+                let next = self.config.next_hop(sender);
+                self.out.push_back((next, a1));
+            }
+        }
+        if result.is_ok() {
+            self.use_clock += 1;
+            if let Some(pair) = self.pairs.get_mut(&header.pair_id) {
+                pair.last_used = self.use_clock;
+            }
+        }
         match result {
             Ok(()) => {
                 self.counters.verified += 1;
@@ -481,7 +508,7 @@ impl Relay {
 impl Machine for Relay {
     type Event = RelayEvent;
 
-    fn handle_datagram(&mut self, _now: Timestamp, _from: SocketAddr, data: &[u8]) {
+    fn handle_datagram(&mut self, now: Timestamp, _from: SocketAddr, data: &[u8]) {
         let Ok(packet) = Packet::parse(data) else {
             self.counters.malformed += 1;
             return;
@@ -508,7 +535,7 @@ impl Machine for Relay {
                 self.forward(to, data);
             }
             Packet::Ack { .. } => self.on_ack(data, &packet),
-            _ => self.on_flow_packet(data, &packet),
+            _ => self.on_flow_packet(now, data, &packet),
         }
     }
 

@@ -361,3 +361,59 @@ fn the_scheduler_shares_the_link_between_associations() {
         "one association ran {worst} S2s ahead of the other"
     );
 }
+
+/// A signer never moves past a round whose A1 it did not get: the next round's S1 would
+/// disclose an element that hashes to that round's key, and a forger who kept the real S1
+/// from the hops could then finish the round with a message of its own. Under an outage
+/// the signer keeps resending the same S1 (and says the association is stalled); when
+/// the path comes back, everything arrives.
+#[test]
+fn a_signer_never_moves_past_an_unacknowledged_round() {
+    let mut path = Path::new(9, 1, |_| {});
+    path.connect().expect("connect");
+    let assoc = path.open(Mode::N).expect("open");
+    let a = path.a;
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let s = seen.clone();
+    let outage = path.sim.add_rule(FnRule::new(
+        "drop a's data S1s",
+        move |p: &PacketView<'_>, _rng: &mut dyn rand_core::RngCore| match Packet::parse(p.bytes) {
+            Ok(Packet::S1 { header, .. }) if p.from == a && header.flow == assoc => {
+                s.borrow_mut().push(header.round);
+                Verdict::Drop
+            }
+            _ => Verdict::Pass,
+        },
+    ));
+    for i in 0..5 {
+        assert!(path.send(assoc, format!("during-{i}").as_bytes()));
+    }
+    path.sim.run_for(Duration::from_secs(60)).expect("run");
+    let rounds = seen.borrow().clone();
+    assert!(
+        rounds.len() > 10,
+        "the S1 was sent again ({} times)",
+        rounds.len()
+    );
+    assert!(
+        rounds.iter().all(|&r| r == rounds[0]),
+        "an S1 of a later round went out while round {} was unacknowledged: {rounds:?}",
+        rounds[0]
+    );
+    assert!(path
+        .sim
+        .events_of(a)
+        .any(|(_, e)| matches!(e, HopEvent::Endpoint(EndpointEvent::Stalled { .. }))));
+    assert!(path.received_at_b().is_empty());
+    path.sim.remove_rule(outage);
+    path.sim.run_for(Duration::from_secs(10)).expect("run");
+    let got: Vec<String> = path
+        .received_at_b()
+        .iter()
+        .map(|m| String::from_utf8_lossy(m).into_owned())
+        .collect();
+    assert_eq!(
+        got,
+        (0..5).map(|i| format!("during-{i}")).collect::<Vec<_>>()
+    );
+}

@@ -76,15 +76,11 @@ pub fn endpoint_event(event: &EndpointEvent) -> Value {
             "assoc": assoc,
             "dir": dir(*outgoing),
         }),
-        EndpointEvent::RoundAbandoned {
-            peer,
-            assoc,
-            messages,
-        } => json!({
-            "event": "round_abandoned",
+        EndpointEvent::Stalled { peer, assoc, round } => json!({
+            "event": "stalled",
             "peer": peer.to_string(),
             "assoc": assoc,
-            "messages": messages,
+            "round": round,
         }),
     }
 }
