@@ -146,7 +146,9 @@ pub struct EndpointConfig {
     /// First retransmission timeout (handshake, S1, control messages); later ones adapt to
     /// the measured round-trip time.
     pub retransmit: Duration,
-    /// Retransmissions before a handshake fails or a round is abandoned.
+    /// Retransmissions before a handshake fails, before an association says `Stalled` (it
+    /// keeps resending), and (doubled) before a peer that answers no control message is
+    /// given up.
     pub max_retries: u32,
     /// Rounds a receiver remembers per association (older rounds are evicted).
     pub max_rounds: usize,

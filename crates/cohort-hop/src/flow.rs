@@ -372,7 +372,7 @@ impl SendFlow {
             .map(|f| f.sent_at + (rto * (1 << f.tries.min(4))).min(MAX_S1_BACKOFF).max(rto))
     }
 
-    /// Retransmits the S1 or abandons the round when its time is up.
+    /// Retransmits the S1 when its time is up (never gives the round up).
     pub fn on_timeout(&mut self, now: Timestamp, rto: Duration, max_retries: u32) -> SendTimeout {
         let Some(deadline) = self.deadline(rto) else {
             return SendTimeout::Nothing;

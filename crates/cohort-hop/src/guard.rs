@@ -675,9 +675,9 @@ mod tests {
         assert_eq!(g.on_a2(&p, &header(0), &derived, true, &[9; 16]), Ok(()));
     }
 
-    /// A hop passes on the first repeats of an S1 or A1 (retransmissions), then one in
-    /// `MAX_REPEATS`: a replayer gets a bounded fraction through, a signer that keeps
-    /// resending still does.
+    /// A hop passes on the first repeats of an S1 or A1 (retransmissions), then one per
+    /// `REPEAT_GAP`: a replayer gets a bounded rate through, a signer that keeps resending
+    /// still does.
     #[test]
     fn repeats_are_passed_on_a_bounded_number_of_times() {
         let p = CryptoProvider::default_provider();
