@@ -10,6 +10,7 @@
 //! ```
 
 mod bench;
+mod config_file;
 mod demo;
 mod demo_channel;
 mod demo_group;

@@ -15,13 +15,14 @@
 //! and for MAC gears `floor_bits` (default: the weakest listed gear's bound) and
 //! `dual_tags` (default false). Any other key is an error, and every error names its key.
 
+pub use crate::config_file::ConfigError;
+use crate::config_file::{err, parse_addr, read_identity};
 use cohort_channel::identity::Identity;
 use cohort_crypto::CryptoProvider;
 use cohort_gears::{GearId, GearKind};
 use cohort_group::{GroupConfig, MemberId, Protection, RekeyMethod};
-use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use toml::{Table, Value};
 
@@ -35,29 +36,6 @@ pub struct MemberSetup {
     pub listen: SocketAddr,
     /// Contacts to join through.
     pub peers: Vec<SocketAddr>,
-}
-
-/// A configuration problem: the key (or the file) at fault and what is wrong with it.
-#[derive(Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The key, as written in the file (`trust[2]`), or the file's path for file-level
-    /// problems.
-    pub key: String,
-    /// What is wrong.
-    pub problem: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "config error: {}: {}", self.key, self.problem)
-    }
-}
-
-fn err(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
-    ConfigError {
-        key: key.into(),
-        problem: problem.into(),
-    }
 }
 
 /// Every key the file may hold.
@@ -311,19 +289,6 @@ fn validation_error(message: String) -> ConfigError {
     err(key, rest)
 }
 
-fn read_identity(provider: &CryptoProvider, path: &PathBuf) -> Result<Identity, ConfigError> {
-    let shown = path.display();
-    let text = std::fs::read_to_string(path)
-        .map(zeroize::Zeroizing::new)
-        .map_err(|e| err("identity", format!("cannot read {shown}: {e}")))?;
-    Identity::from_file_text(provider, &text).map_err(|e| err("identity", format!("{shown}: {e}")))
-}
-
-fn parse_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
-    text.parse()
-        .map_err(|e| err(key, format!("not an IP:PORT address ({text:?}): {e}")))
-}
-
 /// Typed access to the table; every error names the key.
 struct Fields<'a>(&'a Table);
 
@@ -414,6 +379,7 @@ impl Fields<'_> {
 #[allow(clippy::unwrap_used)] // reason: test code; a panic is the failure report
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     struct Dir(PathBuf);
 

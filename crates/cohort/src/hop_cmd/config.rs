@@ -38,9 +38,10 @@
 //!
 //! Any other key is an error, and every error names its key (`peer[1].via`).
 
+pub use crate::config_file::ConfigError;
+use crate::config_file::{err, parse_addr, read_identity};
 use cohort_channel::identity::{Identity, PublicKey};
 use cohort_crypto::CryptoProvider;
-use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -157,28 +158,6 @@ pub const DEFAULT_TUN_MTU: u16 = 1300;
 pub const MIN_TUN_MTU: u16 = 576;
 /// Largest accepted per-peer association count.
 pub const MAX_ASSOCIATIONS: u16 = 64;
-
-/// A configuration problem: the key (or the file) at fault and what is wrong with it.
-#[derive(Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The key as written (`peer[0].via`), or the file's path for file-level problems.
-    pub key: String,
-    /// What is wrong.
-    pub problem: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "config error: {}: {}", self.key, self.problem)
-    }
-}
-
-fn err(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
-    ConfigError {
-        key: key.into(),
-        problem: problem.into(),
-    }
-}
 
 const COMMON_KEYS: &[&str] = &[
     "role", "identity", "listen", "ctl", "trust", "delay_ms", "peer",
@@ -550,19 +529,6 @@ fn check_associations(key: &str, n: u64) -> Result<u16, ConfigError> {
 fn parse_key(key: &str, text: &str) -> Result<PublicKey, ConfigError> {
     text.parse::<PublicKey>()
         .map_err(|e| err(key, format!("not an ed25519 public key: {e}")))
-}
-
-fn read_identity(provider: &CryptoProvider, path: &Path) -> Result<Identity, ConfigError> {
-    let shown = path.display();
-    let text = std::fs::read_to_string(path)
-        .map(zeroize::Zeroizing::new)
-        .map_err(|e| err("identity", format!("cannot read {shown}: {e}")))?;
-    Identity::from_file_text(provider, &text).map_err(|e| err("identity", format!("{shown}: {e}")))
-}
-
-fn parse_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
-    text.parse()
-        .map_err(|e| err(key, format!("not an IP:PORT address ({text:?}): {e}")))
 }
 
 /// Typed access to one table; every error names the key with the table's prefix.
