@@ -221,6 +221,11 @@ impl RelayConfig {
     }
 }
 
+/// Whether `key` passes a trust list (an empty list trusts every key).
+pub(crate) fn trusted(trust: &[PublicKey], key: &[u8; 32]) -> bool {
+    trust.is_empty() || trust.iter().any(|k| k.as_bytes() == key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

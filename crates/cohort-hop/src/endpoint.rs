@@ -45,7 +45,7 @@ const COOKIE_LIFETIME: Duration = Duration::from_secs(10);
 /// Largest message `send` accepts (an S2 with a full Merkle path still fits a datagram).
 pub const MAX_MESSAGE: usize = 65_000;
 /// Highest association id (15 bits; the top bit of a flow is the direction).
-const MAX_ASSOC: AssocId = 0x7fff;
+const MAX_ASSOC: AssocId = crate::wire::ASSOC_MASK;
 /// The control association.
 const CONTROL: AssocId = 0;
 
@@ -612,7 +612,7 @@ impl Endpoint {
     }
 
     fn trusted(&self, key: &[u8; 32]) -> bool {
-        self.config.trust.is_empty() || self.config.trust.iter().any(|k| k.as_bytes() == key)
+        crate::config::trusted(&self.config.trust, key)
     }
 
     fn cookie(

@@ -132,7 +132,6 @@ pub(crate) struct SendFlow {
     /// A renewal's start round that the peer has not confirmed yet.
     pub renewing: Option<u32>,
     pub sent_messages: u64,
-    pub rounds_done: u64,
 }
 
 impl SendFlow {
@@ -158,7 +157,6 @@ impl SendFlow {
             open: false,
             renewing: None,
             sent_messages: 0,
-            rounds_done: 0,
         })
     }
 
@@ -441,7 +439,6 @@ impl SendFlow {
             self.ready.push_back(out);
         }
         self.sent_messages += count as u64;
-        self.rounds_done += 1;
         Ok(sample)
     }
 

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::net::SocketAddr;
 
-const MAX_ASSOC: u16 = 0x7fff;
+const MAX_ASSOC: u16 = crate::wire::ASSOC_MASK;
 
 struct RelayPair {
     initiator: SocketAddr,
@@ -156,7 +156,7 @@ impl Relay {
     }
 
     fn trusted(&self, key: &[u8; 32]) -> bool {
-        self.config.trust.is_empty() || self.config.trust.iter().any(|k| k.as_bytes() == key)
+        crate::config::trusted(&self.config.trust, key)
     }
 
     fn forward(&mut self, to_endpoint: SocketAddr, data: &[u8]) {

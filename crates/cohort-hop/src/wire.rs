@@ -32,6 +32,8 @@ pub const MAX_S1_MACS: usize = 64;
 pub const MAX_PATH_LEN: usize = 10;
 /// Bit of the flow field that says the flow runs from the responder to the initiator.
 pub const FLOW_FROM_RESPONDER: u16 = 0x8000;
+/// The association id in a flow field (and the highest association id).
+pub const ASSOC_MASK: u16 = 0x7fff;
 
 /// A pair id: chosen at random by the initiator, it names the two endpoints' relationship
 /// at every hop.
