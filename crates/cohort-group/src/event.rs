@@ -32,6 +32,8 @@ pub enum RemovalReason {
     Suspected,
     /// Its acknowledgements fell beyond the sequencer's backlog.
     Lagged,
+    /// The coordinator's trust policy does not (or no longer) list it.
+    Untrusted,
 }
 
 impl RemovalReason {
@@ -41,6 +43,7 @@ impl RemovalReason {
             RemovalReason::Left => "left",
             RemovalReason::Suspected => "suspected",
             RemovalReason::Lagged => "lagged",
+            RemovalReason::Untrusted => "untrusted",
         }
     }
 }
@@ -97,6 +100,39 @@ pub enum GroupEvent {
     Insecure {
         /// Where it came from.
         from: SocketAddr,
+    },
+    /// Exchange: this leader sealed its group key to the leader of another component that
+    /// holds another key (and that it trusts), so that the two can merge.
+    TicketSent {
+        /// The other component's leader.
+        to: MemberId,
+    },
+    /// Exchange: this component took the group key of another component's leader (through
+    /// an empty view change, which this member coordinated). The components merge next.
+    KeyExchanged {
+        /// The leader that handed its key over.
+        from: MemberId,
+        /// The key's epoch (the other component's numbering).
+        key_epoch: u64,
+        /// A rekey had been asked for and is dropped: the Exchange completed first
+        /// (Ensemble's appendix 12.1). Ask again to rekey the merged group.
+        rekey_dropped: bool,
+    },
+    /// Heal: this component holds the same key as a larger one, and dissolves into it (its
+    /// members join the leader at `into`, proving they hold the key, without a rekey).
+    Merging {
+        /// The larger component's leader.
+        leader: MemberId,
+        /// Where it is.
+        into: SocketAddr,
+    },
+    /// This member's trust policy changed (`GroupMember::set_trust`).
+    TrustChanged {
+        /// Principals trusted now.
+        trusted: usize,
+        /// Members of the current view no longer trusted (the leader removes them with a
+        /// rekey; a member that no longer trusts its leader leaves and goes on alone).
+        untrusted_members: Vec<MemberId>,
     },
 }
 
@@ -218,4 +254,7 @@ pub struct Status {
     pub gear: &'static str,
     /// Dropped packets by reason.
     pub dropped: DropCounters,
+    /// The group key's public fingerprint (two members hold one key if and only if these
+    /// match), hex.
+    pub key_fingerprint: Option<String>,
 }

@@ -224,6 +224,13 @@ pub fn sample_pair_msgs() -> Vec<PairMsg> {
             group: GROUP.into(),
             incarnation: 0x1234,
             next_seq: 2,
+            key_proof: None,
+        },
+        PairMsg::JoinRequest {
+            group: GROUP.into(),
+            incarnation: 0x1235,
+            next_seq: 0,
+            key_proof: Some([0x5c; 16]),
         },
         PairMsg::Redirect { leader: ADDR_A },
         PairMsg::NotInGroup,
@@ -239,12 +246,6 @@ pub fn sample_pair_msgs() -> Vec<PairMsg> {
             degree: 2,
         },
         PairMsg::Ping,
-        PairMsg::Probe,
-        PairMsg::ProbeAnswer {
-            size: 3,
-            leader: MemberId(identity(0).public()),
-            leader_addr: ADDR_A,
-        },
         PairMsg::KeyAck {
             proposal: sample_view(),
             holders: vec![MemberId(identity(1).public())],

@@ -5,6 +5,7 @@
 //! `cohort-net` and the simulator in `cohort-sim` drive the same code.
 pub mod config;
 pub mod event;
+pub mod exchange;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod id;

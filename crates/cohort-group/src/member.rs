@@ -20,13 +20,14 @@
 
 use crate::config::{GroupConfig, Protection, RekeyMethod};
 use crate::event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
+use crate::exchange::{self, Gossip, LocalId, Parsed, GOSSIP_KIND};
 use crate::id::{Member, MemberId, View, ViewId};
 use crate::keys::{self, GearPlan, GroupKey, ViewKeys, GROUP_KEY_LEN};
 use crate::pair::{PairEvent, PairTable, PAIR_KIND};
 use crate::wire::{Install, KeyDelivery, Msg, PairMsg};
 use cohort_channel::identity::Identity;
 use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_crypto::{CryptoProvider, Secret};
+use cohort_crypto::{ct_eq, CryptoProvider, Secret};
 use cohort_gears::controller::{Controller, ControllerConfig, Observation, ReceiverFeedback};
 use cohort_gears::{DropReason, GearId, PACKET_VERSION};
 use rand_chacha::ChaCha20Rng;
@@ -133,6 +134,9 @@ struct Change {
     started: Timestamp,
     /// Dissolve into the component led there instead of installing a view.
     merge_into: Option<SocketAddr>,
+    /// Exchange: install this key (another component's, from a ticket) instead of a fresh
+    /// one, with the leader that sent it and where it is.
+    exchange: Option<(GroupKey, MemberId, SocketAddr)>,
 }
 
 /// A view change this member coordinates.
@@ -148,6 +152,9 @@ struct Coordinator {
     tree_holders: BTreeSet<MemberId>,
     /// Dissolve into the component whose leader is there.
     merge_into: Option<SocketAddr>,
+    /// Exchange: the key to install (taken into `new_key` by the key phase) and its sender.
+    exchange: Option<GroupKey>,
+    exchange_from: Option<(MemberId, SocketAddr)>,
     started: Timestamp,
     deadline: Timestamp,
     resend_at: Timestamp,
@@ -226,7 +233,23 @@ pub struct GroupMember {
     /// for other components of the group.
     known: BTreeMap<MemberId, SocketAddr>,
     contacts: Vec<SocketAddr>,
-    next_probe: Timestamp,
+    /// When the leader gossips its Id next.
+    next_gossip: Timestamp,
+    /// Exchange: this leader's latest Ids (at most two), to open the tickets answering them.
+    local_ids: Vec<LocalId>,
+    /// Signature checks left for gossip until `gossip_budget_at` plus a suspicion timeout.
+    gossip_budget: u32,
+    gossip_budget_at: Timestamp,
+    /// When gossip from (or for) an address was last answered or forwarded.
+    gossip_answered: HashMap<SocketAddr, Timestamp>,
+    /// A ticket's key waiting for the view change in progress to end (appendix 12.1).
+    held_exchange: Option<(GroupKey, MemberId, SocketAddr)>,
+    /// Joiners that proved they hold the current group key: (member, incarnation).
+    key_holders: BTreeSet<(MemberId, u64)>,
+    /// Fingerprints of keys this member took through an Exchange.
+    exchanged: Vec<[u8; 8]>,
+    /// After an Exchange: the other leader, told at the next gossip that the keys match.
+    exchange_reply_to: Option<SocketAddr>,
     incarnation: u64,
     /// Incarnations of the view's members, by rank.
     incarnations: Vec<u64>,
@@ -341,7 +364,15 @@ impl GroupMember {
             joining: None,
             known: BTreeMap::new(),
             contacts: Vec::new(),
-            next_probe: Timestamp::ZERO,
+            next_gossip: Timestamp::ZERO,
+            local_ids: Vec::new(),
+            gossip_budget: 0,
+            gossip_budget_at: Timestamp::ZERO,
+            gossip_answered: HashMap::new(),
+            held_exchange: None,
+            key_holders: BTreeSet::new(),
+            exchanged: Vec::new(),
+            exchange_reply_to: None,
             incarnation: 0,
             incarnations: Vec::new(),
             expelled: false,
@@ -526,7 +557,14 @@ impl GroupMember {
             pending: self.pending.len(),
             gear: self.current_gear().name(),
             dropped: self.counters,
+            key_fingerprint: self.key_fingerprint().map(hex::encode),
         }
+    }
+
+    /// Fingerprints of the keys this member took from another component's leader through an
+    /// Exchange (it coordinated the empty view change that installed them).
+    pub fn exchanged_keys(&self) -> &[[u8; 8]] {
+        &self.exchanged
     }
 
     /// Dropped packets by reason.
@@ -731,7 +769,10 @@ impl GroupMember {
         let everyone_out =
             j.answered && !j.redirected && lowest && waited >= self.config.suspect_timeout;
         let nobody = !j.answered && waited >= self.config.suspect_timeout * 3;
-        if everyone_out || nobody {
+        // Redirected to a leader that never lets us in (it or we do not trust the other,
+        // which st-trust allows between members of one component): go on alone.
+        let refused = waited >= self.config.suspect_timeout * 5;
+        if everyone_out || nobody || refused {
             self.found(now);
             return;
         }
@@ -754,10 +795,20 @@ impl GroupMember {
         // Own messages still pending (sent while the component dissolved) go first in the
         // new view.
         let next_seq = self.pending.front().map_or(self.next_reliable, |p| p.seq);
+        let key_proof = self.group_key.as_ref().map(|k| {
+            exchange::merge_proof(
+                &self.provider,
+                &self.config.group,
+                k,
+                &self.id,
+                self.incarnation,
+            )
+        });
         let msg = PairMsg::JoinRequest {
             group: self.config.group.clone(),
             incarnation: self.incarnation,
             next_seq,
+            key_proof,
         };
         for c in contacts {
             self.send_pair(now, c, None, &msg);
@@ -774,12 +825,13 @@ impl GroupMember {
                 group,
                 incarnation,
                 next_seq,
+                key_proof,
             } => {
                 if group != self.config.group {
                     self.counters.count(Drop::OtherGroup);
                     return;
                 }
-                self.on_join_request(now, peer, addr, incarnation, next_seq);
+                self.on_join_request(now, peer, addr, incarnation, next_seq, key_proof);
             }
             PairMsg::Redirect { leader } => {
                 if let Some(j) = self.joining.as_mut() {
@@ -809,23 +861,6 @@ impl GroupMember {
             } => self.on_key_share(now, peer, addr, proposal, key_epoch, key, below, degree),
             PairMsg::KeyAck { proposal, holders } => self.on_key_ack(now, peer, proposal, holders),
             PairMsg::Ping => {}
-            PairMsg::Probe => {
-                if let Some(view) = self.view.as_ref() {
-                    if self.flushing.is_none() && self.coordinator.is_none() {
-                        let answer = PairMsg::ProbeAnswer {
-                            size: view.members.len() as u16,
-                            leader: view.leader().id,
-                            leader_addr: view.leader().addr,
-                        };
-                        self.send_pair(now, addr, Some(peer), &answer);
-                    }
-                }
-            }
-            PairMsg::ProbeAnswer {
-                size,
-                leader,
-                leader_addr,
-            } => self.on_probe_answer(now, size, leader, leader_addr),
         }
     }
 
@@ -836,7 +871,12 @@ impl GroupMember {
         addr: SocketAddr,
         incarnation: u64,
         next_seq: u64,
+        key_proof: Option<[u8; 16]>,
     ) {
+        if !self.trusts(&peer) {
+            self.counters.count(Drop::Untrusted);
+            return;
+        }
         let Some(view) = self.view.clone() else {
             if self.joining.is_some() {
                 if let Some(j) = self.joining.as_mut() {
@@ -890,6 +930,15 @@ impl GroupMember {
                 .any(|(m, _, inc)| m.id == peer && *inc == incarnation)
         }) {
             return; // being let in right now
+        }
+        // A member of a component that dissolved into this one after an Exchange holds the
+        // key already: it comes in without a rekey.
+        if let (Some(proof), Some(key)) = (key_proof, self.group_key.as_ref()) {
+            let want =
+                exchange::merge_proof(&self.provider, &self.config.group, key, &peer, incarnation);
+            if ct_eq(&want, &proof) {
+                self.key_holders.insert((peer, incarnation));
+            }
         }
         self.joiners_wanted.retain(|(m, _, _)| m.id != peer);
         self.joiners_wanted
@@ -1695,6 +1744,27 @@ impl GroupMember {
         if !self.is_leader() || self.coordinator.is_some() || self.flushing.is_some() {
             return;
         }
+        // An Exchange goes first: an empty view change that installs the other component's
+        // key. What else is wanted follows in the next change.
+        if let Some((key, from, from_addr)) = self.held_exchange.take() {
+            let Some(view) = self.view.as_ref() else {
+                return;
+            };
+            let survivors: Vec<u16> = (0..view.members.len() as u16).collect();
+            self.start_coordinating(
+                now,
+                Change {
+                    survivors,
+                    joiners: Vec::new(),
+                    removed: Vec::new(),
+                    rekey: true,
+                    started: now,
+                    merge_into: None,
+                    exchange: Some((key, from, from_addr)),
+                },
+            );
+            return;
+        }
         let period_due = self
             .config
             .rekey_policy
@@ -1731,7 +1801,12 @@ impl GroupMember {
                     .any(|(m, _)| view.members[usize::from(*r)].id == *m)
             })
             .collect();
-        let membership_changes = !removed.is_empty() || !joiners.is_empty();
+        // Joiners that proved they hold the key (a component merging after an Exchange) do
+        // not call for a fresh one.
+        let membership_changes = !removed.is_empty()
+            || joiners
+                .iter()
+                .any(|(m, _, inc)| !self.key_holders.contains(&(m.id, *inc)));
         let rekey = self.rekey_wanted.is_some()
             || period_due
             || (membership_changes && self.config.rekey_policy.on_membership_change);
@@ -1745,19 +1820,46 @@ impl GroupMember {
                 rekey,
                 started,
                 merge_into: None,
+                exchange: None,
             },
         );
     }
 
     fn start_coordinating(&mut self, now: Timestamp, change: Change) {
         let Change {
-            survivors,
-            joiners,
-            removed,
-            rekey,
+            mut survivors,
+            mut joiners,
+            mut removed,
+            mut rekey,
             started,
             merge_into,
+            exchange,
         } = change;
+        // Ensemble 6.1: the coordinator keeps only members it trusts, and a view that loses
+        // one for that reason gets a fresh key.
+        if let Some(view) = self.view.as_ref() {
+            let before = survivors.len();
+            let mut out = Vec::new();
+            survivors.retain(|r| match view.members.get(usize::from(*r)) {
+                Some(m) if m.id != self.id && !self.config.trust.contains(&m.id) => {
+                    out.push(m.id);
+                    false
+                }
+                _ => true,
+            });
+            for id in out {
+                removed.retain(|(m, _)| *m != id);
+                removed.push((id, RemovalReason::Untrusted));
+            }
+            if survivors.len() != before {
+                rekey = true;
+            }
+        }
+        joiners.retain(|(m, _, _)| self.config.trust.contains(&m.id));
+        let (exchange_key, exchange_from) = match exchange {
+            Some((k, from, addr)) => (Some(k), Some((from, addr))),
+            None => (None, None),
+        };
         let proposal = self.next_proposal();
         // The coordinator takes part in its own flush: it drops ordering it has not
         // delivered (only the flush decides what the view delivers from here).
@@ -1793,6 +1895,8 @@ impl GroupMember {
             new_key: None,
             tree_holders: BTreeSet::new(),
             merge_into,
+            exchange: exchange_key,
+            exchange_from,
             started,
             deadline: now.saturating_add(self.config.flush_timeout),
             resend_at: now,
@@ -2109,7 +2213,11 @@ impl GroupMember {
             return;
         }
         let epoch = self.group_key.as_ref().map_or(0, |k| k.epoch) + 1;
-        let key = self.fresh_key(epoch);
+        let exchanged = self.coordinator.as_mut().and_then(|c| c.exchange.take());
+        let key = match exchanged {
+            Some(k) => k,
+            None => self.fresh_key(epoch),
+        };
         match self.config.rekey_method {
             RekeyMethod::OneMessage => {
                 if let Some(c) = self.coordinator.as_mut() {
@@ -2293,7 +2401,7 @@ impl GroupMember {
             return;
         };
         let old_epoch = self.group_key.as_ref().map_or(0, |k| k.epoch);
-        let key_epoch = if c.rekey { old_epoch + 1 } else { old_epoch };
+        let key_epoch = c.new_key.as_ref().map_or(old_epoch, |k| k.epoch);
         let next_seqs: Vec<u64> = members
             .iter()
             .map(|m| {
@@ -2363,6 +2471,7 @@ impl GroupMember {
             Ok(sig) => install.signature = sig,
             Err(_) => return, // the backend failed: no view change this time
         }
+        let fresh_key = c.new_key.is_some() && c.exchange_from.is_none();
         let new_key = match c.new_key {
             Some(k) => k,
             None => match self.group_key.as_ref() {
@@ -2425,6 +2534,25 @@ impl GroupMember {
         let took = now.saturating_duration_since(c.started);
         let removed = c.removed.clone();
         let leaving_self = !members.iter().any(|m| m.id == self.id);
+        if fresh_key {
+            // A fresh key completed first: a ticket that came meanwhile is dropped (the next
+            // gossip starts the Exchange again, with this key on our side).
+            self.held_exchange = None;
+        }
+        if let Some((from, from_addr)) = c.exchange_from {
+            // Appendix 12.1: the Exchange completed first; a rekey asked for meanwhile is
+            // dropped.
+            let rekey_dropped = self.rekey_wanted.take().is_some();
+            self.exchanged.push(new_key.fingerprint(&self.provider));
+            self.events.push_back(GroupEvent::KeyExchanged {
+                from,
+                key_epoch,
+                rekey_dropped,
+            });
+            // Gossip at once, so the other leader sees that the keys match.
+            self.next_gossip = now;
+            self.exchange_reply_to = Some(from_addr);
+        }
         self.announce = Some(Announce {
             view: install.view,
             install: install.clone(),
@@ -2513,6 +2641,7 @@ impl GroupMember {
                             rekey,
                             started: now,
                             merge_into: None,
+                            exchange: None,
                         },
                     );
                 }
@@ -2639,7 +2768,16 @@ impl GroupMember {
                 }
             }
         }
-        let rekeyed = self.group_key.as_ref().is_none_or(|k| k.epoch != key.epoch);
+        let rekeyed = self.group_key.as_ref().is_none_or(|k| {
+            k.epoch != key.epoch || k.fingerprint(&self.provider) != key.fingerprint(&self.provider)
+        });
+        if rekeyed {
+            self.key_holders.clear();
+        }
+        if rank != 0 {
+            // Tickets go to leaders; one held by a leader that no longer leads is moot.
+            self.held_exchange = None;
+        }
         self.record_key(&key);
         self.group_key = Some(key);
         self.rank = rank as u16;
@@ -2742,62 +2880,333 @@ impl GroupMember {
         self.drive_join(now);
     }
 
-    /// The leader looks for other components among the members it knows.
-    fn probe(&mut self, now: Timestamp) {
+    /// Whether this member's policy trusts `id` (itself always).
+    fn trusts(&self, id: &MemberId) -> bool {
+        *id == self.id || self.config.trust.contains(id)
+    }
+
+    // ---------------------------------------------------------------- heal and exchange
+
+    /// The leader sends a fresh Id to the members it knows outside its view and its contacts
+    /// (Heal and Exchange): components that hear it merge, or exchange keys first.
+    fn gossip(&mut self) {
         let Some(view) = self.view.as_ref() else {
             return;
         };
-        let mut targets: Vec<(SocketAddr, Option<MemberId>)> = self
+        let mut targets: Vec<SocketAddr> = self
             .known
             .iter()
             .filter(|(id, _)| !view.contains(id))
-            .map(|(id, a)| (*a, Some(*id)))
+            .map(|(_, a)| *a)
             .collect();
         for c in &self.contacts {
-            if !view.members.iter().any(|m| m.addr == *c) && !targets.iter().any(|(a, _)| a == c) {
-                targets.push((*c, None));
+            if !view.members.iter().any(|m| m.addr == *c) && !targets.contains(c) {
+                targets.push(*c);
             }
         }
-        for (addr, id) in targets {
-            self.send_pair(now, addr, id, &PairMsg::Probe);
+        if let Some(a) = self.exchange_reply_to.take() {
+            if !targets.contains(&a) {
+                targets.push(a);
+            }
+        }
+        if targets.is_empty() {
+            return;
+        }
+        let mut nonce = [0u8; exchange::NONCE_LEN];
+        self.rng.fill_bytes(&mut nonce);
+        let Some(local) = LocalId::new(&self.provider, nonce) else {
+            return;
+        };
+        self.local_ids.push(local);
+        while self.local_ids.len() > 2 {
+            self.local_ids.remove(0);
+        }
+        let Some(id) = self.encode_own_id() else {
+            return;
+        };
+        for t in targets {
+            self.out.push_back((t, id.clone()));
         }
     }
 
-    fn on_probe_answer(
-        &mut self,
-        now: Timestamp,
-        size: u16,
-        leader: MemberId,
-        leader_addr: SocketAddr,
-    ) {
-        if !self.is_leader() || self.coordinator.is_some() || self.flushing.is_some() {
+    /// This leader's latest Id, encoded and signed.
+    fn encode_own_id(&mut self) -> Option<Vec<u8>> {
+        if self.local_ids.is_empty() {
+            let mut nonce = [0u8; exchange::NONCE_LEN];
+            self.rng.fill_bytes(&mut nonce);
+            self.local_ids.push(LocalId::new(&self.provider, nonce)?);
+        }
+        let (view, key, local) = (
+            self.view.as_ref()?,
+            self.group_key.as_ref()?,
+            self.local_ids.last()?,
+        );
+        exchange::encode_id(
+            &self.provider,
+            &self.identity,
+            &self.config.group,
+            self.addr,
+            view.members.len() as u16,
+            local,
+            key,
+        )
+    }
+
+    /// At most one answer (or forward) per address per heartbeat interval.
+    fn gossip_throttle(&mut self, now: Timestamp, addr: SocketAddr) -> bool {
+        let gap = self.config.heartbeat_interval;
+        if self.gossip_answered.len() >= 1024 {
+            self.gossip_answered
+                .retain(|_, t| now.saturating_duration_since(*t) < gap);
+            if self.gossip_answered.len() >= 1024 {
+                return false;
+            }
+        }
+        match self.gossip_answered.get(&addr) {
+            Some(t) if now.saturating_duration_since(*t) < gap => false,
+            _ => {
+                self.gossip_answered.insert(addr, now);
+                true
+            }
+        }
+    }
+
+    /// Takes one signature check from the gossip budget (32 per suspicion timeout).
+    fn spend_verification(&mut self, now: Timestamp) -> bool {
+        if now.saturating_duration_since(self.gossip_budget_at) >= self.config.suspect_timeout {
+            self.gossip_budget_at = now;
+            self.gossip_budget = 32;
+        }
+        if self.gossip_budget == 0 {
+            return false;
+        }
+        self.gossip_budget -= 1;
+        true
+    }
+
+    fn handle_gossip(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
+        let Some(parsed) = exchange::decode(data) else {
+            self.counters.count(Drop::Malformed);
+            return;
+        };
+        if parsed.group != self.config.group {
+            self.counters.count(Drop::OtherGroup);
             return;
         }
+        if self.view.is_none() || self.expelled {
+            return;
+        }
+        match parsed.gossip.clone() {
+            Gossip::Id(id) => self.on_id(now, data, &parsed, id),
+            Gossip::Ticket(t) => self.on_ticket(now, from, data, &parsed, t),
+        }
+    }
+
+    fn on_id(&mut self, now: Timestamp, data: &[u8], parsed: &Parsed, id: exchange::Id) {
         let Some(view) = self.view.clone() else {
             return;
         };
-        if view.contains(&leader) || leader_addr == self.addr {
+        if id.principal == self.id || view.contains(&id.principal) {
+            return; // our own, or a member's from before it joined us
+        }
+        if !self.is_leader() {
+            // Only leaders take part: pass it on to ours (it answers the address inside).
+            if self.gossip_throttle(now, id.addr) {
+                self.out.push_back((view.leader().addr, data.to_vec()));
+            }
             return;
         }
-        // The smaller component yields; between equals, the one whose leader's key sorts
-        // higher. Both leaders compute the same answer.
-        let mine = (view.members.len() as u16, std::cmp::Reverse(self.id));
-        let theirs = (size, std::cmp::Reverse(leader));
-        if mine >= theirs {
+        if self.coordinator.is_some() || self.flushing.is_some() {
+            return; // busy: the next gossip comes soon
+        }
+        let Some(key) = self.group_key.as_ref() else {
+            return;
+        };
+        if exchange::id_is_secure(&self.provider, &self.config.group, key, data, parsed) {
+            // Heal: one key, so the components merge. The smaller one yields (between
+            // equals, the one whose leader's key sorts higher); both compute the same.
+            let mine = (view.members.len() as u16, std::cmp::Reverse(self.id));
+            let theirs = (id.size, std::cmp::Reverse(id.principal));
+            if mine < theirs {
+                self.events.push_back(GroupEvent::Merging {
+                    leader: id.principal,
+                    into: id.addr,
+                });
+                let survivors: Vec<u16> = (0..view.members.len() as u16).collect();
+                self.start_coordinating(
+                    now,
+                    Change {
+                        survivors,
+                        joiners: Vec::new(),
+                        removed: Vec::new(),
+                        rekey: false,
+                        started: now,
+                        merge_into: Some(id.addr),
+                        exchange: None,
+                    },
+                );
+            } else if self.gossip_throttle(now, id.addr) {
+                // Tell the smaller one now rather than at our next gossip.
+                if let Some(own) = self.encode_own_id() {
+                    self.out.push_back((id.addr, own));
+                }
+            }
             return;
         }
-        let survivors: Vec<u16> = (0..view.members.len() as u16).collect();
-        self.start_coordinating(
-            now,
-            Change {
-                survivors,
-                joiners: Vec::new(),
-                removed: Vec::new(),
-                rekey: false,
-                started: now,
-                merge_into: Some(leader_addr),
-            },
-        );
+        // Insecure: another key. Exchange only with a leader this one trusts.
+        if !self.trusts(&id.principal) {
+            self.counters.count(Drop::Untrusted);
+            return;
+        }
+        if !self.gossip_throttle(now, id.addr) || !self.spend_verification(now) {
+            return;
+        }
+        if !exchange::signature_ok(&self.provider, data, parsed) {
+            self.counters.count(Drop::AuthFailed);
+            return;
+        }
+        if self.id < id.principal {
+            // The lower principal hands its key over.
+            let Some(key) = self.group_key.as_ref() else {
+                return;
+            };
+            if let Some(ticket) = exchange::encode_ticket(
+                &self.provider,
+                &self.identity,
+                &self.config.group,
+                &id,
+                key,
+            ) {
+                self.out.push_back((id.addr, ticket));
+                self.events
+                    .push_back(GroupEvent::TicketSent { to: id.principal });
+            }
+        } else if let Some(own) = self.encode_own_id() {
+            // The other leader sorts lower: it sends the ticket once it hears from us.
+            self.out.push_back((id.addr, own));
+        }
+    }
+
+    fn on_ticket(
+        &mut self,
+        now: Timestamp,
+        from: SocketAddr,
+        data: &[u8],
+        parsed: &Parsed,
+        t: exchange::Ticket,
+    ) {
+        if t.recipient != self.id || !self.is_leader() {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        if !self.trusts(&t.sender) {
+            self.counters.count(Drop::Untrusted);
+            return;
+        }
+        // Fresh: for one of our two latest nonces, and the first ticket for it.
+        let Some(i) = self
+            .local_ids
+            .iter()
+            .position(|l| l.nonce == t.nonce && !l.used)
+        else {
+            self.counters.count(Drop::Replayed);
+            return;
+        };
+        if !self.spend_verification(now) {
+            return;
+        }
+        if !exchange::signature_ok(&self.provider, data, parsed) {
+            self.counters.count(Drop::AuthFailed);
+            return;
+        }
+        let Some(key) = exchange::open_ticket(
+            &self.provider,
+            &self.config.group,
+            &self.id,
+            &self.local_ids[i],
+            data,
+            &t,
+        ) else {
+            self.counters.count(Drop::AuthFailed);
+            return;
+        };
+        self.local_ids[i].used = true;
+        let same = self
+            .group_key
+            .as_ref()
+            .is_some_and(|k| ct_eq(k.expose(), key.expose()));
+        if same {
+            return;
+        }
+        self.held_exchange = Some((key, t.sender, from));
+        self.maybe_start_change(now);
+    }
+
+    // ---------------------------------------------------------------- trust policy
+
+    /// Replaces this member's trust policy (the principals it trusts). Pair channels to
+    /// principals no longer trusted close. A leader removes the members of its view it no
+    /// longer trusts, with a rekey (Ensemble 6.1); a member that no longer trusts its leader
+    /// leaves the component and goes on alone (it may merge later with components whose
+    /// leaders it trusts). Other members stay: they are linked to this one through the
+    /// leader, which st-trust allows.
+    pub fn set_trust(&mut self, now: Timestamp, trust: Vec<MemberId>) {
+        self.config.trust = trust.clone();
+        self.pairs.set_trust(trust);
+        self.drain_pairs(now);
+        let mut untrusted_members = Vec::new();
+        if let Some(view) = self.view.clone() {
+            untrusted_members = view.ids().filter(|m| !self.trusts(m)).collect();
+            if self.is_leader() {
+                for m in &untrusted_members {
+                    if !self.change_wanted.iter().any(|(w, _)| w == m) {
+                        self.change_wanted.push((*m, RemovalReason::Untrusted));
+                    }
+                }
+            }
+        }
+        self.joiners_wanted
+            .retain(|(m, _, _)| self.config.trust.contains(&m.id));
+        self.events.push_back(GroupEvent::TrustChanged {
+            trusted: self.config.trust.len(),
+            untrusted_members: untrusted_members.clone(),
+        });
+        let leader_untrusted = self
+            .view
+            .as_ref()
+            .is_some_and(|v| !self.trusts(&v.leader().id));
+        if leader_untrusted {
+            self.go_alone(now);
+            return;
+        }
+        self.maybe_start_change(now);
+    }
+
+    /// The principals this member trusts.
+    pub fn trust(&self) -> &[MemberId] {
+        &self.config.trust
+    }
+
+    /// Leaves the component (telling the leader) and founds one of its own, keeping its
+    /// undelivered reliable messages for the new view.
+    fn go_alone(&mut self, now: Timestamp) {
+        if let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) {
+            self.send_msg(leader, &Msg::Leave);
+        }
+        self.forget_pairs();
+        self.view = None;
+        self.keys = None;
+        self.sequencer = None;
+        self.flushing = None;
+        self.coordinator = None;
+        self.announce = None;
+        self.log.clear();
+        self.old_views.clear();
+        for p in self.pending.iter_mut() {
+            p.sent_at = None;
+        }
+        self.incarnation = self.rng.next_u64();
+        self.found(now);
     }
 
     /// Tells the view's coordinator (under the new view's keys) that it is installed here.
@@ -2894,14 +3303,14 @@ impl GroupMember {
             let end = self.known_end;
             self.nak_gap(now, Some(end));
         }
-        // The leader looks for other components now and then.
-        if self.is_leader() && now >= self.next_probe {
+        // The leader gossips its Id now and then (Heal and Exchange).
+        if self.is_leader() && now >= self.next_gossip {
             let jitter = Duration::from_millis(self.rng.next_u32() as u64 % 100);
-            self.next_probe = now
-                .saturating_add(self.config.suspect_timeout * 2)
+            self.next_gossip = now
+                .saturating_add(self.config.suspect_timeout)
                 .saturating_add(jitter);
             if self.coordinator.is_none() {
-                self.probe(now);
+                self.gossip();
             }
         }
         // The leader suspects silent members.
@@ -2970,6 +3379,7 @@ impl GroupMember {
                         rekey,
                         started: now,
                         merge_into: None,
+                        exchange: None,
                     },
                 );
             }
@@ -3039,6 +3449,11 @@ impl GroupMember {
         }
         let rekey =
             c.rekey || (!silent.is_empty() && self.config.rekey_policy.on_membership_change);
+        // An Exchange in progress goes on with its key.
+        let exchange = match (c.exchange_from, c.exchange.or(c.new_key)) {
+            (Some((from, addr)), Some(k)) => Some((k, from, addr)),
+            _ => None,
+        };
         self.start_coordinating(
             now,
             Change {
@@ -3048,6 +3463,7 @@ impl GroupMember {
                 rekey,
                 started: c.started,
                 merge_into: c.merge_into,
+                exchange,
             },
         );
     }
@@ -3163,6 +3579,7 @@ impl Machine for GroupMember {
                 self.pairs.handle_datagram(now, from, data);
                 self.drain_pairs(now);
             }
+            Some(&GOSSIP_KIND) => self.handle_gossip(now, from, data),
             _ => self.counters.count(Drop::Malformed),
         }
     }
@@ -3198,7 +3615,7 @@ impl Machine for GroupMember {
         if self.view.is_some() && !self.expelled {
             consider(self.next_heartbeat);
             if self.rank == 0 {
-                consider(self.next_probe);
+                consider(self.next_gossip);
             }
             if self.rank != 0
                 && self.known_end > self.delivered

@@ -12,8 +12,8 @@
 //!   signature over "cohort group pair v1" | u8 len | group name | session ID (32)
 //! ```
 //!
-//! A side accepts the peer only if the key is not its own, is the caller's expected member
-//! (when [`PairTable::send`] named one) or else is in the trust list, and the signature
+//! A side accepts the peer only if the key is not its own, is in the trust list (and is the
+//! caller's expected member, when [`PairTable::send`] named one), and the signature
 //! verifies. Since a man in the middle shows as two different session IDs, a proof cannot be
 //! relayed into another session. Application data is neither sent nor delivered until both
 //! proofs are accepted; until then it waits in a queue of at most [`MAX_QUEUED`] messages.
@@ -303,13 +303,13 @@ impl PairTable {
             .sum()
     }
 
-    /// Replaces the trust list. Authenticated channels to peers no longer trusted (and not
-    /// the expected member of their address) are dropped with [`PairEvent::Failed`].
+    /// Replaces the trust list. Authenticated channels to peers no longer trusted are dropped
+    /// with [`PairEvent::Failed`].
     pub fn set_trust(&mut self, trust: Vec<MemberId>) {
         self.trust = trust;
         let trust = &self.trust;
-        let allowed = |peer: Option<MemberId>, expect: Option<MemberId>| {
-            peer.is_none_or(|p| expect == Some(p) || trust.contains(&p))
+        let allowed = |peer: Option<MemberId>, _expect: Option<MemberId>| {
+            peer.is_none_or(|p| trust.contains(&p))
         };
         let mut gone = Vec::new();
         for (addr, slot) in &mut self.slots {
@@ -821,10 +821,11 @@ impl Local<'_> {
         if id == self.me {
             return Err("peer presented our own identity");
         }
-        match self.expect {
-            Some(e) if id != e => return Err("peer is not the expected member"),
-            None if !self.trust.contains(&id) => return Err("untrusted identity"),
-            _ => {}
+        if matches!(self.expect, Some(e) if id != e) {
+            return Err("peer is not the expected member");
+        }
+        if !self.trust.contains(&id) {
+            return Err("untrusted identity");
         }
         if !id
             .0

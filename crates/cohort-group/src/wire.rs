@@ -173,6 +173,9 @@ pub enum PairMsg {
         incarnation: u64,
         /// The joiner's next reliable message number.
         next_seq: u64,
+        /// A member that dissolved its component to merge proves it holds the group key
+        /// (`exchange::merge_proof`); the leader then lets it in without a rekey.
+        key_proof: Option<[u8; 16]>,
     },
     /// I am in a view; its leader is there.
     Redirect {
@@ -204,17 +207,6 @@ pub enum PairMsg {
     },
     /// Nothing: opens the pair channel (its handshake authenticates both ends).
     Ping,
-    /// A component leader looks for other components of the group.
-    Probe,
-    /// The answer to a probe: the view the answering member is in.
-    ProbeAnswer {
-        /// Its members.
-        size: u16,
-        /// Its leader.
-        leader: MemberId,
-        /// Where the leader is.
-        leader_addr: SocketAddr,
-    },
     /// Tree rekey: these members (the sender and those below it that answered) hold the key.
     KeyAck {
         /// The view change.
@@ -234,7 +226,7 @@ fn get_view_id(r: &mut Reader<'_>) -> Result<ViewId, Truncated> {
     Ok(ViewId { seq, coordinator })
 }
 
-fn put_addr(w: &mut Writer<'_>, addr: &SocketAddr) {
+pub(crate) fn put_addr(w: &mut Writer<'_>, addr: &SocketAddr) {
     match addr.ip() {
         IpAddr::V4(ip) => {
             w.u8(4).bytes(&ip.octets());
@@ -246,7 +238,7 @@ fn put_addr(w: &mut Writer<'_>, addr: &SocketAddr) {
     w.u16(addr.port());
 }
 
-fn get_addr(r: &mut Reader<'_>) -> Option<SocketAddr> {
+pub(crate) fn get_addr(r: &mut Reader<'_>) -> Option<SocketAddr> {
     let ip = match r.u8().ok()? {
         4 => IpAddr::V4(Ipv4Addr::from(r.array::<4>().ok()?)),
         6 => IpAddr::V6(Ipv6Addr::from(r.array::<16>().ok()?)),
@@ -324,6 +316,7 @@ fn put_install_fields(w: &mut Writer<'_>, i: &Install, with_wraps: bool) {
             RemovalReason::Left => 1,
             RemovalReason::Suspected => 2,
             RemovalReason::Lagged => 3,
+            RemovalReason::Untrusted => 4,
         };
         w.bytes(id.as_bytes()).u8(code);
     }
@@ -371,6 +364,7 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
             1 => RemovalReason::Left,
             2 => RemovalReason::Suspected,
             3 => RemovalReason::Lagged,
+            4 => RemovalReason::Untrusted,
             _ => return None,
         };
         removed.push((id, why));
@@ -566,12 +560,17 @@ impl PairMsg {
                 group,
                 incarnation,
                 next_seq,
+                key_proof,
             } => {
                 w.u8(1)
                     .u8(group.len() as u8)
                     .bytes(group.as_bytes())
                     .u64(*incarnation)
                     .u64(*next_seq);
+                match key_proof {
+                    None => w.u8(0),
+                    Some(p) => w.u8(1).bytes(p),
+                };
             }
             PairMsg::Redirect { leader } => {
                 w.u8(2);
@@ -604,17 +603,6 @@ impl PairMsg {
             PairMsg::Ping => {
                 w.u8(7);
             }
-            PairMsg::Probe => {
-                w.u8(8);
-            }
-            PairMsg::ProbeAnswer {
-                size,
-                leader,
-                leader_addr,
-            } => {
-                w.u8(9).u16(*size).bytes(leader.as_bytes());
-                put_addr(&mut w, leader_addr);
-            }
             PairMsg::KeyAck { proposal, holders } => {
                 w.u8(6);
                 put_view_id(&mut w, proposal);
@@ -636,10 +624,18 @@ impl PairMsg {
             1 => {
                 let n = r.u8().ok()? as usize;
                 let group = String::from_utf8(r.bytes(n).ok()?.to_vec()).ok()?;
+                let incarnation = r.u64().ok()?;
+                let next_seq = r.u64().ok()?;
+                let key_proof = match r.u8().ok()? {
+                    0 => None,
+                    1 => Some(r.array().ok()?),
+                    _ => return None,
+                };
                 PairMsg::JoinRequest {
                     group,
-                    incarnation: r.u64().ok()?,
-                    next_seq: r.u64().ok()?,
+                    incarnation,
+                    next_seq,
+                    key_proof,
                 }
             }
             2 => PairMsg::Redirect {
@@ -682,12 +678,6 @@ impl PairMsg {
                 PairMsg::KeyAck { proposal, holders }
             }
             7 => PairMsg::Ping,
-            8 => PairMsg::Probe,
-            9 => PairMsg::ProbeAnswer {
-                size: r.u16().ok()?,
-                leader: MemberId::from_bytes(r.array().ok()?),
-                leader_addr: get_addr(&mut r)?,
-            },
             _ => return None,
         };
         r.is_empty().then_some(msg)

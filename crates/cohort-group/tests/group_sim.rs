@@ -10,7 +10,7 @@ use cohort_group::{Channel, GroupEvent, RekeyMethod};
 use cohort_sim::{sweep, DelayRule, DuplicateRule, Loss, ReorderRule, SimFailure, TamperRule};
 use rand_core::RngCore;
 use std::time::Duration;
-use support::Group;
+use support::{adversary, Group};
 
 /// Every member of a connected, fault-free group sees one view within this bound after
 /// faults stop: a suspicion timeout per rank that may have to take over, plus flush rounds.
@@ -334,39 +334,6 @@ fn dump(g: &Group) {
                 }
             }
         }
-    }
-}
-
-fn adversary(g: &mut Group, rng: &mut impl RngCore) {
-    let n = g.nodes.len();
-    for _ in 0..4 {
-        let src = (rng.next_u32() as usize) % n;
-        let dst = g.nodes[(rng.next_u32() as usize) % n];
-        let tap = &g.sim.node(g.nodes[src]).tap;
-        if tap.is_empty() {
-            continue;
-        }
-        let (_, pkt) = tap[(rng.next_u32() as usize) % tap.len()].clone();
-        let from = g.sim.addr(g.nodes[src]);
-        // A replay, a bit flip, a truncation and a forgery with a valid-looking header.
-        g.sim
-            .inject(from, dst, pkt.clone(), Duration::from_millis(1));
-        let mut flipped = pkt.clone();
-        let at = (rng.next_u32() as usize) % flipped.len();
-        flipped[at] ^= 1 << (rng.next_u32() % 8);
-        g.sim.inject(from, dst, flipped, Duration::from_millis(2));
-        g.sim.inject(
-            from,
-            dst,
-            pkt[..pkt.len() / 2].to_vec(),
-            Duration::from_millis(3),
-        );
-        let mut forged = pkt;
-        let len = forged.len();
-        for b in forged[len.saturating_sub(40)..].iter_mut() {
-            *b = rng.next_u32() as u8;
-        }
-        g.sim.inject(from, dst, forged, Duration::from_millis(4));
     }
 }
 

@@ -300,6 +300,19 @@ impl Story {
                         println!("{at}  {name:<5} got a packet under an unknown key from {from}");
                     }
                 }
+                GroupEvent::TicketSent { to } => println!(
+                    "{at}  {name:<5} seals its group key to {} (Exchange ticket)",
+                    who(ids, to)
+                ),
+                GroupEvent::KeyExchanged { from, .. } => println!(
+                    "{at}  {name:<5} takes the key of {} with an empty view change",
+                    who(ids, from)
+                ),
+                GroupEvent::Merging { leader, .. } => println!(
+                    "{at}  {name:<5} holds the same key as {}'s larger component and merges into it",
+                    who(ids, leader)
+                ),
+                GroupEvent::TrustChanged { .. } => {}
             }
         }
     }

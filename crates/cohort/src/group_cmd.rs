@@ -20,7 +20,7 @@ use crate::UsageError;
 use clap::{Args, Subcommand};
 use cohort_core::Timestamp;
 use cohort_crypto::CryptoProvider;
-use cohort_group::{DropCounters, GroupEvent, GroupMember, RemovalReason};
+use cohort_group::{DropCounters, GroupEvent, GroupMember, MemberId, RemovalReason};
 use serde_json::Value;
 use shell::{Shell, ShellEvent};
 use std::io::Write;
@@ -207,6 +207,23 @@ async fn serve(
                         });
                     }
                     Ok(json::Command::Leave) => leave(&commands, &mut leave_deadline),
+                    Ok(json::Command::Trust { add, remove }) => {
+                        command(&commands, "trust", move |s, now| {
+                            let m = s.member_mut();
+                            let mut trust: Vec<MemberId> = m
+                                .trust()
+                                .iter()
+                                .copied()
+                                .filter(|t| !remove.contains(t))
+                                .collect();
+                            for a in add {
+                                if !trust.contains(&a) && !remove.contains(&a) {
+                                    trust.push(a);
+                                }
+                            }
+                            m.set_trust(now, trust);
+                        });
+                    }
                     Err(e) => emit(&e.to_json()),
                 },
                 Some(stdin_lines::Input::Bad(problem)) => emit(&json::error(None, &problem)),

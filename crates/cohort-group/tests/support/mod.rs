@@ -32,8 +32,9 @@ impl Machine for Node {
     fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
         let t = self.member.poll_transmit(now, buf)?;
         self.sent_count += 1;
-        // Keep a sample of the packets: every 7th, up to 400.
-        if self.sent_count % 7 == 0 && self.tap.len() < 400 {
+        // Keep a sample of the packets (every 7th, and all gossip: Ids and tickets), up to 400.
+        let gossip = buf.first() == Some(&cohort_group::exchange::GOSSIP_KIND);
+        if (self.sent_count % 7 == 0 || gossip) && self.tap.len() < 400 {
             self.tap.push((t.destination, buf[..t.size].to_vec()));
         }
         Some(t)
@@ -71,6 +72,12 @@ pub fn identity(seed: u64, i: usize) -> Identity {
 impl Group {
     /// `n` members (not started) in a simulator seeded with `seed`.
     pub fn new(seed: u64, n: usize, tweak: impl Fn(&mut GroupConfig)) -> Group {
+        Group::new_each(seed, n, |_, c| tweak(c))
+    }
+
+    /// `n` members (not started); `tweak` sees each member's index and config (say, to give
+    /// each its own trust policy).
+    pub fn new_each(seed: u64, n: usize, tweak: impl Fn(usize, &mut GroupConfig)) -> Group {
         let sim_config = SimConfig {
             mtu: 65_536,
             log_packets: false,
@@ -84,12 +91,12 @@ impl Group {
         config.heartbeat_interval = Duration::from_millis(50);
         config.suspect_timeout = Duration::from_millis(400);
         config.flush_timeout = Duration::from_millis(300);
-        tweak(&mut config);
         let mut nodes = Vec::new();
-        for ident in &identities {
+        for (i, ident) in identities.iter().enumerate() {
             let mut seed_bytes = [0u8; 32];
             sim.rng().fill_bytes(&mut seed_bytes);
-            let config = config.clone();
+            let mut config = config.clone();
+            tweak(i, &mut config);
             let ident = ident.clone();
             let node = sim.add_node_with(|_, addr| Node {
                 member: GroupMember::new(
@@ -105,6 +112,7 @@ impl Group {
             });
             nodes.push(node);
         }
+        tweak(0, &mut config);
         Group {
             sim,
             nodes,
@@ -472,11 +480,18 @@ impl Group {
     }
 
     /// A member not in a live member's current view never held that view's key (with the
-    /// default policy, which rekeys on every membership change).
+    /// default policy, which rekeys on every membership change), unless the key went to the
+    /// other's component through an Exchange: then both components hold it on purpose, and
+    /// their leaders trust each other (the trust sweep in `exchange_sim.rs` checks who).
     fn check_key_secrecy(&self) -> Result<(), SimFailure> {
         if !self.config.rekey_policy.on_membership_change {
             return Ok(());
         }
+        let exchanged: HashSet<[u8; 8]> = self
+            .nodes
+            .iter()
+            .flat_map(|n| self.sim.node(*n).member.exchanged_keys().to_vec())
+            .collect();
         for (i, n) in self.nodes.iter().enumerate() {
             if self.crashed.contains(&i) {
                 continue;
@@ -485,6 +500,9 @@ impl Group {
             let (Some(view), Some(fp)) = (m.view(), m.key_fingerprint()) else {
                 continue;
             };
+            if exchanged.contains(&fp) {
+                continue;
+            }
             for (j, other) in self.nodes.iter().enumerate() {
                 if view.contains(&self.ids[j]) {
                     continue;
@@ -499,5 +517,39 @@ impl Group {
             }
         }
         Ok(())
+    }
+}
+
+/// The adversary: replays packets captured from real members (same and old views, gossip
+/// too), flips a bit, truncates, and forges with a valid-looking header.
+pub fn adversary(g: &mut Group, rng: &mut impl RngCore) {
+    let n = g.nodes.len();
+    for _ in 0..4 {
+        let src = (rng.next_u32() as usize) % n;
+        let dst = g.nodes[(rng.next_u32() as usize) % n];
+        let tap = &g.sim.node(g.nodes[src]).tap;
+        if tap.is_empty() {
+            continue;
+        }
+        let (_, pkt) = tap[(rng.next_u32() as usize) % tap.len()].clone();
+        let from = g.sim.addr(g.nodes[src]);
+        g.sim
+            .inject(from, dst, pkt.clone(), Duration::from_millis(1));
+        let mut flipped = pkt.clone();
+        let at = (rng.next_u32() as usize) % flipped.len();
+        flipped[at] ^= 1 << (rng.next_u32() % 8);
+        g.sim.inject(from, dst, flipped, Duration::from_millis(2));
+        g.sim.inject(
+            from,
+            dst,
+            pkt[..pkt.len() / 2].to_vec(),
+            Duration::from_millis(3),
+        );
+        let mut forged = pkt;
+        let len = forged.len();
+        for b in forged[len.saturating_sub(40)..].iter_mut() {
+            *b = rng.next_u32() as u8;
+        }
+        g.sim.inject(from, dst, forged, Duration::from_millis(4));
     }
 }

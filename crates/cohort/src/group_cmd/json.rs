@@ -3,7 +3,7 @@
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
-use cohort_group::{Channel, DropCounters, GroupEvent, Status, View};
+use cohort_group::{Channel, DropCounters, GroupEvent, MemberId, Status, View};
 use serde_json::{json, Map, Value};
 use std::net::SocketAddr;
 
@@ -71,6 +71,30 @@ pub fn event(event: &GroupEvent) -> Value {
         }),
         GroupEvent::Expelled { reason } => json!({"event": "expelled", "reason": reason.name()}),
         GroupEvent::Insecure { from } => json!({"event": "insecure", "from": from.to_string()}),
+        GroupEvent::TicketSent { to } => json!({"event": "ticket_sent", "to": to.to_string()}),
+        GroupEvent::KeyExchanged {
+            from,
+            key_epoch,
+            rekey_dropped,
+        } => json!({
+            "event": "key_exchanged",
+            "from": from.to_string(),
+            "key_epoch": key_epoch,
+            "rekey_dropped": rekey_dropped,
+        }),
+        GroupEvent::Merging { leader, into } => json!({
+            "event": "merging",
+            "leader": leader.to_string(),
+            "into": into.to_string(),
+        }),
+        GroupEvent::TrustChanged {
+            trusted,
+            untrusted_members,
+        } => json!({
+            "event": "trust_changed",
+            "trusted": trusted,
+            "untrusted_members": untrusted_members.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
+        }),
     }
 }
 
@@ -93,6 +117,7 @@ pub fn status(status: &Status) -> Value {
         "delivered_unreliable": status.delivered_unreliable,
         "pending": status.pending,
         "gear": status.gear,
+        "key_fingerprint": status.key_fingerprint,
         "dropped": counters(&status.dropped),
     })
 }
@@ -129,6 +154,13 @@ pub enum Command {
     Leave,
     /// Report the member's status.
     Status,
+    /// Change the trust policy: trust `add`, stop trusting `remove`.
+    Trust {
+        /// Principals to trust.
+        add: Vec<MemberId>,
+        /// Principals to stop trusting.
+        remove: Vec<MemberId>,
+    },
 }
 
 /// Why a line is not a command: the command's name when it was known, and the problem.
@@ -166,10 +198,11 @@ pub fn parse_command(line: &str) -> Result<Command, CommandError> {
     let allowed: &[&str] = match cmd {
         "send" => &["cmd", "channel", "data"],
         "rekey" | "leave" | "status" => &["cmd"],
+        "trust" => &["cmd", "add", "remove"],
         other => {
             return Err(fail(
                 Some(other),
-                "unknown command (send, rekey, leave, status)".into(),
+                "unknown command (send, rekey, leave, status, trust)".into(),
             ))
         }
     };
@@ -202,6 +235,36 @@ pub fn parse_command(line: &str) -> Result<Command, CommandError> {
         }
         "rekey" => Ok(Command::Rekey),
         "leave" => Ok(Command::Leave),
+        "trust" => {
+            let list = |field: &str| -> Result<Vec<MemberId>, CommandError> {
+                let Some(v) = map.get(field) else {
+                    return Ok(Vec::new());
+                };
+                let Some(items) = v.as_array() else {
+                    return Err(fail(
+                        Some(cmd),
+                        format!("\"{field}\" must be a list of public keys"),
+                    ));
+                };
+                items
+                    .iter()
+                    .map(|item| {
+                        item.as_str()
+                            .and_then(|t| t.parse::<MemberId>().ok())
+                            .ok_or_else(|| {
+                                fail(
+                                    Some(cmd),
+                                    format!("\"{field}\": {item} is not an ed25519:<hex> key"),
+                                )
+                            })
+                    })
+                    .collect()
+            };
+            Ok(Command::Trust {
+                add: list("add")?,
+                remove: list("remove")?,
+            })
+        }
         _ => Ok(Command::Status),
     }
 }
@@ -210,11 +273,38 @@ pub fn parse_command(line: &str) -> Result<Command, CommandError> {
 #[allow(clippy::unwrap_used)] // reason: test code; a panic is the failure report
 mod tests {
     use super::*;
-    use cohort_group::{Member, MemberId, RemovalReason, ViewId};
+    use cohort_group::{Member, RemovalReason, ViewId};
     use std::time::Duration;
 
     fn member(byte: u8) -> MemberId {
         MemberId::from_bytes([byte; 32])
+    }
+
+    #[test]
+    fn trust_commands_parse_and_name_bad_keys() {
+        let k = member(7).to_string();
+        assert_eq!(
+            parse_command(&format!(r#"{{"cmd":"trust","add":["{k}"]}}"#)),
+            Ok(Command::Trust {
+                add: vec![member(7)],
+                remove: Vec::new()
+            })
+        );
+        assert_eq!(
+            parse_command(&format!(r#"{{"cmd":"trust","remove":["{k}"]}}"#)),
+            Ok(Command::Trust {
+                add: Vec::new(),
+                remove: vec![member(7)]
+            })
+        );
+        let e = parse_command(r#"{"cmd":"trust","remove":["nope"]}"#).unwrap_err();
+        assert!(
+            e.error.contains("\"nope\" is not an ed25519"),
+            "{}",
+            e.error
+        );
+        let e = parse_command(r#"{"cmd":"trust","remove":"x"}"#).unwrap_err();
+        assert!(e.error.contains("must be a list"), "{}", e.error);
     }
 
     #[test]
