@@ -58,9 +58,10 @@ fn write_and_sync(mut file: File, bytes: &[u8]) -> io::Result<()> {
     file.sync_all()
 }
 
-/// Writes `bytes` to a new file at `path`; fails with `AlreadyExists` if there is one. A
-/// failed write removes the partial file.
-fn create_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
+/// Writes `bytes` to a new file at `path` (mode 0600); fails with `AlreadyExists` if there is
+/// one. A failed write removes the partial file. (`cohort kdc add-principal` writes key
+/// files with it too.)
+pub(crate) fn create_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let file = open_private_new(path)?;
     write_and_sync(file, bytes).inspect_err(|_| {
         let _ = std::fs::remove_file(path);
@@ -70,7 +71,7 @@ fn create_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// Writes `bytes` to a fresh private file beside `path` and renames it over `path`. Opening
 /// the existing file instead would keep its permissions (the mode applies only when a file is
 /// created), and a crash midway would leave neither the old key nor the new one.
-fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| io::Error::other("--out must name a file"))?;

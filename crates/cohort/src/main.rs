@@ -7,6 +7,7 @@
 //!   cohort tunnel server|client  ──▶ cohort-net TCP driver ──▶ cohort-channel
 //!   cohort group run|bench       ──▶ cohort-net UDP driver ──▶ cohort-group members
 //!   cohort hop run|ctl|forge     ──▶ own UDP/TUN loop ──▶ cohort-hop endpoints and relays
+//!   cohort kdc serve|add-principal ──▶ own UDP loop ──▶ cohort-kdc Kdc (LSGC's KDC)
 //! ```
 
 mod bench;
@@ -18,6 +19,7 @@ mod demo_hop;
 mod gears_cmd;
 mod group_cmd;
 mod hop_cmd;
+mod kdc_cmd;
 mod keygen_cmd;
 mod stdin_lines;
 mod tunnel_cmd;
@@ -63,6 +65,11 @@ enum Command {
         #[command(subcommand)]
         command: hop_cmd::HopCommand,
     },
+    /// LSGC's key distribution center: serve pair keys over UDP, register principals.
+    Kdc {
+        #[command(subcommand)]
+        command: kdc_cmd::KdcCommand,
+    },
 }
 
 /// An error the user can fix: printed as one line, exit status 2.
@@ -79,6 +86,7 @@ fn main() -> ExitCode {
         Command::Tunnel { command } => tunnel_cmd::run(command),
         Command::Group { command } => group_cmd::run(command),
         Command::Hop { command } => hop_cmd::run(command),
+        Command::Kdc { command } => kdc_cmd::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -421,8 +421,10 @@ mod tests {
             pending: 0,
             gear: "aes-128-gcm",
             dropped: c,
+            key_fingerprint: Some("0011223344556677".into()),
         });
         assert_eq!(s["view"]["key_epoch"], 7);
+        assert_eq!(s["key_fingerprint"], "0011223344556677");
         assert_eq!(s["dropped"]["auth_failed"], 1);
         assert_eq!(dropped(&c)["total"], 1);
     }

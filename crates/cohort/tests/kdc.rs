@@ -1,0 +1,351 @@
+//! `cohort kdc add-principal|serve` as a user runs them: principals registered (key files and
+//! database owner-only, no silent overwrite), bad configurations refused with a message
+//! naming the key, then a real KDC process on loopback UDP answering a leader's request with
+//! the σ the member computes from its own key file, an unknown principal's clear error, an
+//! unknown requester's hint, and one log line per request with no secret in it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
+
+use cohort_crypto::CryptoProvider;
+use cohort_kdc::{
+    member_shared_key, KdcError, KeyFile, PairKeyRequest, PrincipalKey, PrincipalName,
+};
+use rand_core::{OsRng, RngCore};
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long any one expected line or datagram may take.
+const WAIT: Duration = Duration::from_secs(20);
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cohort-kdc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn cohort(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[cfg(unix)]
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+fn add_principal(config: &Path, out: &Path, name: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "kdc",
+        "add-principal",
+        name,
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    cohort(&args)
+}
+
+fn read_key_file(path: &Path) -> KeyFile {
+    KeyFile::parse(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// A running `cohort kdc serve`: its stderr lines; killed when dropped.
+struct Server {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(config: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(["kdc", "serve", "--config"])
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Server {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a stderr line containing `needle`; returns it.
+    fn wait_for(&mut self, needle: &str) -> String {
+        if let Some(line) = self.seen.iter().find(|l| l.contains(needle)) {
+            return line.clone();
+        }
+        loop {
+            match self.lines.recv_timeout(WAIT) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no line with {needle:?}; saw {:#?}", self.seen),
+            }
+        }
+    }
+}
+
+fn nonce() -> [u8; 16] {
+    let mut n = [0u8; 16];
+    OsRng.fill_bytes(&mut n);
+    n
+}
+
+/// Sends `request` to the KDC at `kdc` and returns the response.
+fn exchange(kdc: SocketAddr, request: &PairKeyRequest) -> Vec<u8> {
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_read_timeout(Some(WAIT)).unwrap();
+    socket.send_to(request.bytes(), kdc).unwrap();
+    let mut buf = [0u8; 2048];
+    let (len, from) = socket.recv_from(&mut buf).expect("a response from the KDC");
+    assert_eq!(from, kdc);
+    buf[..len].to_vec()
+}
+
+#[test]
+fn config_errors_name_the_key_and_exit_2() {
+    let dir = tempdir("config");
+    let cases = [
+        (
+            "listen = \"127.0.0.1:99999\"\ndatabase = \"kdc.db\"\n",
+            "config error: listen:",
+        ),
+        (
+            "listen = \"127.0.0.1:7600\"\n",
+            "config error: database: missing",
+        ),
+        (
+            "listen = \"127.0.0.1:7600\"\ndatabase = \"kdc.db\"\nport = 7\n",
+            "config error: port: unknown key",
+        ),
+        (
+            "listen = \"127.0.0.1:7600\"\ndatabase = \"missing.db\"\n",
+            "config error: database:",
+        ),
+    ];
+    for (i, (config, says)) in cases.iter().enumerate() {
+        let path = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&path, config).unwrap();
+        let out = cohort(&["kdc", "serve", "--config", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{config}");
+        let err = text(&out.stderr);
+        assert!(err.contains(says), "{config}: {err}");
+    }
+    let out = cohort(&[
+        "kdc",
+        "serve",
+        "--config",
+        dir.join("nope.toml").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("nope.toml: cannot read"));
+
+    // A database that is not one: the key and the line.
+    std::fs::write(dir.join("junk.db"), "cohort-kdc-db v1\nalice nothex\n").unwrap();
+    let path = dir.join("junk.toml");
+    std::fs::write(
+        &path,
+        "listen = \"127.0.0.1:7600\"\ndatabase = \"junk.db\"\n",
+    )
+    .unwrap();
+    let out = cohort(&["kdc", "serve", "--config", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("config error: database:") && err.contains("line 2: key:"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn add_principal_then_serve_pair_keys_over_udp() {
+    let dir = tempdir("serve");
+    let keys = dir.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let config = dir.join("kdc.toml");
+    std::fs::write(&config, "listen = \"127.0.0.1:0\"\ndatabase = \"kdc.db\"\n").unwrap();
+
+    // Two principals: the database is created by the first and grows with the second.
+    for (name, says) in [
+        ("leader", "created, 1 principal)"),
+        ("alice", "(2 principals)"),
+    ] {
+        let out = add_principal(&config, &keys, name, &[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let said = text(&out.stdout);
+        assert!(said.contains(&format!("added principal {name}")), "{said}");
+        assert!(said.contains(says), "{said}");
+        assert!(said.contains(&format!("{name}.key")), "{said}");
+        let key_file = keys.join(format!("{name}.key"));
+        assert!(key_file.exists());
+        assert_eq!(read_key_file(&key_file).name.as_str(), name);
+        #[cfg(unix)]
+        assert_eq!(mode(&key_file), 0o600, "{name}.key");
+    }
+    #[cfg(unix)]
+    assert_eq!(mode(&dir.join("kdc.db")), 0o600, "the database");
+    let db = std::fs::read_to_string(dir.join("kdc.db")).unwrap();
+    let leader = read_key_file(&keys.join("leader.key"));
+    let alice = read_key_file(&keys.join("alice.key"));
+    assert!(db.contains(&*leader.key.to_hex()) && db.contains(&*alice.key.to_hex()));
+
+    // No silent overwrite; a bad name is refused; --force re-keys.
+    let out = add_principal(&config, &keys, "alice", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("already registered"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = add_principal(&config, &keys, "bad/name", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("invalid principal name"));
+    std::fs::write(keys.join("carol.key"), "mine").unwrap();
+    let out = add_principal(&config, &keys, "carol", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("already exists"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(keys.join("carol.key")).unwrap(),
+        "mine"
+    );
+    assert!(!std::fs::read_to_string(dir.join("kdc.db"))
+        .unwrap()
+        .contains("carol"));
+    let out = add_principal(&config, &keys, "bob", &[]);
+    assert!(out.status.success());
+    let old_bob = read_key_file(&keys.join("bob.key"));
+    let out = add_principal(&config, &keys, "bob", &["--force"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("re-keyed principal bob"));
+    assert_ne!(read_key_file(&keys.join("bob.key")).key, old_bob.key);
+
+    // Serve on an ephemeral port; the first line says which.
+    let mut server = Server::start(&config);
+    let line = server.wait_for("listening on");
+    let addr: SocketAddr = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(line.contains("3 principals"), "{line}");
+
+    // The leader asks for alice: σ equals what alice computes from her own key file.
+    let provider = CryptoProvider::default_provider();
+    let request =
+        PairKeyRequest::new(&provider, leader.name, &leader.key, alice.name, nonce()).unwrap();
+    let response = exchange(addr, &request);
+    let sigma = request.open_response(&response).unwrap();
+    assert_eq!(
+        sigma,
+        member_shared_key(&provider, &alice.key, &leader.name)
+    );
+    server.wait_for("answered: leader asked for alice");
+
+    // An unknown principal: the clear, authenticated error.
+    let mallory = PrincipalName::new("mallory").unwrap();
+    let request =
+        PairKeyRequest::new(&provider, leader.name, &leader.key, mallory, nonce()).unwrap();
+    let response = exchange(addr, &request);
+    assert_eq!(
+        request.open_response(&response),
+        Err(KdcError::UnknownPrincipal(mallory))
+    );
+    server.wait_for("unknown principal: leader asked for mallory");
+
+    // A principal added while the KDC runs is served after SIGHUP.
+    let out = add_principal(&config, &keys, "dave", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dave = read_key_file(&keys.join("dave.key"));
+    let hup = Command::new("kill")
+        .args(["-HUP", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    server.wait_for("reloaded");
+    let request =
+        PairKeyRequest::new(&provider, leader.name, &leader.key, dave.name, nonce()).unwrap();
+    let sigma = request.open_response(&exchange(addr, &request)).unwrap();
+    assert_eq!(sigma, member_shared_key(&provider, &dave.key, &leader.name));
+
+    // An unregistered requester: only a hint comes back.
+    let eve = PrincipalName::new("eve").unwrap();
+    let request = PairKeyRequest::new(
+        &provider,
+        eve,
+        &PrincipalKey::generate(&mut OsRng),
+        alice.name,
+        nonce(),
+    )
+    .unwrap();
+    let response = exchange(addr, &request);
+    let e = request.open_response(&response).unwrap_err();
+    assert_eq!(e, KdcError::UnknownRequester(eve));
+    assert!(e.is_hint());
+    server.wait_for("unknown requester: eve");
+
+    // The old bob key no longer works: no answer, and the log says why.
+    let request =
+        PairKeyRequest::new(&provider, old_bob.name, &old_bob.key, alice.name, nonce()).unwrap();
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.send_to(request.bytes(), addr).unwrap();
+    server.wait_for("bad MAC: claims to be bob");
+    socket.send_to(b"junk", addr).unwrap();
+    server.wait_for("malformed");
+
+    // No key ever appears in the log.
+    for secret in [&leader.key, &alice.key, &old_bob.key, &dave.key] {
+        let hex = secret.to_hex();
+        assert!(
+            server.seen.iter().all(|l| !l.contains(&hex[..16])),
+            "{:#?}",
+            server.seen
+        );
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
