@@ -64,6 +64,19 @@ pub enum RekeyMethod {
     },
 }
 
+/// How members prove who they are and get the keys of their pair channels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AuthMode {
+    /// Ed25519 identity keys; pair channels with a hybrid KEM handshake (the default).
+    #[default]
+    IdentityKeys,
+    /// LSGC: long-term symmetric keys registered with a KDC, Leighton-Micali pair keys, no
+    /// public-key operation anywhere. Members are `kdc:<name>` principals; an empty trust
+    /// list admits every principal the KDC knows. Needs the one-message rekey, and every
+    /// view gets a fresh key (its Install is authenticated through each member's wrap).
+    Kdc,
+}
+
 /// A group's configuration. Every member of a group must use the same `group`, `protection`
 /// and `rekey_method`; timers may differ.
 #[derive(Clone, Debug)]
@@ -72,6 +85,8 @@ pub struct GroupConfig {
     pub group: String,
     /// Principals allowed in. A member's own key need not be listed.
     pub trust: Vec<MemberId>,
+    /// Identity keys (the default) or KDC mode.
+    pub auth: AuthMode,
     /// How packets are protected.
     pub protection: Protection,
     /// When to rekey.
@@ -105,6 +120,7 @@ impl GroupConfig {
         GroupConfig {
             group: group.into(),
             trust,
+            auth: AuthMode::default(),
             protection: Protection::default(),
             rekey_policy: RekeyPolicy::default(),
             rekey_method: RekeyMethod::default(),
@@ -137,6 +153,16 @@ impl GroupConfig {
         }
         if self.max_message_len == 0 || self.max_message_len > 16 * 1024 {
             return Err("max_message_len: must be 1 to 16384".into());
+        }
+        if self.auth == AuthMode::Kdc {
+            if self.rekey_method != RekeyMethod::OneMessage {
+                return Err("rekey_method: KDC mode distributes keys in one message only".into());
+            }
+            if let Some(m) = self.trust.iter().find(|m| m.principal().is_none()) {
+                return Err(format!(
+                    "trust: {m} is not a kdc:<name> principal (KDC mode)"
+                ));
+            }
         }
         if let RekeyMethod::Tree { degree } = self.rekey_method {
             if degree == 0 {

@@ -126,6 +126,15 @@ pub enum GroupEvent {
         /// Where it is.
         into: SocketAddr,
     },
+    /// KDC mode: a pair channel was refused because of the KDC. At a leader: "the KDC does
+    /// not know this principal" (the joiner at `addr` is not registered). At a joiner: the
+    /// leader's unauthenticated hint that the KDC does not know it.
+    Refused {
+        /// The other side.
+        addr: SocketAddr,
+        /// Why.
+        reason: &'static str,
+    },
     /// This member's trust policy changed (`GroupMember::set_trust`).
     TrustChanged {
         /// Principals trusted now.

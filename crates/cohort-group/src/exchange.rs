@@ -25,7 +25,12 @@
 //!                    | u16 len | KEM public key | key tag (16) | signature (64)
 //!  Ticket (kind 2) = sender (32) | recipient (32) | recipient's nonce (16) | key epoch (u64)
 //!                    | u16 len | KEM ciphertext | u16 len | sealed group key | signature (64)
+//!  KDC Id (kind 3) = principal (32) | reply address | nonce (16) | view size (u16)
+//!                    | key tag (16)
 //! ```
+//! In KDC mode there is no public-key operation: Ids carry neither a KEM key nor a
+//! signature, and the ticket is a pair message (`PairMsg::Ticket`) over the pair channel to
+//! the Id's principal, whose keys come from the KDC; it still echoes the nonce.
 //! Signatures cover a context label and every byte before them; the key tag is HMAC-SHA256
 //! (truncated to 16 bytes) under a key derived from the group key, over every byte before it.
 
@@ -153,6 +158,7 @@ fn key_tag(provider: &CryptoProvider, group: &str, key: &GroupKey, bytes: &[u8])
 pub struct LocalId {
     /// The nonce sent.
     pub nonce: [u8; NONCE_LEN],
+    /// Empty in KDC mode (tickets travel over pair channels there).
     kem_secret: Secret,
     kem_public: Vec<u8>,
     /// A ticket for this nonce was taken (each is taken once).
@@ -169,6 +175,16 @@ impl LocalId {
             kem_public,
             used: false,
         })
+    }
+
+    /// A nonce only, for KDC mode (no KEM: no public-key operation anywhere).
+    pub fn nonce_only(nonce: [u8; NONCE_LEN]) -> LocalId {
+        LocalId {
+            nonce,
+            kem_secret: Secret::zeroed(0),
+            kem_public: Vec::new(),
+            used: false,
+        }
     }
 }
 
@@ -198,6 +214,31 @@ pub fn encode_id(
     let sig = identity.sign(provider, &[ID_CONTEXT, &out].concat()).ok()?;
     out.extend_from_slice(&sig);
     Some(out)
+}
+
+/// Builds a KDC-mode Id (kind 3): like an Id but with neither KEM key nor signature. Its
+/// only use is to say where the leader is, its size and whether it holds our key (the tag);
+/// the ticket answering it travels over a pair channel authenticated through the KDC.
+pub fn encode_kdc_id(
+    provider: &CryptoProvider,
+    principal: &MemberId,
+    group: &str,
+    addr: SocketAddr,
+    size: u16,
+    local: &LocalId,
+    key: &GroupKey,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    header(&mut out, 3, group);
+    {
+        let mut w = Writer::new(&mut out);
+        w.bytes(principal.as_bytes());
+        put_addr(&mut w, &addr);
+        w.bytes(&local.nonce).u16(size);
+    }
+    let tag = key_tag(provider, group, key, &out);
+    out.extend_from_slice(&tag);
+    out
 }
 
 /// Parses a gossip packet; `None` if malformed (bounds are checked, nothing panics).
@@ -239,6 +280,31 @@ pub fn decode(bytes: &[u8]) -> Option<Parsed> {
                     signature,
                 }),
                 signed_len,
+                tagged_len,
+            })
+        }
+        3 => {
+            let principal = MemberId::from_bytes(r.array().ok()?);
+            let addr = get_addr(&mut r)?;
+            let nonce: [u8; NONCE_LEN] = r.array().ok()?;
+            let size = r.u16().ok()?;
+            let tagged_len = bytes.len() - r.remaining();
+            let key_tag: [u8; TAG_LEN] = r.array().ok()?;
+            if !r.is_empty() {
+                return None;
+            }
+            Some(Parsed {
+                group,
+                gossip: Gossip::Id(Id {
+                    principal,
+                    addr,
+                    nonce,
+                    size,
+                    kem_public: Vec::new(),
+                    key_tag,
+                    signature: Vec::new(),
+                }),
+                signed_len: tagged_len,
                 tagged_len,
             })
         }

@@ -246,6 +246,15 @@ pub fn sample_pair_msgs() -> Vec<PairMsg> {
             degree: 2,
         },
         PairMsg::Ping,
+        PairMsg::Removed {
+            view: sample_view(),
+            reason: RemovalReason::Left,
+        },
+        PairMsg::Ticket {
+            nonce: [0x11; 16],
+            key_epoch: 4,
+            key: Zeroizing::new(vec![0x44; 32]),
+        },
         PairMsg::KeyAck {
             proposal: sample_view(),
             holders: vec![MemberId(identity(1).public())],

@@ -1,6 +1,7 @@
 //! Who is in a group: member identities, view ids and views.
 
 use cohort_channel::identity::PublicKey;
+use cohort_kdc::PrincipalName;
 use std::cmp::Ordering;
 use std::fmt;
 use std::net::SocketAddr;
@@ -36,9 +37,32 @@ impl PartialOrd for MemberId {
     }
 }
 
+impl MemberId {
+    /// A KDC-mode member: its principal name, padded with zero bytes to 32 (LSGC names
+    /// members by a short null-terminated string; names are at most 31 bytes).
+    pub fn from_principal(name: &PrincipalName) -> MemberId {
+        let mut b = [0u8; 32];
+        b[..name.as_bytes().len()].copy_from_slice(name.as_bytes());
+        MemberId::from_bytes(b)
+    }
+
+    /// The principal name, if this id has the KDC form (a name and zero padding).
+    pub fn principal(&self) -> Option<PrincipalName> {
+        let b = self.as_bytes();
+        let len = b.iter().position(|x| *x == 0)?;
+        if len == 0 || b[len..].iter().any(|x| *x != 0) {
+            return None;
+        }
+        PrincipalName::from_bytes(&b[..len]).ok()
+    }
+}
+
 impl fmt::Display for MemberId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.0, f)
+        match self.principal() {
+            Some(name) => write!(f, "kdc:{}", name.as_str()),
+            None => fmt::Display::fmt(&self.0, f),
+        }
     }
 }
 
@@ -49,10 +73,40 @@ impl fmt::Debug for MemberId {
     }
 }
 
+/// Why a member id does not parse.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberIdParseError {
+    /// Not an `ed25519:<64 hex>` public key.
+    Key(cohort_channel::identity::PublicKeyParseError),
+    /// Not a `kdc:<name>` principal (1 to 31 bytes of `A-Z a-z 0-9 . _ -`).
+    Principal,
+}
+
+impl fmt::Display for MemberIdParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemberIdParseError::Key(e) => fmt::Display::fmt(e, f),
+            MemberIdParseError::Principal => {
+                f.write_str("a kdc principal is kdc:<1 to 31 bytes of A-Z a-z 0-9 . _ ->")
+            }
+        }
+    }
+}
+
+impl std::error::Error for MemberIdParseError {}
+
 impl FromStr for MemberId {
-    type Err = cohort_channel::identity::PublicKeyParseError;
+    type Err = MemberIdParseError;
+    /// `ed25519:<64 hex>` (identity-key mode) or `kdc:<name>` (KDC mode).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        PublicKey::from_str(s).map(MemberId)
+        if let Some(name) = s.strip_prefix("kdc:") {
+            return PrincipalName::new(name)
+                .map(|n| MemberId::from_principal(&n))
+                .map_err(|_| MemberIdParseError::Principal);
+        }
+        PublicKey::from_str(s)
+            .map(MemberId)
+            .map_err(MemberIdParseError::Key)
     }
 }
 

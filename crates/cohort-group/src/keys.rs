@@ -280,17 +280,20 @@ fn wrap_key(
 
 /// Wraps `key` for the member at `rank` of `view` under its pair key (LSGC): AES-256-GCM
 /// under a key derived from the pair key, the view id and the rank, so each wrapping key is
-/// used once; the epoch is associated data. 48 bytes.
+/// used once; the epoch and `bind` are associated data (KDC mode binds the Install's
+/// digest, so the wrap authenticates the whole Install to its member). 48 bytes.
 pub fn wrap(
     provider: &CryptoProvider,
     pair_key: &[u8],
     view: &ViewId,
     rank: u16,
     key: &GroupKey,
+    bind: &[u8],
 ) -> Result<Vec<u8>, CryptoError> {
     let aead = wrap_key(provider, pair_key, view, rank)?;
     let mut out = key.expose().to_vec();
-    let tag = aead.seal_in_place(&[0u8; 12], &key.epoch.to_be_bytes(), &mut out)?;
+    let aad = [&key.epoch.to_be_bytes()[..], bind].concat();
+    let tag = aead.seal_in_place(&[0u8; 12], &aad, &mut out)?;
     out.extend_from_slice(&tag);
     Ok(out)
 }
@@ -303,11 +306,13 @@ pub fn unwrap(
     rank: u16,
     epoch: u64,
     wrapped: &[u8],
+    bind: &[u8],
 ) -> Option<GroupKey> {
     let aead = wrap_key(provider, pair_key, view, rank).ok()?;
     let mut buf = Secret::from_slice(wrapped);
+    let aad = [&epoch.to_be_bytes()[..], bind].concat();
     let plain = aead
-        .open_in_place(&[0u8; 12], &epoch.to_be_bytes(), buf.expose_mut())
+        .open_in_place(&[0u8; 12], &aad, buf.expose_mut())
         .ok()?;
     (plain.len() == GROUP_KEY_LEN).then(|| GroupKey::new(epoch, Secret::from_slice(plain)))
 }

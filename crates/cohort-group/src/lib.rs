@@ -3,19 +3,21 @@
 //!
 //! A [`GroupMember`] is a [`Machine`](cohort_core::Machine): the tokio driver in
 //! `cohort-net` and the simulator in `cohort-sim` drive the same code.
+mod channels;
 pub mod config;
 pub mod event;
 pub mod exchange;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod id;
+pub mod kdc_pair;
 pub mod keys;
 mod member;
 pub use member::MAX_VIEW_MEMBERS;
 pub mod pair;
 pub mod wire;
 
-pub use config::{GroupConfig, Protection, RekeyMethod, RekeyPolicy};
+pub use config::{AuthMode, GroupConfig, Protection, RekeyMethod, RekeyPolicy};
 pub use event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
 pub use id::{Member, MemberId, View, ViewId};
 pub use member::GroupMember;

@@ -18,12 +18,14 @@
 //!                                 UDP
 //! ```
 
-use crate::config::{GroupConfig, Protection, RekeyMethod};
+use crate::channels::Pairs;
+use crate::config::{AuthMode, GroupConfig, Protection, RekeyMethod};
 use crate::event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
 use crate::exchange::{self, Gossip, LocalId, Parsed, GOSSIP_KIND};
 use crate::id::{Member, MemberId, View, ViewId};
+use crate::kdc_pair::{KdcCredentials, KdcPairTable};
 use crate::keys::{self, GearPlan, GroupKey, ViewKeys, GROUP_KEY_LEN};
-use crate::pair::{PairEvent, PairTable, PAIR_KIND};
+use crate::pair::{PairEvent, PairTable};
 use crate::wire::{Install, KeyDelivery, Msg, PairMsg};
 use cohort_channel::identity::Identity;
 use cohort_core::{Machine, Timestamp, Transmit};
@@ -219,14 +221,15 @@ impl Joining {
 pub struct GroupMember {
     provider: CryptoProvider,
     /// Signs the Installs this member coordinates.
-    identity: Identity,
+    /// The Ed25519 identity (None in KDC mode).
+    identity: Option<Identity>,
     id: MemberId,
     addr: SocketAddr,
     config: GroupConfig,
     plan: GearPlan,
     controller: Option<Controller>,
     rng: ChaCha20Rng,
-    pairs: PairTable,
+    pairs: Pairs,
 
     joining: Option<Joining>,
     /// Every member seen in a view, and the contacts given to `start`: where a leader looks
@@ -329,6 +332,58 @@ impl GroupMember {
         config: GroupConfig,
         seed: [u8; 32],
     ) -> Result<Self, String> {
+        if config.auth != AuthMode::IdentityKeys {
+            return Err("auth: a KDC-mode member is made with GroupMember::new_kdc".into());
+        }
+        let mut rng = ChaCha20Rng::from_seed(seed);
+        let mut pair_seed = [0u8; 32];
+        rng.fill_bytes(&mut pair_seed);
+        let id = MemberId(identity.public());
+        let pairs = Pairs::Identity(Box::new(PairTable::new(
+            provider,
+            identity.clone(),
+            &config.group,
+            config.trust.clone(),
+            pair_seed,
+        )));
+        Self::assemble(provider, Some(identity), id, pairs, addr, config, rng)
+    }
+
+    /// A KDC-mode member (LSGC): `credentials` name its principal, long-term key and KDC.
+    /// No public-key operation runs anywhere.
+    pub fn new_kdc(
+        provider: CryptoProvider,
+        credentials: KdcCredentials,
+        addr: SocketAddr,
+        config: GroupConfig,
+        seed: [u8; 32],
+    ) -> Result<Self, String> {
+        if config.auth != AuthMode::Kdc {
+            return Err("auth: GroupMember::new_kdc needs a KDC-mode config".into());
+        }
+        let mut rng = ChaCha20Rng::from_seed(seed);
+        let mut pair_seed = [0u8; 32];
+        rng.fill_bytes(&mut pair_seed);
+        let id = MemberId::from_principal(&credentials.name);
+        let pairs = Pairs::Kdc(Box::new(KdcPairTable::new(
+            provider,
+            credentials,
+            &config.group,
+            config.trust.clone(),
+            pair_seed,
+        )));
+        Self::assemble(provider, None, id, pairs, addr, config, rng)
+    }
+
+    fn assemble(
+        provider: CryptoProvider,
+        identity: Option<Identity>,
+        id: MemberId,
+        pairs: Pairs,
+        addr: SocketAddr,
+        config: GroupConfig,
+        rng: ChaCha20Rng,
+    ) -> Result<Self, String> {
         config.validate()?;
         let plan = GearPlan::new(&config.protection);
         let controller = match &config.protection {
@@ -340,17 +395,6 @@ impl GroupMember {
             ),
             _ => None,
         };
-        let mut rng = ChaCha20Rng::from_seed(seed);
-        let mut pair_seed = [0u8; 32];
-        rng.fill_bytes(&mut pair_seed);
-        let id = MemberId(identity.public());
-        let pairs = PairTable::new(
-            provider,
-            identity.clone(),
-            &config.group,
-            config.trust.clone(),
-            pair_seed,
-        );
         Ok(GroupMember {
             provider,
             identity,
@@ -861,6 +905,29 @@ impl GroupMember {
             } => self.on_key_share(now, peer, addr, proposal, key_epoch, key, below, degree),
             PairMsg::KeyAck { proposal, holders } => self.on_key_ack(now, peer, proposal, holders),
             PairMsg::Ping => {}
+            PairMsg::Ticket {
+                nonce,
+                key_epoch,
+                key,
+            } => self.on_pair_ticket(now, peer, addr, nonce, key_epoch, &key),
+            PairMsg::Removed { view, reason } => {
+                // From the coordinator of a newer view than ours: it left us out.
+                let newer = self
+                    .view
+                    .as_ref()
+                    .is_some_and(|v| view > v.id && view.coordinator == peer);
+                if self.identity.is_some() || !newer {
+                    self.counters.count(Drop::Unexpected);
+                    return;
+                }
+                match reason {
+                    _ if self.leaving.is_some() => self.leave_now(RemovalReason::Left),
+                    RemovalReason::Lagged => self.leave_now(RemovalReason::Lagged),
+                    // Suspected or untrusted while alive: our own suspicion timeout moves us
+                    // on.
+                    _ => {}
+                }
+            }
         }
     }
 
@@ -960,7 +1027,9 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             return;
         }
-        if !self.install_is_signed(&install) {
+        // The pair channel authenticated the coordinator; with identity keys the Install
+        // carries its signature too.
+        if self.identity.is_some() && !self.install_is_signed(&install) {
             self.counters.count(Drop::AuthFailed);
             return;
         }
@@ -1835,13 +1904,18 @@ impl GroupMember {
             merge_into,
             exchange,
         } = change;
+        // KDC mode: every view gets a fresh key (LSGC), which also authenticates the
+        // Install to each member through its wrap.
+        if self.config.auth == AuthMode::Kdc {
+            rekey = true;
+        }
         // Ensemble 6.1: the coordinator keeps only members it trusts, and a view that loses
         // one for that reason gets a fresh key.
         if let Some(view) = self.view.as_ref() {
             let before = survivors.len();
             let mut out = Vec::new();
             survivors.retain(|r| match view.members.get(usize::from(*r)) {
-                Some(m) if m.id != self.id && !self.config.trust.contains(&m.id) => {
+                Some(m) if !self.trusts(&m.id) => {
                     out.push(m.id);
                     false
                 }
@@ -1855,7 +1929,7 @@ impl GroupMember {
                 rekey = true;
             }
         }
-        joiners.retain(|(m, _, _)| self.config.trust.contains(&m.id));
+        joiners.retain(|(m, _, _)| self.trusts(&m.id));
         let (exchange_key, exchange_from) = match exchange {
             Some((k, from, addr)) => (Some(k), Some((from, addr))),
             None => (None, None),
@@ -2429,6 +2503,25 @@ impl GroupMember {
                     .unwrap_or(0)
             })
             .collect();
+        let provisional = Install {
+            view: c.proposal,
+            members: members.clone(),
+            next_seqs: next_seqs.clone(),
+            incarnations: incarnations.clone(),
+            key_epoch,
+            final_order: c.final_order,
+            key: match (&c.new_key, self.config.rekey_method) {
+                (None, _) => KeyDelivery::Same,
+                (Some(k), RekeyMethod::Tree { .. }) => {
+                    KeyDelivery::Tree(k.fingerprint(&self.provider))
+                }
+                (Some(_), RekeyMethod::OneMessage) => KeyDelivery::Wrapped(Vec::new()),
+            },
+            merge_into: c.merge_into,
+            removed: c.removed.clone(),
+            signature: Vec::new(),
+        };
+        let bind = self.install_bind(&provisional);
         let key = match (&c.new_key, self.config.rekey_method) {
             (None, _) => KeyDelivery::Same,
             (Some(k), RekeyMethod::Tree { .. }) => KeyDelivery::Tree(k.fingerprint(&self.provider)),
@@ -2443,7 +2536,8 @@ impl GroupMember {
                         .pairs
                         .pair_key(&m.id)
                         .and_then(|pk| {
-                            keys::wrap(&self.provider, pk.expose(), &c.proposal, r as u16, k).ok()
+                            keys::wrap(&self.provider, pk.expose(), &c.proposal, r as u16, k, &bind)
+                                .ok()
                         })
                         .unwrap_or_default();
                     wraps.push(wrapped);
@@ -2464,12 +2558,13 @@ impl GroupMember {
             signature: Vec::new(),
         });
         let mut install = install;
-        match self
-            .identity
-            .sign(&self.provider, &install.signed_bytes(&self.config.group))
-        {
-            Ok(sig) => install.signature = sig,
-            Err(_) => return, // the backend failed: no view change this time
+        // Identity keys: the coordinator signs. KDC mode: no signature; each member's wrap
+        // binds the Install's digest instead.
+        if let Some(identity) = self.identity.as_ref() {
+            match identity.sign(&self.provider, &install.signed_bytes(&self.config.group)) {
+                Ok(sig) => install.signature = sig,
+                Err(_) => return, // the backend failed: no view change this time
+            }
         }
         let fresh_key = c.new_key.is_some() && c.exchange_from.is_none();
         let new_key = match c.new_key {
@@ -2523,8 +2618,18 @@ impl GroupMember {
                 self.send_msg(m.addr, &Msg::Install(copy));
             }
         }
+        // In KDC mode the members left out could not authenticate the Install (they hold no
+        // wrap): they hear of it over their pair channel.
         for m in &told {
-            self.send_msg(m.addr, &Msg::Install(install.clone()));
+            if self.identity.is_some() {
+                self.send_msg(m.addr, &Msg::Install(install.clone()));
+            } else if let Some((_, why)) = install.removed.iter().find(|(id, _)| *id == m.id) {
+                let msg = PairMsg::Removed {
+                    view: install.view,
+                    reason: *why,
+                };
+                self.send_pair(now, m.addr, Some(m.id), &msg);
+            }
         }
         if let Some(target) = c.merge_into {
             self.deliver_up_to(install.final_order);
@@ -2666,25 +2771,12 @@ impl GroupMember {
             self.dissolve(now, target);
             return;
         }
-        let coord_id = install.view.coordinator;
-        let my_rank = install.members.iter().position(|m| m.id == self.id);
-        let Some(my_rank) = my_rank else {
+        if !install.members.iter().any(|m| m.id == self.id) {
             return;
-        };
+        }
         let key = match &install.key {
             KeyDelivery::Same => self.group_key.as_ref().map(|k| k.duplicate()),
-            KeyDelivery::Wrapped(wraps) => wraps.get(my_rank).and_then(|w| {
-                self.pairs.pair_key(&coord_id).and_then(|pk| {
-                    keys::unwrap(
-                        &self.provider,
-                        pk.expose(),
-                        &install.view,
-                        my_rank as u16,
-                        install.key_epoch,
-                        w,
-                    )
-                })
-            }),
+            KeyDelivery::Wrapped(_) => self.unwrap_own(&install),
             KeyDelivery::Tree(fp) => match self.tree_key.as_ref() {
                 Some((p, k)) if *p == install.view && k.fingerprint(&self.provider) == *fp => {
                     Some(k.duplicate())
@@ -2850,12 +2942,47 @@ impl GroupMember {
         self.maybe_start_change(now);
     }
 
-    /// Whether `install` carries its coordinator's signature.
+    /// Whether `install` comes from its coordinator: its Ed25519 signature, or in KDC mode
+    /// this member's wrap, which binds the Install's digest under the pair key shared with
+    /// the coordinator (an Install that leaves this member out cannot be checked there).
     fn install_is_signed(&self, install: &Install) -> bool {
+        if self.identity.is_none() {
+            return self.unwrap_own(install).is_some();
+        }
         install.view.coordinator.0.verify(
             &self.provider,
             &install.signed_bytes(&self.config.group),
             &install.signature,
+        )
+    }
+
+    /// KDC mode binds this into every wrap: SHA-256 of what an identity-key coordinator
+    /// would sign. Empty with identity keys (the signature covers it).
+    fn install_bind(&self, install: &Install) -> Vec<u8> {
+        if self.identity.is_some() {
+            return Vec::new();
+        }
+        self.provider
+            .sha256
+            .sha256(&[&install.signed_bytes(&self.config.group)])
+            .to_vec()
+    }
+
+    /// This member's key from a one-message Install's wraps.
+    fn unwrap_own(&self, install: &Install) -> Option<GroupKey> {
+        let KeyDelivery::Wrapped(wraps) = &install.key else {
+            return None;
+        };
+        let my_rank = install.members.iter().position(|m| m.id == self.id)?;
+        let pk = self.pairs.pair_key(&install.view.coordinator)?;
+        keys::unwrap(
+            &self.provider,
+            pk.expose(),
+            &install.view,
+            my_rank as u16,
+            install.key_epoch,
+            wraps.get(my_rank)?,
+            &self.install_bind(install),
         )
     }
 
@@ -2882,7 +3009,16 @@ impl GroupMember {
 
     /// Whether this member's policy trusts `id` (itself always).
     fn trusts(&self, id: &MemberId) -> bool {
-        *id == self.id || self.config.trust.contains(id)
+        *id == self.id
+            || self.config.trust.contains(id)
+            || (self.config.auth == AuthMode::Kdc && self.config.trust.is_empty())
+    }
+
+    fn new_local_id(&self, nonce: [u8; exchange::NONCE_LEN]) -> Option<LocalId> {
+        if self.identity.is_none() {
+            return Some(LocalId::nonce_only(nonce));
+        }
+        LocalId::new(&self.provider, nonce)
     }
 
     // ---------------------------------------------------------------- heal and exchange
@@ -2914,7 +3050,7 @@ impl GroupMember {
         }
         let mut nonce = [0u8; exchange::NONCE_LEN];
         self.rng.fill_bytes(&mut nonce);
-        let Some(local) = LocalId::new(&self.provider, nonce) else {
+        let Some(local) = self.new_local_id(nonce) else {
             return;
         };
         self.local_ids.push(local);
@@ -2934,22 +3070,35 @@ impl GroupMember {
         if self.local_ids.is_empty() {
             let mut nonce = [0u8; exchange::NONCE_LEN];
             self.rng.fill_bytes(&mut nonce);
-            self.local_ids.push(LocalId::new(&self.provider, nonce)?);
+            let local = self.new_local_id(nonce)?;
+            self.local_ids.push(local);
         }
         let (view, key, local) = (
             self.view.as_ref()?,
             self.group_key.as_ref()?,
             self.local_ids.last()?,
         );
-        exchange::encode_id(
-            &self.provider,
-            &self.identity,
-            &self.config.group,
-            self.addr,
-            view.members.len() as u16,
-            local,
-            key,
-        )
+        let size = view.members.len() as u16;
+        match self.identity.as_ref() {
+            Some(identity) => exchange::encode_id(
+                &self.provider,
+                identity,
+                &self.config.group,
+                self.addr,
+                size,
+                local,
+                key,
+            ),
+            None => Some(exchange::encode_kdc_id(
+                &self.provider,
+                &self.id,
+                &self.config.group,
+                self.addr,
+                size,
+                local,
+                key,
+            )),
+        }
     }
 
     /// At most one answer (or forward) per address per heartbeat interval.
@@ -3058,7 +3207,39 @@ impl GroupMember {
             self.counters.count(Drop::Untrusted);
             return;
         }
-        if !self.gossip_throttle(now, id.addr) || !self.spend_verification(now) {
+        if !self.gossip_throttle(now, id.addr) {
+            return;
+        }
+        if self.identity.is_none() {
+            // KDC mode: the Id is not signed; the ticket goes over a pair channel that only
+            // the named principal can open (its keys come from the KDC).
+            if id.principal.principal().is_none() {
+                self.counters.count(Drop::Malformed);
+                return;
+            }
+            if self.id < id.principal {
+                let (Some(key), Some(epoch)) = (
+                    self.group_key
+                        .as_ref()
+                        .map(|k| Zeroizing::new(k.expose().to_vec())),
+                    self.group_key.as_ref().map(|k| k.epoch),
+                ) else {
+                    return;
+                };
+                let ticket = PairMsg::Ticket {
+                    nonce: id.nonce,
+                    key_epoch: epoch,
+                    key,
+                };
+                self.send_pair(now, id.addr, Some(id.principal), &ticket);
+                self.events
+                    .push_back(GroupEvent::TicketSent { to: id.principal });
+            } else if let Some(own) = self.encode_own_id() {
+                self.out.push_back((id.addr, own));
+            }
+            return;
+        }
+        if !self.spend_verification(now) {
             return;
         }
         if !exchange::signature_ok(&self.provider, data, parsed) {
@@ -3067,16 +3248,13 @@ impl GroupMember {
         }
         if self.id < id.principal {
             // The lower principal hands its key over.
-            let Some(key) = self.group_key.as_ref() else {
+            let (Some(key), Some(identity)) = (self.group_key.as_ref(), self.identity.as_ref())
+            else {
                 return;
             };
-            if let Some(ticket) = exchange::encode_ticket(
-                &self.provider,
-                &self.identity,
-                &self.config.group,
-                &id,
-                key,
-            ) {
+            if let Some(ticket) =
+                exchange::encode_ticket(&self.provider, identity, &self.config.group, &id, key)
+            {
                 self.out.push_back((id.addr, ticket));
                 self.events
                     .push_back(GroupEvent::TicketSent { to: id.principal });
@@ -3142,6 +3320,45 @@ impl GroupMember {
         self.maybe_start_change(now);
     }
 
+    /// KDC mode's ticket, over the pair channel from `peer`.
+    fn on_pair_ticket(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        addr: SocketAddr,
+        nonce: [u8; exchange::NONCE_LEN],
+        key_epoch: u64,
+        key: &[u8],
+    ) {
+        if self.identity.is_some() || !self.is_leader() || key.len() != GROUP_KEY_LEN {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        if !self.trusts(&peer) {
+            self.counters.count(Drop::Untrusted);
+            return;
+        }
+        let Some(i) = self
+            .local_ids
+            .iter()
+            .position(|l| l.nonce == nonce && !l.used)
+        else {
+            self.counters.count(Drop::Replayed);
+            return;
+        };
+        self.local_ids[i].used = true;
+        let key = GroupKey::new(key_epoch, Secret::from_slice(key));
+        let same = self
+            .group_key
+            .as_ref()
+            .is_some_and(|k| ct_eq(k.expose(), key.expose()));
+        if same {
+            return;
+        }
+        self.held_exchange = Some((key, peer, addr));
+        self.maybe_start_change(now);
+    }
+
     // ---------------------------------------------------------------- trust policy
 
     /// Replaces this member's trust policy (the principals it trusts). Pair channels to
@@ -3165,8 +3382,10 @@ impl GroupMember {
                 }
             }
         }
+        let trust = self.config.trust.clone();
+        let all = self.config.auth == AuthMode::Kdc && trust.is_empty();
         self.joiners_wanted
-            .retain(|(m, _, _)| self.config.trust.contains(&m.id));
+            .retain(|(m, _, _)| all || trust.contains(&m.id));
         self.events.push_back(GroupEvent::TrustChanged {
             trusted: self.config.trust.len(),
             untrusted_members: untrusted_members.clone(),
@@ -3573,9 +3792,14 @@ impl Machine for GroupMember {
     type Event = GroupEvent;
 
     fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
+        if self.pairs.kdc() == Some(from) {
+            self.pairs.handle_kdc(now, data);
+            self.drain_pairs(now);
+            return;
+        }
         match data.first() {
             Some(&PACKET_VERSION) => self.handle_group_packet(now, from, data),
-            Some(&PAIR_KIND) => {
+            Some(k) if *k == self.pairs.kind() => {
                 self.pairs.handle_datagram(now, from, data);
                 self.drain_pairs(now);
             }
@@ -3677,7 +3901,10 @@ impl GroupMember {
                     // Pair messages may carry group keys.
                     data.zeroize();
                 }
-                PairEvent::Failed { reason, .. } => {
+                PairEvent::Failed { addr, reason } => {
+                    if reason.contains("KDC") {
+                        self.events.push_back(GroupEvent::Refused { addr, reason });
+                    }
                     let why = if reason.contains("trust") || reason.contains("expected") {
                         Drop::Untrusted
                     } else {

@@ -207,6 +207,24 @@ pub enum PairMsg {
     },
     /// Nothing: opens the pair channel (its handshake authenticates both ends).
     Ping,
+    /// KDC mode: the coordinator of `view` left the receiver out, for `reason` (the Install
+    /// itself carries no wrap the receiver could authenticate it with).
+    Removed {
+        /// The view that leaves the receiver out.
+        view: ViewId,
+        /// Why.
+        reason: RemovalReason,
+    },
+    /// KDC mode's Exchange ticket: a leader hands its group key to the leader whose Id
+    /// carried `nonce` (the pair channel authenticates and encrypts it).
+    Ticket {
+        /// The recipient's nonce, from its Id.
+        nonce: [u8; 16],
+        /// The key's epoch at the sender.
+        key_epoch: u64,
+        /// The group key (wiped when dropped).
+        key: Zeroizing<Vec<u8>>,
+    },
     /// Tree rekey: these members (the sender and those below it that answered) hold the key.
     KeyAck {
         /// The view change.
@@ -214,6 +232,25 @@ pub enum PairMsg {
         /// Who holds it.
         holders: Vec<MemberId>,
     },
+}
+
+fn reason_code(why: RemovalReason) -> u8 {
+    match why {
+        RemovalReason::Left => 1,
+        RemovalReason::Suspected => 2,
+        RemovalReason::Lagged => 3,
+        RemovalReason::Untrusted => 4,
+    }
+}
+
+fn reason_from(code: u8) -> Option<RemovalReason> {
+    Some(match code {
+        1 => RemovalReason::Left,
+        2 => RemovalReason::Suspected,
+        3 => RemovalReason::Lagged,
+        4 => RemovalReason::Untrusted,
+        _ => return None,
+    })
 }
 
 fn put_view_id(w: &mut Writer<'_>, id: &ViewId) {
@@ -312,13 +349,7 @@ fn put_install_fields(w: &mut Writer<'_>, i: &Install, with_wraps: bool) {
     }
     w.u16(i.removed.len() as u16);
     for (id, why) in &i.removed {
-        let code = match why {
-            RemovalReason::Left => 1,
-            RemovalReason::Suspected => 2,
-            RemovalReason::Lagged => 3,
-            RemovalReason::Untrusted => 4,
-        };
-        w.bytes(id.as_bytes()).u8(code);
+        w.bytes(id.as_bytes()).u8(reason_code(*why));
     }
 }
 
@@ -360,13 +391,7 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
     let mut removed = Vec::with_capacity(count);
     for _ in 0..count {
         let id = MemberId::from_bytes(r.array().ok()?);
-        let why = match r.u8().ok()? {
-            1 => RemovalReason::Left,
-            2 => RemovalReason::Suspected,
-            3 => RemovalReason::Lagged,
-            4 => RemovalReason::Untrusted,
-            _ => return None,
-        };
+        let why = reason_from(r.u8().ok()?)?;
         removed.push((id, why));
     }
     let n = r.u8().ok()? as usize;
@@ -603,6 +628,22 @@ impl PairMsg {
             PairMsg::Ping => {
                 w.u8(7);
             }
+            PairMsg::Removed { view, reason } => {
+                w.u8(11);
+                put_view_id(&mut w, view);
+                w.u8(reason_code(*reason));
+            }
+            PairMsg::Ticket {
+                nonce,
+                key_epoch,
+                key,
+            } => {
+                w.u8(10)
+                    .bytes(nonce)
+                    .u64(*key_epoch)
+                    .u8(key.len() as u8)
+                    .bytes(key);
+            }
             PairMsg::KeyAck { proposal, holders } => {
                 w.u8(6);
                 put_view_id(&mut w, proposal);
@@ -678,6 +719,20 @@ impl PairMsg {
                 PairMsg::KeyAck { proposal, holders }
             }
             7 => PairMsg::Ping,
+            11 => PairMsg::Removed {
+                view: get_view_id(&mut r).ok()?,
+                reason: reason_from(r.u8().ok()?)?,
+            },
+            10 => {
+                let nonce = r.array().ok()?;
+                let key_epoch = r.u64().ok()?;
+                let n = r.u8().ok()? as usize;
+                PairMsg::Ticket {
+                    nonce,
+                    key_epoch,
+                    key: Zeroizing::new(r.bytes(n).ok()?.to_vec()),
+                }
+            }
             _ => return None,
         };
         r.is_empty().then_some(msg)

@@ -1,0 +1,501 @@
+//! A group in KDC mode (LSGC 2.1) in the simulator, with a KDC node: joins through the
+//! session leader and the KDC, a fresh key with every view in one message, leave, merge
+//! after a partition, a principal the KDC does not know, and replays. The members run
+//! with a crypto provider whose Ed25519 and KEMs refuse and count every call: KDC mode
+//! must use no public-key operation anywhere.
+//!
+//! `COHORT_SIM_SEED=<seed>` replays one seed of the sweep; `COHORT_SIM_SEEDS=<n>` runs `n`.
+
+use cohort_core::{Machine, Timestamp, Transmit};
+use cohort_crypto::{CryptoError, CryptoProvider, KemFactory, Secret, SignatureScheme};
+use cohort_group::kdc_pair::KdcCredentials;
+use cohort_group::{
+    AuthMode, Channel, GroupConfig, GroupEvent, GroupMember, MemberId, RemovalReason,
+};
+use cohort_kdc::{Kdc, PrincipalKey, PrincipalName, Registry};
+use cohort_sim::{sweep, DuplicateRule, Loss, NodeId, ReorderRule, Sim, SimConfig, SimFailure};
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use std::collections::{BTreeSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+static PUBLIC_KEY_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// Ed25519 that counts and refuses every call.
+struct NoSignatures;
+
+impl SignatureScheme for NoSignatures {
+    fn generate(&self) -> Result<(Secret, Vec<u8>), CryptoError> {
+        PUBLIC_KEY_CALLS.fetch_add(1, Ordering::SeqCst);
+        Err(CryptoError::Failed)
+    }
+    fn public_key(&self, _: &Secret) -> Result<Vec<u8>, CryptoError> {
+        PUBLIC_KEY_CALLS.fetch_add(1, Ordering::SeqCst);
+        Err(CryptoError::Failed)
+    }
+    fn sign(&self, _: &Secret, _: &[u8]) -> Result<Vec<u8>, CryptoError> {
+        PUBLIC_KEY_CALLS.fetch_add(1, Ordering::SeqCst);
+        Err(CryptoError::Failed)
+    }
+    fn verify(&self, _: &[u8], _: &[u8], _: &[u8]) -> Result<(), CryptoError> {
+        PUBLIC_KEY_CALLS.fetch_add(1, Ordering::SeqCst);
+        Err(CryptoError::Failed)
+    }
+}
+
+static NO_SIGNATURES: NoSignatures = NoSignatures;
+static NO_KEMS: [&dyn KemFactory; 0] = [];
+
+/// The default provider without public-key algorithms.
+fn symmetric_only() -> CryptoProvider {
+    CryptoProvider {
+        ed25519: &NO_SIGNATURES,
+        kems: &NO_KEMS,
+        ..CryptoProvider::default_provider()
+    }
+}
+
+/// The KDC as a simulator node.
+struct KdcNode {
+    kdc: Kdc,
+    out: VecDeque<(SocketAddr, Vec<u8>)>,
+}
+
+enum Inner {
+    Member(Box<GroupMember>),
+    Kdc(Box<KdcNode>),
+}
+
+/// A member or the KDC, with a tap on what it sends (every 5th datagram, up to 300) for
+/// the replaying adversary.
+struct Peer {
+    inner: Inner,
+    tap: Vec<(SocketAddr, Vec<u8>)>,
+    sent: u64,
+}
+
+impl Machine for Peer {
+    type Event = GroupEvent;
+    fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
+        match &mut self.inner {
+            Inner::Member(m) => m.handle_datagram(now, from, data),
+            Inner::Kdc(k) => {
+                if let Some(reply) = k.kdc.handle_request(from, data) {
+                    k.out.push_back((from, reply));
+                }
+            }
+        }
+    }
+    fn handle_timeout(&mut self, now: Timestamp) {
+        if let Inner::Member(m) = &mut self.inner {
+            m.handle_timeout(now);
+        }
+    }
+    fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let start = buf.len();
+        let t = match &mut self.inner {
+            Inner::Member(m) => m.poll_transmit(now, buf)?,
+            Inner::Kdc(k) => {
+                let (destination, d) = k.out.pop_front()?;
+                buf.extend_from_slice(&d);
+                Transmit {
+                    destination,
+                    size: d.len(),
+                }
+            }
+        };
+        self.sent += 1;
+        if self.sent % 5 == 0 && self.tap.len() < 300 {
+            self.tap
+                .push((t.destination, buf[start..start + t.size].to_vec()));
+        }
+        Some(t)
+    }
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        match &self.inner {
+            Inner::Member(m) => m.poll_timeout(),
+            Inner::Kdc(_) => None,
+        }
+    }
+    fn poll_event(&mut self) -> Option<GroupEvent> {
+        match &mut self.inner {
+            Inner::Member(m) => m.poll_event(),
+            Inner::Kdc(_) => None,
+        }
+    }
+}
+
+fn peer(inner: Inner) -> Peer {
+    Peer {
+        inner,
+        tap: Vec::new(),
+        sent: 0,
+    }
+}
+
+struct KdcGroup {
+    sim: Sim<Peer>,
+    kdc: NodeId,
+    nodes: Vec<NodeId>,
+    ids: Vec<MemberId>,
+}
+
+fn name(i: usize) -> PrincipalName {
+    PrincipalName::new(&format!("m{i}")).expect("name")
+}
+
+impl KdcGroup {
+    /// `n` members named m0.. (registered with the KDC unless listed in `unregistered`),
+    /// not started.
+    fn new(seed: u64, n: usize, unregistered: &[usize]) -> KdcGroup {
+        let mut sim: Sim<Peer> = Sim::new(SimConfig {
+            mtu: 65_536,
+            log_packets: false,
+            latency: Duration::from_millis(5),
+            ..SimConfig::with_seed(seed)
+        });
+        let mut keys_rng = ChaCha20Rng::seed_from_u64(seed ^ 0x6b6463);
+        let keys: Vec<PrincipalKey> = (0..n)
+            .map(|_| {
+                let mut b = [0u8; 32];
+                keys_rng.fill_bytes(&mut b);
+                PrincipalKey::from_bytes(b)
+            })
+            .collect();
+        let mut registry = Registry::new();
+        for (i, k) in keys.iter().enumerate() {
+            if !unregistered.contains(&i) {
+                registry.insert(name(i), k.clone());
+            }
+        }
+        let kdc = sim.add_node_with(|_, _| {
+            peer(Inner::Kdc(Box::new(KdcNode {
+                kdc: Kdc::new(CryptoProvider::default_provider(), registry),
+                out: VecDeque::new(),
+            })))
+        });
+        let kdc_addr = sim.addr(kdc);
+        let mut config = GroupConfig::new("kdc-sim", Vec::new());
+        config.auth = AuthMode::Kdc;
+        config.heartbeat_interval = Duration::from_millis(50);
+        config.suspect_timeout = Duration::from_millis(400);
+        config.flush_timeout = Duration::from_millis(300);
+        let mut nodes = Vec::new();
+        for (i, key) in keys.into_iter().enumerate() {
+            let mut seed_bytes = [0u8; 32];
+            sim.rng().fill_bytes(&mut seed_bytes);
+            let config = config.clone();
+            let node = sim.add_node_with(|_, addr| {
+                let credentials = KdcCredentials {
+                    name: name(i),
+                    key,
+                    kdc: kdc_addr,
+                };
+                peer(Inner::Member(Box::new(
+                    GroupMember::new_kdc(symmetric_only(), credentials, addr, config, seed_bytes)
+                        .expect("member"),
+                )))
+            });
+            nodes.push(node);
+        }
+        KdcGroup {
+            sim,
+            kdc,
+            nodes,
+            ids: (0..n).map(|i| MemberId::from_principal(&name(i))).collect(),
+        }
+    }
+
+    fn events(&self, i: usize) -> Vec<GroupEvent> {
+        self.sim
+            .events_of(self.nodes[i])
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+
+    fn member(&self, i: usize) -> &GroupMember {
+        match &self.sim.node(self.nodes[i]).inner {
+            Inner::Member(m) => m,
+            Inner::Kdc(_) => unreachable!("a member index"),
+        }
+    }
+
+    fn with_member<R>(&mut self, i: usize, f: impl FnOnce(&mut GroupMember, Timestamp) -> R) -> R {
+        self.sim
+            .with_node(self.nodes[i], |p, now| match &mut p.inner {
+                Inner::Member(m) => f(m, now),
+                Inner::Kdc(_) => unreachable!("a member index"),
+            })
+    }
+
+    fn start(&mut self, i: usize, contacts: &[usize]) {
+        let addrs: Vec<SocketAddr> = contacts
+            .iter()
+            .map(|c| self.sim.addr(self.nodes[*c]))
+            .collect();
+        self.with_member(i, |m, now| m.start(now, &addrs));
+    }
+
+    fn run_for(&mut self, d: Duration) -> Result<(), SimFailure> {
+        let until = self.sim.now().saturating_add(d);
+        self.sim.run_until(until)
+    }
+
+    fn view(&self, i: usize) -> BTreeSet<usize> {
+        self.member(i)
+            .view()
+            .map(|v| {
+                v.ids()
+                    .filter_map(|m| self.ids.iter().position(|x| *x == m))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn converged(&self, set: &[usize]) -> bool {
+        let want: BTreeSet<usize> = set.iter().copied().collect();
+        let fp = self.member(set[0]).key_fingerprint();
+        set.iter().all(|i| {
+            let m = self.member(*i);
+            !m.status().changing_view && self.view(*i) == want && m.key_fingerprint() == fp
+        })
+    }
+
+    fn wait(&mut self, set: &[usize], bound: Duration) -> Result<Duration, SimFailure> {
+        let start = self.sim.now();
+        while !self.converged(set) {
+            if self.sim.now().saturating_duration_since(start) > bound {
+                let views: Vec<_> = (0..self.nodes.len()).map(|i| self.view(i)).collect();
+                if std::env::var("DEBUG_KDC").is_ok() {
+                    for i in 0..self.nodes.len() {
+                        let m = self.member(i);
+                        eprintln!(
+                            "n{i}: {} {:?}",
+                            m.debug_state(),
+                            m.counters().iter().collect::<Vec<_>>()
+                        );
+                        eprintln!(
+                            "   events: {:?}",
+                            self.events(i)
+                                .iter()
+                                .filter(|e| !matches!(e, GroupEvent::Deliver { .. }))
+                                .rev()
+                                .take(8)
+                                .collect::<Vec<_>>()
+                        );
+                    }
+                }
+                return Err(self
+                    .sim
+                    .failure(format!("{set:?} did not converge in {bound:?}: {views:?}")));
+            }
+            self.run_for(Duration::from_millis(20))?;
+        }
+        Ok(self.sim.now().saturating_duration_since(start))
+    }
+
+    fn ledger(&self, i: usize) -> BTreeSet<[u8; 8]> {
+        self.member(i)
+            .key_ledger()
+            .iter()
+            .map(|(_, f)| *f)
+            .collect()
+    }
+
+    fn delivered(&self, i: usize) -> Vec<Vec<u8>> {
+        self.events(i)
+            .into_iter()
+            .filter_map(|e| match e {
+                GroupEvent::Deliver {
+                    channel: Channel::Reliable,
+                    data,
+                    ..
+                } => Some(data),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+const BOUND: Duration = Duration::from_secs(6);
+
+#[test]
+fn a_kdc_group_forms_delivers_rekeys_and_merges_with_no_public_key_operation() {
+    let before = PUBLIC_KEY_CALLS.load(Ordering::SeqCst);
+    let mut g = KdcGroup::new(41, 4, &[]);
+    g.start(0, &[]);
+    g.run_for(Duration::from_millis(100)).expect("run");
+    for i in 1..4 {
+        g.start(i, &[0]);
+    }
+    g.wait(&[0, 1, 2, 3], BOUND).expect("one view");
+    // Every view got a fresh key; the leader asked the KDC for each joiner's pair key.
+    for i in 0..4 {
+        g.with_member(i, |m, now| {
+            m.send(now, Channel::Reliable, format!("hi {i}").as_bytes())
+        })
+        .expect("send");
+    }
+    g.run_for(Duration::from_secs(1)).expect("run");
+    for i in 0..4 {
+        let got = g.delivered(i);
+        for j in 0..4 {
+            assert!(
+                got.contains(&format!("hi {j}").into_bytes()),
+                "{i} missed {j}"
+            );
+        }
+    }
+    // A leave: a fresh key the member that left never holds.
+    g.with_member(3, |m, now| m.leave(now));
+    g.wait(&[0, 1, 2], BOUND).expect("without 3");
+    let key = g.member(0).key_fingerprint().expect("key");
+    assert!(
+        !g.ledger(3).contains(&key),
+        "the member that left holds the new key"
+    );
+    // A partition, then a heal: the two sides merge under one key.
+    let (a, b) = ([g.nodes[0]], [g.nodes[1], g.nodes[2], g.kdc]);
+    g.sim.partition(&[&a, &b]);
+    g.run_for(Duration::from_secs(3)).expect("run");
+    assert_ne!(g.view(0), g.view(1), "the partition did not split the view");
+    g.sim.heal();
+    let took = g.wait(&[0, 1, 2], BOUND).expect("merged");
+    println!("merged in {took:?}");
+    let exchanged = (0..4)
+        .flat_map(|i| g.events(i))
+        .any(|e| matches!(e, GroupEvent::KeyExchanged { .. }));
+    assert!(exchanged, "no Exchange ran");
+    assert_eq!(
+        PUBLIC_KEY_CALLS.load(Ordering::SeqCst),
+        before,
+        "a KDC-mode member called Ed25519"
+    );
+}
+
+#[test]
+fn a_principal_the_kdc_does_not_know_is_refused_with_a_clear_event() {
+    let mut g = KdcGroup::new(42, 3, &[2]);
+    g.start(0, &[]);
+    g.run_for(Duration::from_millis(100)).expect("run");
+    g.start(1, &[0]);
+    g.wait(&[0, 1], BOUND).expect("0 and 1");
+    g.start(2, &[0]);
+    g.run_for(Duration::from_secs(3)).expect("run");
+    assert_eq!(
+        g.view(0),
+        BTreeSet::from([0, 1]),
+        "the unknown principal got in"
+    );
+    let (e0, e2) = (g.events(0), g.events(2));
+    let refused_at_leader = e0.iter().any(
+        |e| matches!(e, GroupEvent::Refused { reason, .. } if reason.contains("KDC does not know")),
+    );
+    let refused_at_joiner = e2.iter().any(
+        |e| matches!(e, GroupEvent::Refused { reason, .. } if reason.contains("KDC does not know")),
+    );
+    assert!(refused_at_leader, "no event at the leader: {e0:?}");
+    assert!(refused_at_joiner, "no event at the joiner: {e2:?}");
+    let key = g.member(0).key_fingerprint().expect("key");
+    assert!(!g.ledger(2).contains(&key));
+}
+
+/// A run of joins, leaves, crashes, partitions, loss, duplication, reordering and replays
+/// (including KDC answers and pair handshakes) in KDC mode; then quiet: all live members in
+/// one view with one key, no public-key call, and departed members never hold a later key.
+fn kdc_run(seed: u64) -> Result<(), SimFailure> {
+    let before = PUBLIC_KEY_CALLS.load(Ordering::SeqCst);
+    let n = 5;
+    let mut g = KdcGroup::new(seed, n, &[]);
+    let mut rng = g.sim.fork_rng();
+    let loss = g.sim.add_rule(Loss(0.03));
+    let dup = g.sim.add_rule(DuplicateRule(0.03));
+    let reorder = g.sim.add_rule(ReorderRule(0.03));
+    for i in 0..n {
+        let contacts: Vec<usize> = (0..n).filter(|j| *j != i).collect();
+        g.start(i, &contacts);
+    }
+    g.run_for(Duration::from_secs(3))?;
+    let mut left: BTreeSet<usize> = BTreeSet::new();
+    for round in 0..30u64 {
+        for i in 0..n {
+            if !left.contains(&i) && rng.next_u32() % 3 == 0 {
+                let _ = g.with_member(i, |m, now| {
+                    m.send(now, Channel::Reliable, format!("{i}-{round}").as_bytes())
+                });
+            }
+        }
+        if round == 10 && rng.next_u32() % 2 == 0 {
+            let who = (rng.next_u32() as usize) % n;
+            g.with_member(who, |m, now| m.leave(now));
+            left.insert(who);
+        }
+        if round % 10 == 3 {
+            let cut = 1 + (rng.next_u32() % 3) as usize;
+            let a: Vec<NodeId> = g.nodes[..cut].to_vec();
+            let mut b: Vec<NodeId> = g.nodes[cut..].to_vec();
+            b.push(g.kdc);
+            g.sim.partition(&[&a, &b]);
+        }
+        if round % 10 == 8 {
+            g.sim.heal();
+        }
+        // Replays: datagrams members and the KDC sent, to where they went or elsewhere.
+        if round % 5 == 0 {
+            for _ in 0..6 {
+                let all: Vec<NodeId> = g.nodes.iter().copied().chain([g.kdc]).collect();
+                let src = all[(rng.next_u32() as usize) % all.len()];
+                let tap = g.sim.node(src).tap.clone();
+                if tap.is_empty() {
+                    continue;
+                }
+                let (to, bytes) = tap[(rng.next_u32() as usize) % tap.len()].clone();
+                let from = g.sim.addr(src);
+                let dst = if rng.next_u32() % 2 == 0 {
+                    g.sim.node_by_addr(to).unwrap_or(g.nodes[0])
+                } else {
+                    g.nodes[(rng.next_u32() as usize) % n]
+                };
+                g.sim.inject(from, dst, bytes, Duration::from_millis(1));
+            }
+        }
+        g.run_for(Duration::from_millis(50 + u64::from(rng.next_u32() % 50)))?;
+    }
+    for r in [loss, dup, reorder] {
+        g.sim.remove_rule(r);
+    }
+    g.sim.heal();
+    let live: Vec<usize> = (0..n).filter(|i| !left.contains(i)).collect();
+    g.wait(&live, BOUND * 2)?;
+    // A member that left hears of its removal over its pair channel; give that a moment.
+    g.run_for(Duration::from_secs(1))?;
+    let key = g.member(live[0]).key_fingerprint();
+    for i in &left {
+        if key.is_some_and(|k| g.ledger(*i).contains(&k)) {
+            return Err(g
+                .sim
+                .failure(format!("member {i} left and holds the current key")));
+        }
+        let expelled = g.events(*i).iter().any(|e| {
+            *e == GroupEvent::Expelled {
+                reason: RemovalReason::Left,
+            }
+        });
+        if !expelled {
+            return Err(g.sim.failure(format!("member {i} never finished leaving")));
+        }
+    }
+    if PUBLIC_KEY_CALLS.load(Ordering::SeqCst) != before {
+        return Err(g
+            .sim
+            .failure("a KDC-mode member called Ed25519".to_string()));
+    }
+    Ok(())
+}
+
+#[test]
+fn kdc_mode_under_faults_partitions_leaves_and_replays() {
+    sweep(12, kdc_run);
+}
