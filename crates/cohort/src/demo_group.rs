@@ -313,6 +313,9 @@ impl Story {
                     who(ids, leader)
                 ),
                 GroupEvent::TrustChanged { .. } => {}
+                GroupEvent::Refused { addr, reason } => {
+                    println!("{at}  {name:<5} refused {addr}: {reason}")
+                }
             }
         }
     }

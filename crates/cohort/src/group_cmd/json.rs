@@ -87,6 +87,11 @@ pub fn event(event: &GroupEvent) -> Value {
             "leader": leader.to_string(),
             "into": into.to_string(),
         }),
+        GroupEvent::Refused { addr, reason } => json!({
+            "event": "refused",
+            "addr": addr.to_string(),
+            "reason": reason,
+        }),
         GroupEvent::TrustChanged {
             trusted,
             untrusted_members,
