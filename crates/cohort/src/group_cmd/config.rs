@@ -9,7 +9,16 @@
 //! gear = "aes-128-gcm"              # an AEAD, "none", a MAC gear, or a comma list of MAC gears
 //! ```
 //!
-//! Optional keys: `rekey` (`"one-message"` or `"tree"`), `tree_degree`,
+//! KDC mode (LSGC: symmetric keys only) replaces `identity` with:
+//!
+//! ```toml
+//! auth = "kdc"
+//! principal_key = "alice.key"       # from `cohort kdc add-principal`; relative to this file
+//! kdc = "10.0.0.1:7600"             # the KDC's address
+//! trust = ["kdc:bob"]               # principals allowed in; empty or absent: any the KDC knows
+//! ```
+//!
+//! Optional keys: `auth` (`"identity"`, the default, or `"kdc"`), `rekey` (`"one-message"` or `"tree"`), `tree_degree`,
 //! `rekey_on_membership_change`, `rekey_period_secs` (0: never), `heartbeat_ms`,
 //! `suspect_ms`, `flush_ms`, `key_grace_ms`, `backlog`, `send_window`, `max_message_len`,
 //! and for MAC gears `floor_bits` (default: the weakest listed gear's bound) and
@@ -20,16 +29,26 @@ use crate::config_file::{err, parse_addr, read_identity};
 use cohort_channel::identity::Identity;
 use cohort_crypto::CryptoProvider;
 use cohort_gears::{GearId, GearKind};
-use cohort_group::{GroupConfig, MemberId, Protection, RekeyMethod};
+use cohort_group::kdc_pair::KdcCredentials;
+use cohort_group::{AuthMode, GroupConfig, MemberId, Protection, RekeyMethod};
+use cohort_kdc::KeyFile;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 use toml::{Table, Value};
 
+/// Who the member is: an Ed25519 identity, or a KDC principal.
+pub enum Credentials {
+    /// Identity keys (the default).
+    Identity(Identity),
+    /// KDC mode: the principal's name and long-term key, and the KDC's address.
+    Kdc(KdcCredentials),
+}
+
 /// Everything needed to start one member.
 pub struct MemberSetup {
-    /// The member's identity, read from the `identity` file.
-    pub identity: Identity,
+    /// The member's identity or KDC credentials.
+    pub credentials: Credentials,
     /// The group's configuration, already validated.
     pub config: GroupConfig,
     /// The UDP address to bind and to be reached at.
@@ -41,6 +60,9 @@ pub struct MemberSetup {
 /// Every key the file may hold.
 const KEYS: &[&str] = &[
     "identity",
+    "auth",
+    "principal_key",
+    "kdc",
     "group",
     "listen",
     "peers",
@@ -108,8 +130,54 @@ pub fn parse(
     }
     let fields = Fields(&table);
 
-    let identity_path = base.join(fields.required_str("identity")?);
-    let identity = read_identity(provider, &identity_path)?;
+    let auth = match fields.str("auth")? {
+        None | Some("identity") => AuthMode::IdentityKeys,
+        Some("kdc") => AuthMode::Kdc,
+        Some(other) => {
+            return Err(err(
+                "auth",
+                format!("unknown mode {other:?} (identity or kdc)"),
+            ))
+        }
+    };
+    let credentials = match auth {
+        AuthMode::IdentityKeys => {
+            for key in ["principal_key", "kdc"] {
+                if table.contains_key(key) {
+                    return Err(err(key, "only with auth = \"kdc\""));
+                }
+            }
+            let identity_path = base.join(fields.required_str("identity")?);
+            Credentials::Identity(read_identity(provider, &identity_path)?)
+        }
+        AuthMode::Kdc => {
+            if table.contains_key("identity") {
+                return Err(err(
+                    "identity",
+                    "not with auth = \"kdc\" (KDC mode uses principal_key)",
+                ));
+            }
+            let path = base.join(fields.required_str("principal_key")?);
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                err(
+                    "principal_key",
+                    format!("cannot read {}: {e}", path.display()),
+                )
+            })?;
+            let file = KeyFile::parse(&text).map_err(|e| {
+                err(
+                    "principal_key",
+                    format!("{} is not a principal key file: {e}", path.display()),
+                )
+            })?;
+            let kdc = parse_addr("kdc", fields.required_str("kdc")?)?;
+            Credentials::Kdc(KdcCredentials {
+                name: file.name,
+                key: file.key,
+                kdc,
+            })
+        }
+    };
     let group = fields.required_str("group")?;
 
     let listen = match (listen, fields.str("listen")?) {
@@ -140,13 +208,14 @@ pub fn parse(
             text.parse::<MemberId>().map_err(|e| {
                 err(
                     format!("trust[{i}]"),
-                    format!("not an ed25519 public key: {e}"),
+                    format!("not a member id (ed25519:<hex> or kdc:<name>): {e}"),
                 )
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
 
     let mut config = GroupConfig::new(group, trust);
+    config.auth = auth;
     let gear = fields.str("gear")?.unwrap_or("aes-128-gcm");
     config.protection = parse_gear(gear).map_err(|e| err("gear", e))?;
     if let Protection::Authenticate {
@@ -222,7 +291,7 @@ pub fn parse(
     }
     config.validate().map_err(validation_error)?;
     Ok(MemberSetup {
-        identity,
+        credentials,
         config,
         listen,
         peers,
@@ -281,6 +350,7 @@ fn validation_error(message: String) -> ConfigError {
         "flush_timeout" => "flush_ms",
         "key_grace" => "key_grace_ms",
         "backlog_limit" => "backlog",
+        "rekey_method" if rest.contains("KDC") => "rekey",
         "rekey_method" => "tree_degree",
         "protection" => "gear",
         "" => "config",
@@ -406,6 +476,42 @@ mod tests {
     const BASE: &str = "identity = \"alice.key\"\ngroup = \"ops\"\nlisten = \"127.0.0.1:7001\"\n";
 
     #[test]
+    fn a_kdc_mode_config_parses_and_its_mistakes_name_their_key() {
+        let (dir, _) = dir_with_key("kdc");
+        let file = cohort_kdc::KeyFile {
+            name: cohort_kdc::PrincipalName::new("alice").unwrap(),
+            key: cohort_kdc::PrincipalKey::from_bytes([7; 32]),
+        };
+        std::fs::write(dir.0.join("alice.pk"), file.to_text().as_bytes()).unwrap();
+        let kdc = "auth = \"kdc\"\nprincipal_key = \"alice.pk\"\nkdc = \"127.0.0.1:7600\"\n\
+                   group = \"ops\"\nlisten = \"127.0.0.1:7001\"\n";
+        let setup = parse_in(&dir, &format!("{kdc}trust = [\"kdc:bob\"]\n")).unwrap();
+        let Credentials::Kdc(c) = &setup.credentials else {
+            panic!("KDC mode expected")
+        };
+        assert_eq!(c.name.as_str(), "alice");
+        assert_eq!(c.kdc, "127.0.0.1:7600".parse().unwrap());
+        assert_eq!(setup.config.auth, AuthMode::Kdc);
+        assert_eq!(setup.config.trust[0].to_string(), "kdc:bob");
+        let cases = [
+            (format!("{kdc}identity = \"alice.key\"\n"), "identity"),
+            (format!("{kdc}trust = [\"kdc:b b\"]\n"), "trust[0]"),
+            (format!("{kdc}rekey = \"tree\"\n"), "rekey"),
+            (kdc.replace("kdc = \"127.0.0.1:7600\"\n", ""), "kdc"),
+            (kdc.replace("alice.pk", "alice.key"), "principal_key"),
+            (format!("{BASE}kdc = \"127.0.0.1:1\"\n"), "kdc"),
+            (format!("{BASE}auth = \"pgp\"\n"), "auth"),
+        ];
+        for (text, key) in cases {
+            let e = parse_in(&dir, &text).err().expect("an error");
+            assert!(
+                e.key.contains(key) || e.problem.contains(key),
+                "{text:?}: {e:?} does not name {key}"
+            );
+        }
+    }
+
+    #[test]
     fn a_full_config_parses() {
         let (dir, public) = dir_with_key("full");
         let text = format!(
@@ -416,7 +522,10 @@ mod tests {
              max_message_len = 1000\ndual_tags = true\n"
         );
         let setup = parse_in(&dir, &text).unwrap();
-        assert_eq!(setup.identity.public().to_string(), public);
+        let Credentials::Identity(identity) = &setup.credentials else {
+            panic!("identity mode expected")
+        };
+        assert_eq!(identity.public().to_string(), public);
         assert_eq!(setup.peers.len(), 2);
         assert_eq!(setup.config.trust.len(), 1);
         assert_eq!(setup.config.rekey_method, RekeyMethod::Tree { degree: 3 });
