@@ -658,3 +658,215 @@ pub fn pair_datagram(data: &[u8]) -> PairOutcome {
     outcome.dropped = table.dropped().saturating_sub(before);
     outcome
 }
+
+// ------------------------------------------------------------------------ gossip, KDC pairs
+
+/// Parses a gossip packet (`exchange::decode`) and runs the checks a leader runs on it under
+/// a fixed group key. It must never panic. A parsed Id or Ticket can pass its signature
+/// check only if it is byte for byte one the harness's identities made (the fuzzer cannot
+/// forge Ed25519); returns whether it parsed and whether a signature verified.
+pub fn gossip_packet(data: &[u8]) -> (bool, bool) {
+    let Some(parsed) = crate::exchange::decode(data) else {
+        return (false, false);
+    };
+    let key = GroupKey::new(1, Secret::from_slice(&[0x42; 32]));
+    let _ = crate::exchange::id_is_secure(&provider(), GROUP, &key, data, &parsed);
+    let signed = crate::exchange::signature_ok(&provider(), data, &parsed);
+    if let crate::exchange::Gossip::Ticket(t) = &parsed.gossip {
+        let local = crate::exchange::LocalId::nonce_only(t.nonce);
+        let _ = crate::exchange::open_ticket(&provider(), GROUP, &t.recipient, &local, data, t);
+    }
+    (true, signed)
+}
+
+/// Real gossip packets: an Id, a Ticket answering it, and a KDC-mode Id.
+pub fn sample_gossip() -> Vec<Vec<u8>> {
+    let p = provider();
+    let key = GroupKey::new(3, Secret::from_slice(&[0x42; 32]));
+    let mut out = Vec::new();
+    let Some(local) = crate::exchange::LocalId::new(&p, [9; 16]) else {
+        return out;
+    };
+    if let Some(id) = crate::exchange::encode_id(&p, &identity(0), GROUP, ADDR_A, 2, &local, &key) {
+        if let Some(crate::exchange::Parsed {
+            gossip: crate::exchange::Gossip::Id(parsed),
+            ..
+        }) = crate::exchange::decode(&id)
+        {
+            if let Some(t) = crate::exchange::encode_ticket(&p, &identity(1), GROUP, &parsed, &key)
+            {
+                out.push(t);
+            }
+        }
+        out.push(id);
+    }
+    let kdc_id = MemberId::from_principal(&kdc_name(0));
+    out.push(crate::exchange::encode_kdc_id(
+        &p,
+        &kdc_id,
+        GROUP,
+        ADDR_A,
+        2,
+        &crate::exchange::LocalId::nonce_only([8; 16]),
+        &key,
+    ));
+    out
+}
+
+fn kdc_name(i: u8) -> cohort_kdc::PrincipalName {
+    must(
+        cohort_kdc::PrincipalName::new(&format!("p{i}")),
+        "a principal name",
+    )
+}
+
+fn kdc_key(i: u8) -> cohort_kdc::PrincipalKey {
+    cohort_kdc::PrincipalKey::from_bytes([0x30 + i; 32])
+}
+
+/// The KDC address of [`kdc_pair_datagram`].
+pub const ADDR_KDC: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 50)), 7600);
+
+fn kdc_table(i: u8, peer: u8) -> crate::kdc_pair::KdcPairTable {
+    crate::kdc_pair::KdcPairTable::new(
+        provider(),
+        crate::kdc_pair::KdcCredentials {
+            name: kdc_name(i),
+            key: kdc_key(i),
+            kdc: ADDR_KDC,
+        },
+        GROUP,
+        vec![MemberId::from_principal(&kdc_name(peer))],
+        [0xc0 + i; 32],
+    )
+}
+
+/// Moves datagrams between two KDC-mode tables (at [`ADDR_A`] and [`ADDR_B`]) and a KDC
+/// that knows both, until nothing moves.
+fn pump_kdc_pairs(
+    now: Timestamp,
+    a: &mut crate::kdc_pair::KdcPairTable,
+    b: &mut crate::kdc_pair::KdcPairTable,
+    kdc: &mut cohort_kdc::Kdc,
+    mut tap: Option<&mut Vec<Vec<u8>>>,
+) {
+    let mut buf = Vec::new();
+    for _ in 0..64 {
+        let mut moved = false;
+        for side in 0..2 {
+            let from = if side == 0 { ADDR_A } else { ADDR_B };
+            let mut sent = Vec::new();
+            {
+                let me = if side == 0 { &mut *a } else { &mut *b };
+                while let Some(t) = me.poll_transmit(now, &mut buf) {
+                    sent.push((t.destination, buf[..t.size].to_vec()));
+                    buf.clear();
+                }
+            }
+            for (to, d) in sent {
+                moved = true;
+                if let Some(tap) = tap.as_deref_mut() {
+                    tap.push(d.clone());
+                }
+                if to == ADDR_KDC {
+                    if let Some(reply) = kdc.handle_request(from, &d) {
+                        let me = if side == 0 { &mut *a } else { &mut *b };
+                        me.handle_kdc(now, &reply);
+                    }
+                } else if to == ADDR_A {
+                    a.handle_datagram(now, from, &d);
+                } else if to == ADDR_B {
+                    b.handle_datagram(now, from, &d);
+                }
+            }
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+/// Real KDC-mode pair datagrams: a whole handshake between two members and a KDC, and
+/// data both ways.
+pub fn captured_kdc_pair_datagrams() -> Vec<Vec<u8>> {
+    let mut registry = cohort_kdc::Registry::new();
+    registry.insert(kdc_name(0), kdc_key(0));
+    registry.insert(kdc_name(1), kdc_key(1));
+    let mut kdc = cohort_kdc::Kdc::new(provider(), registry);
+    let (mut a, mut b) = (kdc_table(0, 1), kdc_table(1, 0));
+    let mut tap = Vec::new();
+    let b_id = MemberId::from_principal(&kdc_name(1));
+    b.send(START, ADDR_A, None, PAIR_HELLO);
+    pump_kdc_pairs(START, &mut a, &mut b, &mut kdc, Some(&mut tap));
+    a.send(START, ADDR_B, Some(b_id), b"back");
+    pump_kdc_pairs(START, &mut a, &mut b, &mut kdc, Some(&mut tap));
+    tap
+}
+
+/// A control byte, then datagrams from [`ADDR_B`] into the KDC-mode pair table of principal
+/// `p0`, which trusts only `p1`. Control bit 0: the table first opens a channel to `ADDR_B`;
+/// bit 1: `p1`'s real table first opens a channel to it through a KDC that knows both, and
+/// sends a message. Datagrams for the KDC are dropped after that (so the fuzzer's input
+/// cannot lean on a live KDC); bit 2 feeds each datagram as if it came from the KDC
+/// instead. It must never panic, and never report a peer or a message that `p1` did not
+/// make: without bit 1 nothing is ever established.
+pub fn kdc_pair_datagram(data: &[u8]) -> PairOutcome {
+    let Some((&control, rest)) = data.split_first() else {
+        return PairOutcome::default();
+    };
+    let b_id = MemberId::from_principal(&kdc_name(1));
+    let mut now = START;
+    let mut table = kdc_table(0, 1);
+    let real_peer = control & 2 != 0;
+    if control & 1 != 0 {
+        table.send(now, ADDR_B, Some(b_id), b"from a");
+    }
+    if real_peer {
+        let mut registry = cohort_kdc::Registry::new();
+        registry.insert(kdc_name(0), kdc_key(0));
+        registry.insert(kdc_name(1), kdc_key(1));
+        let mut kdc = cohort_kdc::Kdc::new(provider(), registry);
+        let mut peer = kdc_table(1, 0);
+        peer.send(now, ADDR_A, None, PAIR_HELLO);
+        pump_kdc_pairs(now, &mut table, &mut peer, &mut kdc, None);
+    }
+    while table.poll_event().is_some() {}
+    let before = table.drops().total();
+    let mut outcome = PairOutcome::default();
+    let mut buf = Vec::new();
+    let datagrams = split_datagrams(rest);
+    outcome.fed = datagrams.len();
+    for d in datagrams {
+        if control & 4 != 0 {
+            table.handle_kdc(now, d);
+        } else {
+            table.handle_datagram(now, ADDR_B, d);
+        }
+        now = now.saturating_add(Duration::from_millis(300));
+        table.handle_timeout(now);
+        while table.poll_transmit(now, &mut buf).is_some() {
+            buf.clear();
+        }
+        while let Some(e) = table.poll_event() {
+            match e {
+                PairEvent::Established { peer, .. } => {
+                    assert!(
+                        real_peer && peer == b_id,
+                        "an unproven peer was established"
+                    );
+                    outcome.established += 1;
+                }
+                PairEvent::Message { peer, data, .. } => {
+                    assert!(
+                        real_peer && peer == b_id && data == PAIR_HELLO,
+                        "a message the peer did not send was delivered"
+                    );
+                    outcome.messages += 1;
+                }
+                PairEvent::Failed { .. } => outcome.failed += 1,
+            }
+        }
+    }
+    outcome.dropped = table.drops().total().saturating_sub(before);
+    outcome
+}
