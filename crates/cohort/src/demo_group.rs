@@ -51,6 +51,21 @@ fn agreed(sim: &Sim<GroupMember>, nodes: &[NodeId], n: usize, epoch: u64) -> boo
     }
 }
 
+/// Whether `nodes` share one view of `n` members and one key, and none is changing views.
+fn one_key(sim: &Sim<GroupMember>, nodes: &[NodeId], n: usize) -> bool {
+    let first = sim.node(nodes[0]);
+    let (Some(view), Some(key)) = (first.view(), first.key_fingerprint()) else {
+        return false;
+    };
+    view.members.len() == n
+        && nodes.iter().all(|id| {
+            let m = sim.node(*id);
+            !m.status().changing_view
+                && m.view().is_some_and(|v| v.id == view.id)
+                && m.key_fingerprint() == Some(key)
+        })
+}
+
 /// Runs the act with the simulator seeded by `seed`.
 pub fn run(seed: u64, verbose: bool) -> Result<(), UsageError> {
     let provider = CryptoProvider::default_provider();
@@ -97,6 +112,8 @@ pub fn run(seed: u64, verbose: bool) -> Result<(), UsageError> {
     println!(
         "  with the group's key (aes-128-gcm); a fresh key is sent whenever membership changes."
     );
+    println!("  Then one member crashes, and later the network splits and heals: the two sides");
+    println!("  hold different keys, hand one over (Ensemble's Exchange) and merge.");
     println!();
     for node in &nodes {
         let contacts: Vec<_> = nodes
@@ -146,6 +163,40 @@ pub fn run(seed: u64, verbose: bool) -> Result<(), UsageError> {
     talk(&mut sim, &survivors, "again");
     sim.run_for(Duration::from_millis(500))
         .map_err(fail("talking after the crash"))?;
+    story.read(&sim, &ids, &mut seen, verbose);
+
+    // A partition cuts one survivor off; each side goes on with its own view and key.
+    // When the network heals, the leaders' gossip shows different keys: the lower
+    // principal seals its key to the other leader (Exchange), which installs it with an
+    // empty view change, and the smaller side then joins the larger without a fresh key.
+    let alone = survivors[2];
+    let rest: Vec<NodeId> = survivors[..2].to_vec();
+    println!(
+        "{}  ** the network splits: {} is cut off from the others",
+        sim.now(),
+        NAMES[alone.index()]
+    );
+    sim.partition(&[&rest, &[alone]]);
+    sim.run_until_cond(Duration::from_secs(10), |s| {
+        one_key(s, &rest, 2) && one_key(s, &[alone], 1)
+    })
+    .map_err(fail("splitting"))?;
+    story.read(&sim, &ids, &mut seen, verbose);
+    println!("{}  ** the network heals", sim.now());
+    sim.heal();
+    let healed_at = sim.now();
+    let merged = sim
+        .run_until_cond(Duration::from_secs(10), |s| one_key(s, &survivors, 3))
+        .map_err(fail("merging"))?;
+    story.read(&sim, &ids, &mut seen, verbose);
+    println!(
+        "{}  ** one view and one key again, {:?} after the heal",
+        merged,
+        merged - healed_at
+    );
+    talk(&mut sim, &survivors, "merged");
+    sim.run_for(Duration::from_millis(500))
+        .map_err(fail("talking after the merge"))?;
     story.read(&sim, &ids, &mut seen, verbose);
 
     println!();
