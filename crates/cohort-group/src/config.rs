@@ -71,9 +71,10 @@ pub enum AuthMode {
     #[default]
     IdentityKeys,
     /// LSGC: long-term symmetric keys registered with a KDC, Leighton-Micali pair keys, no
-    /// public-key operation anywhere. Members are `kdc:<name>` principals; an empty trust
-    /// list admits every principal the KDC knows. Needs the one-message rekey, and every
-    /// view gets a fresh key (its Install is authenticated through each member's wrap).
+    /// public-key operation anywhere. Members are `kdc:<name>` principals; with
+    /// `trust_any_registered` every principal the KDC knows is trusted. Needs the
+    /// one-message rekey, and every view gets a fresh key (its Install is authenticated
+    /// through each member's wrap).
     Kdc,
 }
 
@@ -87,6 +88,9 @@ pub struct GroupConfig {
     pub trust: Vec<MemberId>,
     /// Identity keys (the default) or KDC mode.
     pub auth: AuthMode,
+    /// KDC mode only: trust every principal the KDC knows (LSGC's policy: registration is
+    /// the authorization), besides those in `trust`.
+    pub trust_any_registered: bool,
     /// How packets are protected.
     pub protection: Protection,
     /// When to rekey.
@@ -121,6 +125,7 @@ impl GroupConfig {
             group: group.into(),
             trust,
             auth: AuthMode::default(),
+            trust_any_registered: false,
             protection: Protection::default(),
             rekey_policy: RekeyPolicy::default(),
             rekey_method: RekeyMethod::default(),
@@ -163,6 +168,8 @@ impl GroupConfig {
                     "trust: {m} is not a kdc:<name> principal (KDC mode)"
                 ));
             }
+        } else if self.trust_any_registered {
+            return Err("trust_any_registered: only in KDC mode".into());
         }
         if let RekeyMethod::Tree { degree } = self.rekey_method {
             if degree == 0 {

@@ -119,16 +119,18 @@ pub enum GroupEvent {
         rekey_dropped: bool,
     },
     /// Heal: this component holds the same key as a larger one, and dissolves into it (its
-    /// members join the leader at `into`, proving they hold the key, without a rekey).
+    /// members join the leader at `into`, proving they hold the key, so that with identity
+    /// keys the merge needs no fresh key; KDC mode gives every view a fresh key anyway).
     Merging {
         /// The larger component's leader.
         leader: MemberId,
         /// Where it is.
         into: SocketAddr,
     },
-    /// KDC mode: a pair channel was refused because of the KDC. At a leader: "the KDC does
-    /// not know this principal" (the joiner at `addr` is not registered). At a joiner: the
-    /// leader's unauthenticated hint that the KDC does not know it.
+    /// KDC mode: a pair channel failed because of the KDC. At a leader: "the KDC does not
+    /// know this principal" (the joiner at `addr` is not registered), or "the KDC did not
+    /// answer", or the KDC's unauthenticated hint that it does not know this member. At a
+    /// joiner: the leader's unauthenticated hint that the KDC does not know it.
     Refused {
         /// The other side.
         addr: SocketAddr,

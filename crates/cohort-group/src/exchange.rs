@@ -27,6 +27,7 @@
 //!                    | u16 len | KEM ciphertext | u16 len | sealed group key | signature (64)
 //!  KDC Id (kind 3) = principal (32) | reply address | nonce (16) | view size (u16)
 //!                    | key tag (16)
+//!  Present (kind 5) = joiner (32) | view id (u64, 32) | u8 len | token   (KDC mode, LSGC 5)
 //! ```
 //! In KDC mode there is no public-key operation: Ids carry neither a KEM key nor a
 //! signature, and the ticket is a pair message (`PairMsg::Ticket`) over the pair channel to
@@ -108,6 +109,15 @@ pub enum Gossip {
     Id(Id),
     /// A key for the recipient.
     Ticket(Ticket),
+    /// KDC mode, LSGC message 5: a joiner presents its token to a member of the view.
+    Present {
+        /// The joiner.
+        member: MemberId,
+        /// The view the token is for.
+        view: crate::id::ViewId,
+        /// `{g, A}_{SK_g}`.
+        token: Vec<u8>,
+    },
 }
 
 /// A gossip packet with the byte ranges its checks cover.
@@ -241,6 +251,24 @@ pub fn encode_kdc_id(
     out
 }
 
+/// LSGC message 5 as a datagram to one member of the view (kind 5).
+pub fn encode_present(
+    group: &str,
+    member: &MemberId,
+    view: &crate::id::ViewId,
+    token: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(160);
+    header(&mut out, 5, group);
+    Writer::new(&mut out)
+        .bytes(member.as_bytes())
+        .u64(view.seq)
+        .bytes(view.coordinator.as_bytes())
+        .u8(token.len() as u8)
+        .bytes(token);
+    out
+}
+
 /// Parses a gossip packet; `None` if malformed (bounds are checked, nothing panics).
 pub fn decode(bytes: &[u8]) -> Option<Parsed> {
     let mut r = Reader::new(bytes);
@@ -308,6 +336,27 @@ pub fn decode(bytes: &[u8]) -> Option<Parsed> {
                 tagged_len,
             })
         }
+        5 => {
+            let member = MemberId::from_bytes(r.array().ok()?);
+            let seq = r.u64().ok()?;
+            let coordinator = MemberId::from_bytes(r.array().ok()?);
+            let n = r.u8().ok()? as usize;
+            let token = r.bytes(n).ok()?.to_vec();
+            if !r.is_empty() {
+                return None;
+            }
+            let len = bytes.len();
+            Some(Parsed {
+                group,
+                gossip: Gossip::Present {
+                    member,
+                    view: crate::id::ViewId { seq, coordinator },
+                    token,
+                },
+                signed_len: len,
+                tagged_len: len,
+            })
+        }
         2 => {
             let sender = MemberId::from_bytes(r.array().ok()?);
             let recipient = MemberId::from_bytes(r.array().ok()?);
@@ -373,6 +422,7 @@ pub fn signature_ok(provider: &CryptoProvider, bytes: &[u8], parsed: &Parsed) ->
     let (signer, context, sig) = match &parsed.gossip {
         Gossip::Id(id) => (id.principal, ID_CONTEXT, &id.signature),
         Gossip::Ticket(t) => (t.sender, TICKET_CONTEXT, &t.signature),
+        Gossip::Present { .. } => return false,
     };
     signer.0.verify(provider, &[context, signed].concat(), sig)
 }

@@ -250,6 +250,15 @@ pub fn sample_pair_msgs() -> Vec<PairMsg> {
             view: sample_view(),
             reason: RemovalReason::Left,
         },
+        PairMsg::Grant {
+            view: sample_view(),
+            token: vec![0x66; 97],
+            members: vec![ADDR_A, ADDR_B],
+        },
+        PairMsg::Present {
+            view: sample_view(),
+            token: vec![0x66; 97],
+        },
         PairMsg::Ticket {
             nonce: [0x11; 16],
             key_epoch: 4,
@@ -737,6 +746,7 @@ fn kdc_table(i: u8, peer: u8) -> crate::kdc_pair::KdcPairTable {
         },
         GROUP,
         vec![MemberId::from_principal(&kdc_name(peer))],
+        false,
         [0xc0 + i; 32],
     )
 }

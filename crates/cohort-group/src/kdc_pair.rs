@@ -54,6 +54,11 @@ const KDC_TRIES: u32 = 10;
 const MAX_KDC_PENDING: usize = 32;
 /// Most σ kept from the KDC.
 const MAX_CACHED: usize = 4096;
+/// Most answered sessions not yet open (a flood of spoofed Hellos cannot make more).
+const MAX_HALF_OPEN: usize = 64;
+/// A Reset is honoured only after this long without an authenticated datagram from the
+/// peer (it is not authenticated: an active channel must not be torn down by one).
+const RESET_QUIET: Duration = Duration::from_secs(1);
 const REJECT_UNTRUSTED: u8 = 1;
 const REJECT_UNKNOWN: u8 = 2;
 const SALT: &[u8] = b"cohort group kdc pair v1";
@@ -116,6 +121,8 @@ struct Slot {
     started: Timestamp,
     resend_at: Timestamp,
     opened_at: Option<Timestamp>,
+    /// When the peer last sent something authenticated on this session.
+    last_heard: Timestamp,
 }
 
 struct KdcPending {
@@ -136,8 +143,13 @@ pub struct KdcPairTable {
     kdc: SocketAddr,
     group: Vec<u8>,
     trust: Vec<MemberId>,
+    /// Trust every principal the KDC knows.
+    trust_any: bool,
     rng: ChaCha20Rng,
     slots: BTreeMap<SocketAddr, Slot>,
+    /// A new session answered at an address whose channel is open: it replaces that
+    /// channel only once it is open itself (so a spoofed Hello cannot tear one down).
+    replacing: BTreeMap<SocketAddr, Slot>,
     from_kdc: HashMap<MemberId, Secret>,
     pending: BTreeMap<MemberId, KdcPending>,
     outbox: VecDeque<(SocketAddr, Vec<u8>)>,
@@ -148,12 +160,14 @@ pub struct KdcPairTable {
 }
 
 impl KdcPairTable {
-    /// A table for `credentials` in the group `group` accepting the principals in `trust`.
+    /// A table for `credentials` in the group `group` accepting the principals in `trust`,
+    /// or with `trust_any` every principal the KDC knows.
     pub fn new(
         provider: CryptoProvider,
         credentials: KdcCredentials,
         group: &str,
         trust: Vec<MemberId>,
+        trust_any: bool,
         seed: [u8; 32],
     ) -> Self {
         let name = group.as_bytes();
@@ -165,8 +179,10 @@ impl KdcPairTable {
             kdc: credentials.kdc,
             group: name[..name.len().min(255)].to_vec(),
             trust,
+            trust_any,
             rng: ChaCha20Rng::from_seed(seed),
             slots: BTreeMap::new(),
+            replacing: BTreeMap::new(),
             from_kdc: HashMap::new(),
             pending: BTreeMap::new(),
             outbox: VecDeque::new(),
@@ -212,10 +228,7 @@ impl KdcPairTable {
         let gone: Vec<SocketAddr> = self
             .slots
             .iter()
-            .filter(|(_, s)| {
-                s.peer
-                    .is_some_and(|p| !self.trust.is_empty() && !self.trust.contains(&p))
-            })
+            .filter(|(_, s)| s.peer.is_some_and(|p| !self.trusted(&p)))
             .map(|(a, _)| *a)
             .collect();
         for addr in gone {
@@ -225,11 +238,44 @@ impl KdcPairTable {
                 reason: "peer no longer trusted",
             });
         }
+        let (trust, any) = (&self.trust, self.trust_any);
+        self.replacing
+            .retain(|_, s| s.peer.is_none_or(|p| any || trust.contains(&p)));
     }
 
     /// Drops the channel to `addr`.
     pub fn forget(&mut self, addr: SocketAddr) {
         self.slots.remove(&addr);
+        self.replacing.remove(&addr);
+    }
+
+    /// Runs `f` with the replacing session at `addr` standing in for the open one. If it is
+    /// open afterwards it replaces the old channel; otherwise both go back as they were.
+    fn with_replacing<R>(&mut self, addr: SocketAddr, f: impl FnOnce(&mut Self) -> R) -> R {
+        let Some(new) = self.replacing.remove(&addr) else {
+            return f(self);
+        };
+        let held = self.slots.insert(addr, new);
+        let r = f(self);
+        let opened = self
+            .slots
+            .get(&addr)
+            .is_some_and(|s| matches!(s.state, State::Open));
+        if !opened {
+            if let Some(new) = self.slots.remove(&addr) {
+                self.replacing.insert(addr, new);
+            }
+            if let Some(h) = held {
+                self.slots.insert(addr, h);
+            }
+        }
+        r
+    }
+
+    fn replacing_has(&self, addr: SocketAddr, nonce_i: &[u8; NONCE]) -> bool {
+        self.replacing
+            .get(&addr)
+            .is_some_and(|s| s.nonce_i == *nonce_i)
     }
 
     /// Queues `data` for the peer at `addr`, opening a channel first if there is none. With
@@ -282,6 +328,7 @@ impl KdcPairTable {
                 started: now,
                 resend_at: now.saturating_add(RESEND),
                 opened_at: None,
+                last_heard: now,
             },
         );
         self.send_hello(addr);
@@ -368,9 +415,8 @@ impl KdcPairTable {
         t
     }
 
-    /// An empty trust list admits every principal the KDC knows.
     fn trusted(&self, id: &MemberId) -> bool {
-        *id != self.me && (self.trust.is_empty() || self.trust.contains(id))
+        *id != self.me && (self.trust_any || self.trust.contains(id))
     }
 
     /// A datagram whose first byte is [`KDC_PAIR_KIND`].
@@ -382,11 +428,11 @@ impl KdcPairTable {
             return;
         };
         if kind == 4 {
-            self.on_data(from, data, r);
+            self.on_data(now, from, data, r);
             return;
         }
         if kind == 6 {
-            self.on_reset(from, r);
+            self.on_reset(now, from, r);
             return;
         }
         let n = r.u8().map(usize::from).unwrap_or(usize::MAX);
@@ -434,8 +480,66 @@ impl KdcPairTable {
                 // Both opened at once: the lower principal stays the opener.
                 return;
             }
+            if matches!(s.state, State::Open) {
+                // The peer restarted, or someone spoofs its address: answer on the side, and
+                // replace the open channel only once the new session opens.
+                if self.replacing_has(from, &nonce_i) {
+                    self.with_replacing(from, |t| {
+                        if t.slots
+                            .get(&from)
+                            .is_some_and(|s| matches!(s.state, State::Accepted))
+                        {
+                            t.send_accept(from);
+                        }
+                    });
+                    return;
+                }
+                self.replacing.remove(&from);
+                let held = self.slots.remove(&from);
+                self.answer(now, from, i, i_name, nonce_i);
+                if let Some(new) = self.slots.remove(&from) {
+                    self.replacing.insert(from, new);
+                }
+                if let Some(h) = held {
+                    self.slots.insert(from, h);
+                }
+                return;
+            }
         }
-        // A new session (or the peer restarted): answer it, keeping queued data.
+        self.answer(now, from, i, i_name, nonce_i);
+    }
+
+    /// Answers a Hello from trusted `i` at `from`: a new answerer session (keeping data
+    /// queued for that address), with σ from the cache or a request to the KDC.
+    fn answer(
+        &mut self,
+        now: Timestamp,
+        from: SocketAddr,
+        i: MemberId,
+        i_name: PrincipalName,
+        nonce_i: [u8; NONCE],
+    ) {
+        // At most MAX_HALF_OPEN answered sessions wait: the oldest goes.
+        let half_open = |s: &Slot| s.role == Role::Answerer && !matches!(s.state, State::Open);
+        let waiting = self.slots.values().filter(|s| half_open(s)).count()
+            + self.replacing.values().filter(|s| half_open(s)).count();
+        if waiting >= MAX_HALF_OPEN {
+            let oldest = self
+                .slots
+                .iter()
+                .chain(self.replacing.iter())
+                .filter(|(_, s)| half_open(s))
+                .min_by_key(|(_, s)| s.started)
+                .map(|(a, _)| *a);
+            if let Some(a) = oldest {
+                if self.slots.get(&a).is_some_and(half_open) {
+                    self.slots.remove(&a);
+                } else {
+                    self.replacing.remove(&a);
+                }
+                self.drops.refused += 1;
+            }
+        }
         let queue = self
             .slots
             .remove(&from)
@@ -457,6 +561,7 @@ impl KdcPairTable {
                 started: now,
                 resend_at: now.saturating_add(RESEND),
                 opened_at: None,
+                last_heard: now,
             },
         );
         if self.from_kdc.contains_key(&i) {
@@ -600,6 +705,7 @@ impl KdcPairTable {
         s.peer = Some(rid);
         s.nonce_r = nr;
         s.keys = Some(keys);
+        s.last_heard = now;
         self.send_confirm(from);
         self.open(now, from);
     }
@@ -637,6 +743,30 @@ impl KdcPairTable {
             self.drops.malformed += 1;
             return;
         };
+        if self.replacing_has(from, &ni) {
+            self.with_replacing(from, |t| {
+                t.confirm(now, from, data, (iid, rid, ni, nr, tagged, tag));
+            });
+            return;
+        }
+        self.confirm(now, from, data, (iid, rid, ni, nr, tagged, tag));
+    }
+
+    #[allow(clippy::type_complexity)] // reason: the parsed Confirm, in wire order
+    fn confirm(
+        &mut self,
+        now: Timestamp,
+        from: SocketAddr,
+        data: &[u8],
+        (iid, rid, ni, nr, tagged, tag): (
+            MemberId,
+            MemberId,
+            [u8; NONCE],
+            [u8; NONCE],
+            usize,
+            [u8; TAG],
+        ),
+    ) {
         let Some(s) = self.slots.get(&from) else {
             self.drops.unexpected += 1;
             return;
@@ -656,6 +786,9 @@ impl KdcPairTable {
         }
         if !matches!(s.state, State::Open) {
             self.open(now, from);
+        }
+        if let Some(s) = self.slots.get_mut(&from) {
+            s.last_heard = now;
         }
     }
 
@@ -694,15 +827,16 @@ impl KdcPairTable {
             .push_back(PairEvent::Failed { addr: from, reason });
     }
 
-    fn on_reset(&mut self, from: SocketAddr, mut r: Reader<'_>) {
+    fn on_reset(&mut self, now: Timestamp, from: SocketAddr, mut r: Reader<'_>) {
         let Some(ni) = r.array::<NONCE>().ok().filter(|_| r.is_empty()) else {
             self.drops.malformed += 1;
             return;
         };
-        let held = self
-            .slots
-            .get(&from)
-            .is_some_and(|s| s.nonce_i == ni && matches!(s.state, State::Open));
+        let held = self.slots.get(&from).is_some_and(|s| {
+            s.nonce_i == ni
+                && matches!(s.state, State::Open)
+                && now.saturating_duration_since(s.last_heard) >= RESET_QUIET
+        });
         if !held {
             self.drops.unexpected += 1;
             return;
@@ -760,13 +894,31 @@ impl KdcPairTable {
         }
     }
 
-    fn on_data(&mut self, from: SocketAddr, data: &[u8], mut r: Reader<'_>) {
+    fn on_data(&mut self, now: Timestamp, from: SocketAddr, data: &[u8], mut r: Reader<'_>) {
         let (Ok(ni), Ok(counter)) = (r.array::<NONCE>(), r.u64()) else {
             self.drops.malformed += 1;
             return;
         };
-        let aad_len = data.len() - r.remaining();
-        if r.remaining() < 16 {
+        if self.replacing_has(from, &ni) {
+            let rest = r.remaining();
+            self.with_replacing(from, |t| t.data(now, from, data, ni, counter, rest));
+            return;
+        }
+        let rest = r.remaining();
+        self.data(now, from, data, ni, counter, rest);
+    }
+
+    fn data(
+        &mut self,
+        now: Timestamp,
+        from: SocketAddr,
+        data: &[u8],
+        ni: [u8; NONCE],
+        counter: u64,
+        remaining: usize,
+    ) {
+        let aad_len = data.len() - remaining;
+        if remaining < 16 {
             self.drops.malformed += 1;
             return;
         }
@@ -793,7 +945,9 @@ impl KdcPairTable {
             return;
         };
         if let Some(h) = keys.highest {
-            if counter + 64 <= h || (counter <= h && keys.window & (1 << (h - counter)) != 0) {
+            if counter.saturating_add(64) <= h
+                || (counter <= h && keys.window & (1 << (h - counter)) != 0)
+            {
                 self.drops.unexpected += 1;
                 return;
             }
@@ -819,6 +973,7 @@ impl KdcPairTable {
                 keys.highest = Some(counter);
             }
         }
+        s.last_heard = now;
         let Some(peer) = s.peer else {
             return;
         };
@@ -878,6 +1033,12 @@ impl KdcPairTable {
             })
             .map(|(a, _)| *a)
             .collect();
+        let waiting_aside: Vec<SocketAddr> = self
+            .replacing
+            .iter()
+            .filter(|(_, s)| s.peer == Some(peer) && matches!(s.state, State::AwaitKdc))
+            .map(|(a, _)| *a)
+            .collect();
         match outcome {
             Ok(sigma) => {
                 self.kdc_answers += 1;
@@ -888,8 +1049,14 @@ impl KdcPairTable {
                 for a in waiting {
                     self.accept_with_cached(a);
                 }
+                for a in waiting_aside {
+                    self.with_replacing(a, |t| t.accept_with_cached(a));
+                }
             }
             Err(_) => {
+                for a in waiting_aside {
+                    self.replacing.remove(&a);
+                }
                 for a in waiting {
                     let nonce_i = self.slots.get(&a).map(|s| s.nonce_i).unwrap_or_default();
                     self.send_reject(a, &peer, &nonce_i, REJECT_UNKNOWN);
@@ -931,6 +1098,24 @@ impl KdcPairTable {
                 _ => {}
             }
         }
+        let aside: Vec<SocketAddr> = self.replacing.keys().copied().collect();
+        for addr in aside {
+            let Some(s) = self.replacing.get_mut(&addr) else {
+                continue;
+            };
+            if now < s.resend_at {
+                continue;
+            }
+            if now.saturating_duration_since(s.started) >= GIVE_UP {
+                self.replacing.remove(&addr);
+                self.drops.failed += 1;
+                continue;
+            }
+            s.resend_at = now.saturating_add(RESEND);
+            if matches!(s.state, State::Accepted) {
+                self.with_replacing(addr, |t| t.send_accept(addr));
+            }
+        }
         let due: Vec<MemberId> = self
             .pending
             .iter()
@@ -942,7 +1127,25 @@ impl KdcPairTable {
                 continue;
             };
             if p.tries >= KDC_TRIES {
+                // The KDC never answered with a key. If it said (unauthenticated) that it
+                // does not know this member, pass that on.
+                let hinted = p.hint.is_some();
                 self.pending.remove(&m);
+                if hinted {
+                    let waiting: Vec<SocketAddr> = self
+                        .slots
+                        .iter()
+                        .filter(|(_, s)| s.peer == Some(m) && matches!(s.state, State::AwaitKdc))
+                        .map(|(a, _)| *a)
+                        .collect();
+                    for addr in waiting {
+                        self.slots.remove(&addr);
+                        self.events.push_back(PairEvent::Failed {
+                            addr,
+                            reason: "the KDC does not know this member (unauthenticated hint)",
+                        });
+                    }
+                }
                 continue;
             }
             p.tries += 1;
@@ -966,6 +1169,7 @@ impl KdcPairTable {
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         self.slots
             .values()
+            .chain(self.replacing.values())
             .filter(|s| !matches!(s.state, State::Open))
             .map(|s| s.resend_at)
             .chain(self.pending.values().map(|p| p.resend_at))
@@ -975,5 +1179,188 @@ impl KdcPairTable {
     /// The next event.
     pub fn poll_event(&mut self) -> Option<PairEvent> {
         self.events.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cohort_kdc::{Kdc, Registry};
+
+    const A: &str = "10.0.0.1:7000";
+    const B: &str = "10.0.0.2:7000";
+    const KDC: &str = "10.0.0.9:7600";
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().expect("addr")
+    }
+
+    fn name(s: &str) -> PrincipalName {
+        PrincipalName::new(s).expect("name")
+    }
+
+    fn table(me: &str, peer: &str, seed: u8) -> KdcPairTable {
+        let key = if me == "a" { 1 } else { 2 };
+        KdcPairTable::new(
+            CryptoProvider::default_provider(),
+            KdcCredentials {
+                name: name(me),
+                key: PrincipalKey::from_bytes([key; 32]),
+                kdc: addr(KDC),
+            },
+            "g",
+            vec![MemberId::from_principal(&name(peer))],
+            false,
+            [seed; 32],
+        )
+    }
+
+    fn kdc() -> Kdc {
+        let mut r = Registry::new();
+        r.insert(name("a"), PrincipalKey::from_bytes([1; 32]));
+        r.insert(name("b"), PrincipalKey::from_bytes([2; 32]));
+        Kdc::new(CryptoProvider::default_provider(), r)
+    }
+
+    /// Delivers everything both tables and the KDC send; returns the datagrams A sent.
+    fn pump(now: Timestamp, a: &mut KdcPairTable, b: &mut KdcPairTable, k: &mut Kdc) {
+        let mut buf = Vec::new();
+        for _ in 0..32 {
+            let mut moved = false;
+            while let Some(t) = a.poll_transmit(now, &mut buf) {
+                moved = true;
+                let d = buf[..t.size].to_vec();
+                buf.clear();
+                if t.destination == addr(KDC) {
+                    if let Some(r) = k.handle_request(addr(A), &d) {
+                        a.handle_kdc(now, &r);
+                    }
+                } else {
+                    b.handle_datagram(now, addr(A), &d);
+                }
+            }
+            while let Some(t) = b.poll_transmit(now, &mut buf) {
+                moved = true;
+                let d = buf[..t.size].to_vec();
+                buf.clear();
+                if t.destination == addr(KDC) {
+                    if let Some(r) = k.handle_request(addr(B), &d) {
+                        b.handle_kdc(now, &r);
+                    }
+                } else {
+                    a.handle_datagram(now, addr(B), &d);
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    fn messages(t: &mut KdcPairTable) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        while let Some(e) = t.poll_event() {
+            if let PairEvent::Message { data, .. } = e {
+                out.push(data);
+            }
+        }
+        out
+    }
+
+    fn open_pair() -> (KdcPairTable, KdcPairTable, Kdc, Timestamp) {
+        let now = Timestamp::from_millis(1000);
+        let (mut a, mut b, mut k) = (table("a", "b", 1), table("b", "a", 2), kdc());
+        b.send(now, addr(A), None, b"hello");
+        pump(now, &mut a, &mut b, &mut k);
+        assert_eq!(messages(&mut a), vec![b"hello".to_vec()]);
+        assert_eq!(
+            a.peer_at(addr(B)),
+            Some(MemberId::from_principal(&name("b")))
+        );
+        assert_eq!(a.kdc_answers(), 1, "the answerer asked the KDC once");
+        (a, b, k, now)
+    }
+
+    #[test]
+    fn a_spoofed_hello_does_not_tear_down_an_open_channel() {
+        let (mut a, mut b, mut k, now) = open_pair();
+        let mut hello = Vec::new();
+        Writer::new(&mut hello)
+            .u8(KDC_PAIR_KIND)
+            .u8(VERSION)
+            .u8(1)
+            .u8(1)
+            .bytes(b"g")
+            .bytes(MemberId::from_principal(&name("b")).as_bytes())
+            .bytes(&[0x77; NONCE]);
+        let last = hello.len() - 1;
+        for i in 0..100 {
+            hello[last] = i;
+            a.handle_datagram(now, addr(B), &hello);
+        }
+        assert!(
+            a.peer_at(addr(B)).is_some(),
+            "the open channel was replaced"
+        );
+        b.send(now, addr(A), None, b"still here");
+        pump(now, &mut a, &mut b, &mut k);
+        assert!(messages(&mut a).contains(&b"still here".to_vec()));
+        // At most MAX_HALF_OPEN sessions wait on the side.
+        assert!(a.replacing.len() <= 1 && a.slots.len() <= MAX_HALF_OPEN + 1);
+    }
+
+    #[test]
+    fn a_restarted_peer_replaces_the_channel_once_its_new_session_opens() {
+        let (mut a, _, mut k, now) = open_pair();
+        let mut b2 = table("b", "a", 3); // same principal, new process (other nonces)
+        b2.send(now, addr(A), None, b"again");
+        pump(now, &mut a, &mut b2, &mut k);
+        assert!(messages(&mut a).contains(&b"again".to_vec()));
+        a.send(now, addr(B), None, b"back");
+        pump(now, &mut a, &mut b2, &mut k);
+        assert_eq!(messages(&mut b2), vec![b"back".to_vec()]);
+    }
+
+    #[test]
+    fn a_data_counter_near_the_end_of_u64_is_dropped_not_a_panic() {
+        let (mut a, mut b, mut k, now) = open_pair();
+        b.send(now, addr(A), None, b"x");
+        // Take B's next data datagram and push its counter to the top.
+        let mut buf = Vec::new();
+        let t = b.poll_transmit(now, &mut buf).expect("data");
+        let mut d = buf[..t.size].to_vec();
+        let at = 3 + NONCE;
+        d[at..at + 8].copy_from_slice(&u64::MAX.to_be_bytes());
+        a.handle_datagram(now, addr(B), &d);
+        d[at..at + 8].copy_from_slice(&(u64::MAX - 3).to_be_bytes());
+        a.handle_datagram(now, addr(B), &d);
+        assert!(
+            messages(&mut a).is_empty(),
+            "a datagram with a changed counter opened"
+        );
+        pump(now, &mut a, &mut b, &mut k);
+    }
+
+    #[test]
+    fn a_reset_is_honoured_only_after_the_peer_went_quiet() {
+        let (mut a, _b, _k, now) = open_pair();
+        let nonce_i = a.slots.get(&addr(B)).map(|s| s.nonce_i).expect("slot");
+        let mut reset = Vec::new();
+        Writer::new(&mut reset)
+            .u8(KDC_PAIR_KIND)
+            .u8(VERSION)
+            .u8(6)
+            .bytes(&nonce_i);
+        a.handle_datagram(now, addr(B), &reset);
+        assert!(
+            a.peer_at(addr(B)).is_some(),
+            "a Reset tore down an active channel"
+        );
+        let later = now.saturating_add(RESET_QUIET);
+        a.handle_datagram(later, addr(B), &reset);
+        assert!(
+            a.peer_at(addr(B)).is_none(),
+            "a Reset after silence was ignored"
+        );
     }
 }

@@ -28,6 +28,7 @@ pub const GROUP_HEADER_LEN: usize = 3;
 pub const GROUP_KEY_LEN: usize = 32;
 const VIEW_SALT: &[u8] = b"cohort group view v1";
 const WRAP_SALT: &[u8] = b"cohort group wrap v1";
+const TOKEN_SALT: &[u8] = b"cohort group token v1";
 
 /// A group key: random, numbered by epoch. Wiped on drop.
 pub struct GroupKey {
@@ -183,6 +184,62 @@ impl ViewKeys {
         })
     }
 
+    /// KDC mode's authentication token `{g, A}_{SK_g}` (LSGC message 4): AES-256-GCM under a
+    /// key derived from this view's secret, over the view id and the joiner, with a random
+    /// 12-byte nonce in front. Only members of the view can make or check one.
+    pub fn seal_token(&self, nonce: [u8; 12], joiner: &crate::id::MemberId) -> Option<Vec<u8>> {
+        let aead = self.token_key()?;
+        let aad = self.token_aad(joiner);
+        let mut body = aad.clone();
+        let tag = aead.seal_in_place(&nonce, &aad, &mut body).ok()?;
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&body);
+        out.extend_from_slice(&tag);
+        Some(out)
+    }
+
+    /// Whether `token` is this view's token for `joiner`.
+    pub fn check_token(&self, token: &[u8], joiner: &crate::id::MemberId) -> bool {
+        let Some(aead) = self.token_key() else {
+            return false;
+        };
+        let aad = self.token_aad(joiner);
+        if token.len() != 12 + aad.len() + 16 {
+            return false;
+        }
+        let mut nonce = [0u8; 12];
+        nonce.copy_from_slice(&token[..12]);
+        let mut buf = token[12..].to_vec();
+        match aead.open_in_place(&nonce, &aad, &mut buf) {
+            Ok(plain) => cohort_crypto::ct_eq(plain, &aad),
+            Err(_) => false,
+        }
+    }
+
+    fn token_aad(&self, joiner: &crate::id::MemberId) -> Vec<u8> {
+        let mut aad = b"cohort group token v1".to_vec();
+        aad.extend_from_slice(&view_id_bytes(&self.view));
+        aad.extend_from_slice(joiner.as_bytes());
+        aad
+    }
+
+    fn token_key(&self) -> Option<Box<dyn cohort_crypto::AeadKey>> {
+        let mut k = Secret::zeroed(32);
+        self.provider
+            .hkdf_sha256
+            .derive(
+                TOKEN_SALT,
+                self.secret.expose(),
+                &[b"token"],
+                k.expose_mut(),
+            )
+            .ok()?;
+        self.provider
+            .aead
+            .new_key(AeadAlgorithm::Aes256Gcm, k.expose())
+            .ok()
+    }
+
     /// The key slot packets of this view carry.
     pub fn slot(&self) -> u8 {
         self.slot
@@ -315,4 +372,41 @@ pub fn unwrap(
         .open_in_place(&[0u8; 12], &aad, buf.expose_mut())
         .ok()?;
     (plain.len() == GROUP_KEY_LEN).then(|| GroupKey::new(epoch, Secret::from_slice(plain)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::MemberId;
+
+    fn view_keys(key_byte: u8, seq: u64) -> ViewKeys {
+        let p = CryptoProvider::default_provider();
+        let key = GroupKey::new(1, Secret::from_slice(&[key_byte; 32]));
+        let view = ViewId {
+            seq,
+            coordinator: MemberId::from_bytes([1; 32]),
+        };
+        let plan = GearPlan::new(&Protection::default());
+        ViewKeys::derive(&p, "g", &key, view, 2, 0, &plan).expect("keys")
+    }
+
+    #[test]
+    fn a_token_checks_only_for_its_joiner_view_and_key() {
+        let (a, b) = (MemberId::from_bytes([2; 32]), MemberId::from_bytes([3; 32]));
+        let keys = view_keys(7, 5);
+        let token = keys.seal_token([9; 12], &a).expect("token");
+        assert!(keys.check_token(&token, &a));
+        assert!(!keys.check_token(&token, &b), "another joiner");
+        assert!(!view_keys(7, 6).check_token(&token, &a), "another view");
+        assert!(
+            !view_keys(8, 5).check_token(&token, &a),
+            "another group key"
+        );
+        for i in 0..token.len() {
+            let mut t = token.clone();
+            t[i] ^= 1;
+            assert!(!keys.check_token(&t, &a), "bit {i} flipped");
+        }
+        assert!(!keys.check_token(&token[..token.len() - 1], &a));
+    }
 }

@@ -253,6 +253,13 @@ pub struct GroupMember {
     exchanged: Vec<[u8; 8]>,
     /// After an Exchange: the other leader, told at the next gossip that the keys match.
     exchange_reply_to: Option<SocketAddr>,
+    /// KDC mode, at the leader: joiners granted a token (LSGC message 4), by principal:
+    /// where, their next message number and incarnation.
+    granted: BTreeMap<MemberId, (SocketAddr, u64, u64)>,
+    /// KDC mode: joiners that presented a valid token (message 5): (member, incarnation).
+    presented: BTreeSet<(MemberId, u64)>,
+    /// KDC mode: valid tokens presented to this member.
+    tokens_checked: u64,
     incarnation: u64,
     /// Incarnations of the view's members, by rank.
     incarnations: Vec<u64>,
@@ -370,6 +377,7 @@ impl GroupMember {
             credentials,
             &config.group,
             config.trust.clone(),
+            config.trust_any_registered,
             pair_seed,
         )));
         Self::assemble(provider, None, id, pairs, addr, config, rng)
@@ -417,6 +425,9 @@ impl GroupMember {
             key_holders: BTreeSet::new(),
             exchanged: Vec::new(),
             exchange_reply_to: None,
+            granted: BTreeMap::new(),
+            presented: BTreeSet::new(),
+            tokens_checked: 0,
             incarnation: 0,
             incarnations: Vec::new(),
             expelled: false,
@@ -609,6 +620,11 @@ impl GroupMember {
     /// Exchange (it coordinated the empty view change that installed them).
     pub fn exchanged_keys(&self) -> &[[u8; 8]] {
         &self.exchanged
+    }
+
+    /// KDC mode: how many valid join tokens (LSGC message 5) were presented to this member.
+    pub fn tokens_checked(&self) -> u64 {
+        self.tokens_checked
     }
 
     /// Dropped packets by reason.
@@ -910,6 +926,12 @@ impl GroupMember {
                 key_epoch,
                 key,
             } => self.on_pair_ticket(now, peer, addr, nonce, key_epoch, &key),
+            PairMsg::Grant {
+                view,
+                token,
+                members,
+            } => self.on_grant(now, peer, addr, view, token, members),
+            PairMsg::Present { view, token } => self.on_present(now, peer, view, &token),
             PairMsg::Removed { view, reason } => {
                 // From the coordinator of a newer view than ours: it left us out.
                 let newer = self
@@ -1006,6 +1028,12 @@ impl GroupMember {
             if ct_eq(&want, &proof) {
                 self.key_holders.insert((peer, incarnation));
             }
+        }
+        if self.identity.is_none() && !self.presented.contains(&(peer, incarnation)) {
+            // KDC mode: LSGC message 4 first. The joiner presents the token (message 5)
+            // and is let in when it does.
+            self.grant(now, &view, peer, addr, next_seq, incarnation);
+            return;
         }
         self.joiners_wanted.retain(|(m, _, _)| m.id != peer);
         self.joiners_wanted
@@ -1876,8 +1904,14 @@ impl GroupMember {
             || joiners
                 .iter()
                 .any(|(m, _, inc)| !self.key_holders.contains(&(m.id, *inc)));
+        // A member removed because it is no longer trusted never keeps the key, whatever
+        // the policy (Ensemble 6.1).
+        let untrusted = removed
+            .iter()
+            .any(|(_, why)| *why == RemovalReason::Untrusted);
         let rekey = self.rekey_wanted.is_some()
             || period_due
+            || untrusted
             || (membership_changes && self.config.rekey_policy.on_membership_change);
         let started = self.rekey_wanted.take().unwrap_or(now);
         self.start_coordinating(
@@ -2866,6 +2900,12 @@ impl GroupMember {
         if rekeyed {
             self.key_holders.clear();
         }
+        // Tokens presented by members now in the view are spent.
+        self.presented
+            .retain(|(m, _)| !install.members.iter().any(|x| x.id == *m));
+        if self.presented.len() > 1024 {
+            self.presented.clear();
+        }
         if rank != 0 {
             // Tickets go to leaders; one held by a leader that no longer leads is moot.
             self.held_exchange = None;
@@ -3011,7 +3051,9 @@ impl GroupMember {
     fn trusts(&self, id: &MemberId) -> bool {
         *id == self.id
             || self.config.trust.contains(id)
-            || (self.config.auth == AuthMode::Kdc && self.config.trust.is_empty())
+            || (self.config.auth == AuthMode::Kdc
+                && self.config.trust_any_registered
+                && id.principal().is_some())
     }
 
     fn new_local_id(&self, nonce: [u8; exchange::NONCE_LEN]) -> Option<LocalId> {
@@ -3148,6 +3190,22 @@ impl GroupMember {
         match parsed.gossip.clone() {
             Gossip::Id(id) => self.on_id(now, data, &parsed, id),
             Gossip::Ticket(t) => self.on_ticket(now, from, data, &parsed, t),
+            Gossip::Present {
+                member,
+                view,
+                token,
+            } => {
+                // LSGC message 5 at a member: it checks the token under the view's key (only
+                // members of the view hold it). The leader decides; this is what LSGC's
+                // members do with it.
+                if self.identity.is_some() {
+                    self.counters.count(Drop::Unexpected);
+                } else if self.token_valid(&member, view, &token) {
+                    self.tokens_checked += 1;
+                } else {
+                    self.counters.count(Drop::AuthFailed);
+                }
+            }
         }
     }
 
@@ -3273,7 +3331,8 @@ impl GroupMember {
         parsed: &Parsed,
         t: exchange::Ticket,
     ) {
-        if t.recipient != self.id || !self.is_leader() {
+        // KDC mode takes tickets over pair channels only (and runs no signature check).
+        if t.recipient != self.id || !self.is_leader() || self.identity.is_none() {
             self.counters.count(Drop::Unexpected);
             return;
         }
@@ -3318,6 +3377,92 @@ impl GroupMember {
         }
         self.held_exchange = Some((key, t.sender, from));
         self.maybe_start_change(now);
+    }
+
+    /// KDC mode, LSGC message 4: the view id and the joiner's token, under σ (the pair
+    /// channel), with the members' addresses for message 5.
+    fn grant(
+        &mut self,
+        now: Timestamp,
+        view: &View,
+        peer: MemberId,
+        addr: SocketAddr,
+        next_seq: u64,
+        incarnation: u64,
+    ) {
+        let mut nonce = [0u8; 12];
+        self.rng.fill_bytes(&mut nonce);
+        let Some(token) = self.keys.as_ref().and_then(|k| k.seal_token(nonce, &peer)) else {
+            return;
+        };
+        if self.granted.len() >= 1024 && !self.granted.contains_key(&peer) {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        self.granted.insert(peer, (addr, next_seq, incarnation));
+        let grant = PairMsg::Grant {
+            view: view.id,
+            token,
+            members: view.members.iter().map(|m| m.addr).collect(),
+        };
+        self.send_pair(now, addr, Some(peer), &grant);
+    }
+
+    /// Whether `token` is `member`'s for `view`, the current view or the one before.
+    fn token_valid(&self, member: &MemberId, view: ViewId, token: &[u8]) -> bool {
+        let current = self
+            .keys
+            .as_ref()
+            .filter(|k| k.view == view)
+            .is_some_and(|k| k.check_token(token, member));
+        current
+            || self
+                .old_views
+                .iter()
+                .any(|o| o.keys.view == view && o.keys.check_token(token, member))
+    }
+
+    /// KDC mode, LSGC message 5 reaching the leader: a valid token lets the joiner in.
+    fn on_present(&mut self, now: Timestamp, peer: MemberId, view: ViewId, token: &[u8]) {
+        if self.identity.is_some() || !self.is_leader() {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let Some((addr, next_seq, incarnation)) = self.granted.get(&peer).copied() else {
+            self.counters.count(Drop::Unexpected);
+            return;
+        };
+        if !self.token_valid(&peer, view, token) {
+            self.counters.count(Drop::AuthFailed);
+            return;
+        }
+        self.granted.remove(&peer);
+        self.presented.insert((peer, incarnation));
+        self.on_join_request(now, peer, addr, incarnation, next_seq, None);
+    }
+
+    /// KDC mode, at the joiner: message 4 arrived; present the token to the leader over the
+    /// pair channel and to every member of the view (message 5).
+    fn on_grant(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        addr: SocketAddr,
+        view: ViewId,
+        token: Vec<u8>,
+        members: Vec<SocketAddr>,
+    ) {
+        if self.identity.is_some() || self.joining.is_none() {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let present = exchange::encode_present(&self.config.group, &self.id, &view, &token);
+        for m in members.into_iter().take(MAX_VIEW_MEMBERS) {
+            if m != addr && m != self.addr {
+                self.out.push_back((m, present.clone()));
+            }
+        }
+        self.send_pair(now, addr, Some(peer), &PairMsg::Present { view, token });
     }
 
     /// KDC mode's ticket, over the pair channel from `peer`.
@@ -3382,10 +3527,11 @@ impl GroupMember {
                 }
             }
         }
-        let trust = self.config.trust.clone();
-        let all = self.config.auth == AuthMode::Kdc && trust.is_empty();
-        self.joiners_wanted
-            .retain(|(m, _, _)| all || trust.contains(&m.id));
+        let joiners = std::mem::take(&mut self.joiners_wanted);
+        self.joiners_wanted = joiners
+            .into_iter()
+            .filter(|(m, _, _)| self.trusts(&m.id))
+            .collect();
         self.events.push_back(GroupEvent::TrustChanged {
             trusted: self.config.trust.len(),
             untrusted_members: untrusted_members.clone(),

@@ -207,6 +207,25 @@ pub enum PairMsg {
     },
     /// Nothing: opens the pair channel (its handshake authenticates both ends).
     Ping,
+    /// KDC mode, LSGC message 4: the session leader's answer to a JoinRequest (over the pair
+    /// channel, under σ): the view id and the joiner's authentication token `{g, A}_{SK_g}`,
+    /// and where the view's members are, for message 5.
+    Grant {
+        /// The view the token is for.
+        view: ViewId,
+        /// The token.
+        token: Vec<u8>,
+        /// The members' addresses (the joiner presents the token to each).
+        members: Vec<SocketAddr>,
+    },
+    /// KDC mode, LSGC message 5 (to the leader, over the pair channel): the joiner presents
+    /// its token; a valid one for the leader's current (or previous) view lets it in.
+    Present {
+        /// The view the token is for.
+        view: ViewId,
+        /// The token.
+        token: Vec<u8>,
+    },
     /// KDC mode: the coordinator of `view` left the receiver out, for `reason` (the Install
     /// itself carries no wrap the receiver could authenticate it with).
     Removed {
@@ -628,6 +647,24 @@ impl PairMsg {
             PairMsg::Ping => {
                 w.u8(7);
             }
+            PairMsg::Grant {
+                view,
+                token,
+                members,
+            } => {
+                w.u8(12);
+                put_view_id(&mut w, view);
+                w.u8(token.len() as u8).bytes(token);
+                w.u16(members.len() as u16);
+                for m in members {
+                    put_addr(&mut w, m);
+                }
+            }
+            PairMsg::Present { view, token } => {
+                w.u8(13);
+                put_view_id(&mut w, view);
+                w.u8(token.len() as u8).bytes(token);
+            }
             PairMsg::Removed { view, reason } => {
                 w.u8(11);
                 put_view_id(&mut w, view);
@@ -719,6 +756,29 @@ impl PairMsg {
                 PairMsg::KeyAck { proposal, holders }
             }
             7 => PairMsg::Ping,
+            12 => {
+                let view = get_view_id(&mut r).ok()?;
+                let n = r.u8().ok()? as usize;
+                let token = r.bytes(n).ok()?.to_vec();
+                let count = get_count(&mut r, MAX_MEMBERS)?;
+                let mut members = Vec::with_capacity(count);
+                for _ in 0..count {
+                    members.push(get_addr(&mut r)?);
+                }
+                PairMsg::Grant {
+                    view,
+                    token,
+                    members,
+                }
+            }
+            13 => {
+                let view = get_view_id(&mut r).ok()?;
+                let n = r.u8().ok()? as usize;
+                PairMsg::Present {
+                    view,
+                    token: r.bytes(n).ok()?.to_vec(),
+                }
+            }
             11 => PairMsg::Removed {
                 view: get_view_id(&mut r).ok()?,
                 reason: reason_from(r.u8().ok()?)?,

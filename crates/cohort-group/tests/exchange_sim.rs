@@ -240,7 +240,20 @@ fn members_linked_through_their_leader_split_when_it_fails() {
 
 #[test]
 fn a_leader_that_stops_trusting_a_member_removes_it_with_a_fresh_key() {
-    let mut g = Group::new(23, 4, |_| {});
+    leader_distrusts(true);
+}
+
+/// Even when the policy keeps the key across membership changes (found in review: the
+/// removal alone did not rekey then).
+#[test]
+fn a_member_removed_as_untrusted_loses_the_key_even_without_rekey_on_membership_change() {
+    leader_distrusts(false);
+}
+
+fn leader_distrusts(rekey_on_change: bool) {
+    let mut g = Group::new(23, 4, |c| {
+        c.rekey_policy.on_membership_change = rekey_on_change
+    });
     g.start_all();
     g.wait_converged(&[0, 1, 2, 3], BOUND).expect("one view");
     let views = g.current_views();

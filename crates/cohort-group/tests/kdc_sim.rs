@@ -1,8 +1,8 @@
 //! A group in KDC mode (LSGC 2.1) in the simulator, with a KDC node: joins through the
 //! session leader and the KDC, a fresh key with every view in one message, leave, merge
 //! after a partition, a principal the KDC does not know, and replays. The members run
-//! with a crypto provider whose Ed25519 and KEMs refuse and count every call: KDC mode
-//! must use no public-key operation anywhere.
+//! with a crypto provider that has no KEM at all and whose Ed25519 refuses and counts every
+//! call: KDC mode must use no public-key operation anywhere.
 //!
 //! `COHORT_SIM_SEED=<seed>` replays one seed of the sweep; `COHORT_SIM_SEEDS=<n>` runs `n`.
 
@@ -179,6 +179,7 @@ impl KdcGroup {
         let kdc_addr = sim.addr(kdc);
         let mut config = GroupConfig::new("kdc-sim", Vec::new());
         config.auth = AuthMode::Kdc;
+        config.trust_any_registered = true;
         config.heartbeat_interval = Duration::from_millis(50);
         config.suspect_timeout = Duration::from_millis(400);
         config.flush_timeout = Duration::from_millis(300);
@@ -327,11 +328,17 @@ fn a_kdc_group_forms_delivers_rekeys_and_merges_with_no_public_key_operation() {
     let mut g = KdcGroup::new(41, 4, &[]);
     g.start(0, &[]);
     g.run_for(Duration::from_millis(100)).expect("run");
-    for i in 1..4 {
+    g.start(1, &[0]);
+    g.wait(&[0, 1], BOUND).expect("0 and 1");
+    for i in 2..4 {
         g.start(i, &[0]);
     }
     g.wait(&[0, 1, 2, 3], BOUND).expect("one view");
-    // Every view got a fresh key; the leader asked the KDC for each joiner's pair key.
+    // Joiners 2 and 3 presented their tokens (LSGC message 5) to member 1, already in.
+    assert!(
+        g.member(1).tokens_checked() >= 2,
+        "member 1 did not check the tokens"
+    );
     for i in 0..4 {
         g.with_member(i, |m, now| {
             m.send(now, Channel::Reliable, format!("hi {i}").as_bytes())

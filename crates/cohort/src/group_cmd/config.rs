@@ -15,7 +15,8 @@
 //! auth = "kdc"
 //! principal_key = "alice.key"       # from `cohort kdc add-principal`; relative to this file
 //! kdc = "10.0.0.1:7600"             # the KDC's address
-//! trust = ["kdc:bob"]               # principals allowed in; empty or absent: any the KDC knows
+//! trust = ["kdc:bob"]               # principals allowed in, and/or:
+//! trust_any_registered = true       # every principal the KDC knows (LSGC's policy)
 //! ```
 //!
 //! Optional keys: `auth` (`"identity"`, the default, or `"kdc"`), `rekey` (`"one-message"` or `"tree"`), `tree_degree`,
@@ -63,6 +64,7 @@ const KEYS: &[&str] = &[
     "auth",
     "principal_key",
     "kdc",
+    "trust_any_registered",
     "group",
     "listen",
     "peers",
@@ -142,7 +144,7 @@ pub fn parse(
     };
     let credentials = match auth {
         AuthMode::IdentityKeys => {
-            for key in ["principal_key", "kdc"] {
+            for key in ["principal_key", "kdc", "trust_any_registered"] {
                 if table.contains_key(key) {
                     return Err(err(key, "only with auth = \"kdc\""));
                 }
@@ -216,6 +218,9 @@ pub fn parse(
 
     let mut config = GroupConfig::new(group, trust);
     config.auth = auth;
+    if let Some(any) = fields.bool("trust_any_registered")? {
+        config.trust_any_registered = any;
+    }
     let gear = fields.str("gear")?.unwrap_or("aes-128-gcm");
     config.protection = parse_gear(gear).map_err(|e| err("gear", e))?;
     if let Protection::Authenticate {

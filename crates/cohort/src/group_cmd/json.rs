@@ -248,7 +248,7 @@ pub fn parse_command(line: &str) -> Result<Command, CommandError> {
                 let Some(items) = v.as_array() else {
                     return Err(fail(
                         Some(cmd),
-                        format!("\"{field}\" must be a list of public keys"),
+                        format!("\"{field}\" must be a list of member ids"),
                     ));
                 };
                 items
@@ -259,7 +259,10 @@ pub fn parse_command(line: &str) -> Result<Command, CommandError> {
                             .ok_or_else(|| {
                                 fail(
                                     Some(cmd),
-                                    format!("\"{field}\": {item} is not an ed25519:<hex> key"),
+                                    format!(
+                                        "\"{field}\": {item} is not a member id \
+                                         (ed25519:<hex> or kdc:<name>)"
+                                    ),
                                 )
                             })
                     })
@@ -304,7 +307,7 @@ mod tests {
         );
         let e = parse_command(r#"{"cmd":"trust","remove":["nope"]}"#).unwrap_err();
         assert!(
-            e.error.contains("\"nope\" is not an ed25519"),
+            e.error.contains("\"nope\" is not a member id"),
             "{}",
             e.error
         );
