@@ -523,7 +523,11 @@ impl GroupMember {
         if data.len() > self.config.max_message_len {
             return Err(SendError::TooLong);
         }
-        if self.view.is_none() || self.expelled {
+        // A member that dissolved its component to merge into another keeps taking reliable
+        // messages: they wait with its undelivered ones and go out in the view it joins.
+        let merging = self.joining.is_some() && self.group_key.is_some();
+        let reliable_ok = self.view.is_some() || (merging && channel == Channel::Reliable);
+        if !reliable_ok || self.expelled {
             return Err(SendError::NotInGroup);
         }
         match channel {
