@@ -1,6 +1,7 @@
 //! `cohort group run` as a user runs it: bad configurations are refused with a message naming
 //! the key; three members on loopback form a view, deliver reliable messages in one order,
-//! carry unreliable ones, rekey, survive a SIGKILL of one of them, answer status and leave.
+//! carry unreliable ones, rekey, survive a SIGKILL of one of them, answer status and leave;
+//! a leader told to stop trusting a member removes it, which goes on alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -252,7 +253,7 @@ fn bad_configs_exit_2_naming_the_key() {
     for (extra, key) in [
         (
             format!("trust = [\"{public}\", \"ed25519:xyz\"]"),
-            "trust[1]: not an ed25519 public key",
+            "trust[1]: not a member id",
         ),
         ("gear = \"rot13\"".to_string(), "gear: unknown gear"),
         (
@@ -413,5 +414,120 @@ fn three_members_form_a_group_talk_rekey_survive_a_kill_and_leave() {
     alice.command(json!({"cmd": "status"}));
     let status = alice.wait("a status line", |v| v["event"] == "status");
     assert_eq!(status["view"]["members"].as_array().unwrap().len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_leader_that_stops_trusting_a_member_removes_it() {
+    let dir = tempdir("trust");
+    let names = ["alice", "bob", "carol"];
+    let trust: Vec<String> = names.iter().map(|n| keygen(&dir, n)).collect();
+    let alice = Member::start(&dir, "alice", &[], &trust);
+    let bob = Member::start(&dir, "bob", std::slice::from_ref(&alice.listen), &trust);
+    let carol = Member::start(
+        &dir,
+        "carol",
+        &[alice.listen.clone(), bob.listen.clone()],
+        &trust,
+    );
+    let mut members = [alice, bob, carol];
+    let view = {
+        let [a, b, c] = &mut members;
+        converge(&mut [a, b, c], 3, -1)
+    };
+    let epoch = view["key_epoch"].as_i64().unwrap();
+    let leader = members
+        .iter()
+        .position(|m| view["leader"] == m.id.as_str())
+        .expect("the leader is one of the three");
+    // The member after the leader in our list (never the leader) loses the leader's trust.
+    let victim = (leader + 1) % 3;
+    let victim_id = members[victim].id.clone();
+
+    // Malformed trust commands are answered with an error naming the problem, and change
+    // nothing.
+    let l = &mut members[leader];
+    l.command(json!({"cmd": "trust", "remove": ["ed25519:zz"]}));
+    let e = l.wait("an error for a malformed key", |v| v["event"] == "error");
+    assert_eq!(e["cmd"], "trust", "{e}");
+    // It names the field and the bad key (the wording around them may change).
+    let text = e["error"].as_str().unwrap();
+    assert!(
+        text.contains("\"remove\"") && text.contains("\"ed25519:zz\""),
+        "{e}"
+    );
+    l.command(json!({"cmd": "trust", "add": victim_id.as_str()}));
+    let e = l.wait("an error for a key that is not in a list", |v| {
+        v["event"] == "error"
+    });
+    assert_eq!(e["cmd"], "trust", "{e}");
+    assert!(
+        e["error"].as_str().unwrap().contains("must be a list"),
+        "{e}"
+    );
+    l.command(json!({"cmd": "status"}));
+    let status = l.wait("a status line", |v| v["event"] == "status");
+    assert_eq!(status["view"]["members"].as_array().unwrap().len(), 3);
+    assert!(
+        !l.seen.iter().any(|v| v["event"] == "trust_changed"),
+        "a malformed trust command changed the policy"
+    );
+
+    // The leader stops trusting the victim: it says so, and removes it with a fresh key.
+    l.command(json!({"cmd": "trust", "remove": [victim_id]}));
+    let changed = l.wait("trust_changed", |v| v["event"] == "trust_changed");
+    assert_eq!(changed["trusted"], 2, "{changed}");
+    assert_eq!(
+        changed["untrusted_members"],
+        json!([victim_id]),
+        "{changed}"
+    );
+    let mut survivors: Vec<&mut Member> = members
+        .iter_mut()
+        .enumerate()
+        .filter(|(i, _)| *i != victim)
+        .map(|(_, m)| m)
+        .collect();
+    let two = converge(&mut survivors, 2, epoch);
+    assert!(
+        !two["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m == victim_id.as_str()),
+        "{two}"
+    );
+    let removed = |v: &Value| v["event"] == "removed" && v["member"] == victim_id.as_str();
+    for m in survivors.iter_mut() {
+        let r = match m.seen.iter().find(|v| removed(v)) {
+            Some(r) => r.clone(),
+            None => m.wait("the victim's removal", removed),
+        };
+        assert_eq!(r["reason"], "untrusted", "{}: {r}", m.name);
+    }
+
+    // The victim goes on alone, in a view of its own.
+    let alone = members[victim].wait_view(1, -1);
+    assert_eq!(alone["members"], json!([victim_id]), "{alone}");
+
+    // And it stays apart: the leader's gossip reaches it (it still trusts the leader), but
+    // the leader takes neither a ticket nor a merge from a principal it does not trust.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut fingerprints = Vec::new();
+    for (i, m) in members.iter_mut().enumerate() {
+        m.command(json!({"cmd": "status"}));
+        let s = m.wait("a status line", |v| v["event"] == "status");
+        let n = if i == victim { 1 } else { 2 };
+        assert_eq!(
+            s["view"]["members"].as_array().unwrap().len(),
+            n,
+            "{}: {s}",
+            m.name
+        );
+        fingerprints.push(s["key_fingerprint"].as_str().unwrap().to_string());
+    }
+    let other = 3 - leader - victim;
+    assert_eq!(fingerprints[leader], fingerprints[other]);
+    assert_ne!(fingerprints[leader], fingerprints[victim]);
     let _ = std::fs::remove_dir_all(&dir);
 }
