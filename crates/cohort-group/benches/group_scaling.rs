@@ -5,8 +5,10 @@
 //!    virtual time until every member shares one view and one key fingerprint.
 //! 2. **Join/leave rate**, against group size: a group forms, then a pool of spare members
 //!    keeps joining and leaving (several at once, so that view changes batch them); measured
-//!    is the operations completed per second of virtual time and per second of wall-clock
-//!    time (every member and the KDC run on this one thread).
+//!    is the operations completed per second of virtual time, per second of wall-clock and
+//!    of CPU time (every member and the KDC run on this one thread: a conservative bound),
+//!    and per second of the leader's share of that time (an estimate for a leader on its own
+//!    core). Identity-key mode runs the same workload as the baseline.
 //!
 //! ```sh
 //! cargo bench -p cohort-group --bench group_scaling

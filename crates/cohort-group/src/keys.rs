@@ -145,7 +145,9 @@ pub struct ViewKeys {
     provider: CryptoProvider,
     plan: GearPlan,
     protector: Protector,
-    receivers: Vec<Option<Unprotector>>,
+    /// One per sender, made on its first packet. Boxed: an `Unprotector` is about 2.5 KB,
+    /// and every member derives a view's keys for every member at every view change.
+    receivers: Vec<Option<Box<Unprotector>>>,
 }
 
 impl ViewKeys {
@@ -270,7 +272,7 @@ impl ViewKeys {
         if self.receivers[index].is_none() {
             let keys = sender_keys(&self.provider, &self.secret, rank, &self.plan)
                 .map_err(|_| DropReason::Malformed)?;
-            self.receivers[index] = Some(Unprotector::new(keys, self.plan.policy));
+            self.receivers[index] = Some(Box::new(Unprotector::new(keys, self.plan.policy)));
         }
         let unprotector = self.receivers[index]
             .as_mut()

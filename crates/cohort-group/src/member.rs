@@ -245,6 +245,8 @@ pub struct GroupMember {
     gossip_budget_at: Timestamp,
     /// When gossip from (or for) an address was last answered or forwarded.
     gossip_answered: HashMap<SocketAddr, Timestamp>,
+    /// When a secure Id from an address was last answered.
+    secure_answered: HashMap<SocketAddr, Timestamp>,
     /// A ticket's key waiting for the view change in progress to end (appendix 12.1).
     held_exchange: Option<(GroupKey, MemberId, SocketAddr)>,
     /// Joiners that proved they hold the current group key: (member, incarnation).
@@ -421,6 +423,7 @@ impl GroupMember {
             gossip_budget: 0,
             gossip_budget_at: Timestamp::ZERO,
             gossip_answered: HashMap::new(),
+            secure_answered: HashMap::new(),
             held_exchange: None,
             key_holders: BTreeSet::new(),
             exchanged: Vec::new(),
@@ -3147,20 +3150,26 @@ impl GroupMember {
         }
     }
 
-    /// At most one answer (or forward) per address per heartbeat interval.
-    fn gossip_throttle(&mut self, now: Timestamp, addr: SocketAddr) -> bool {
+    /// At most one answer (or forward) per address per heartbeat interval, counted apart
+    /// for answers to secure Ids (`secure`): the larger leader's answer that lets the smaller
+    /// one merge must not be held back by the ticket it sent a moment before.
+    fn gossip_throttle(&mut self, now: Timestamp, addr: SocketAddr, secure: bool) -> bool {
         let gap = self.config.heartbeat_interval;
-        if self.gossip_answered.len() >= 1024 {
-            self.gossip_answered
-                .retain(|_, t| now.saturating_duration_since(*t) < gap);
-            if self.gossip_answered.len() >= 1024 {
+        let map = if secure {
+            &mut self.secure_answered
+        } else {
+            &mut self.gossip_answered
+        };
+        if map.len() >= 1024 {
+            map.retain(|_, t| now.saturating_duration_since(*t) < gap);
+            if map.len() >= 1024 {
                 return false;
             }
         }
-        match self.gossip_answered.get(&addr) {
+        match map.get(&addr) {
             Some(t) if now.saturating_duration_since(*t) < gap => false,
             _ => {
-                self.gossip_answered.insert(addr, now);
+                map.insert(addr, now);
                 true
             }
         }
@@ -3222,7 +3231,7 @@ impl GroupMember {
         }
         if !self.is_leader() {
             // Only leaders take part: pass it on to ours (it answers the address inside).
-            if self.gossip_throttle(now, id.addr) {
+            if self.gossip_throttle(now, id.addr, false) {
                 self.out.push_back((view.leader().addr, data.to_vec()));
             }
             return;
@@ -3256,7 +3265,7 @@ impl GroupMember {
                         exchange: None,
                     },
                 );
-            } else if self.gossip_throttle(now, id.addr) {
+            } else if self.gossip_throttle(now, id.addr, true) {
                 // Tell the smaller one now rather than at our next gossip.
                 if let Some(own) = self.encode_own_id() {
                     self.out.push_back((id.addr, own));
@@ -3269,7 +3278,7 @@ impl GroupMember {
             self.counters.count(Drop::Untrusted);
             return;
         }
-        if !self.gossip_throttle(now, id.addr) {
+        if !self.gossip_throttle(now, id.addr, false) {
             return;
         }
         if self.identity.is_none() {
