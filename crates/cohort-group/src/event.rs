@@ -102,7 +102,9 @@ pub enum GroupEvent {
         from: SocketAddr,
     },
     /// Exchange: this leader sealed its group key to the leader of another component that
-    /// holds another key (and that it trusts), so that the two can merge.
+    /// holds another key (and that it trusts), so that the two can merge. In KDC mode the
+    /// ticket is queued on the pair channel to that leader, which may never open (say, for
+    /// a principal the KDC does not know): the key goes nowhere then.
     TicketSent {
         /// The other component's leader.
         to: MemberId,

@@ -54,6 +54,8 @@ const KDC_TRIES: u32 = 10;
 const MAX_KDC_PENDING: usize = 32;
 /// Most σ kept from the KDC.
 const MAX_CACHED: usize = 4096;
+/// How long a principal the KDC said it does not know is refused without asking again.
+const REFUSED_FOR: Duration = Duration::from_secs(10);
 /// Most answered sessions not yet open (a flood of spoofed Hellos cannot make more).
 const MAX_HALF_OPEN: usize = 64;
 /// A Reset is honoured only after this long without an authenticated datagram from the
@@ -151,6 +153,8 @@ pub struct KdcPairTable {
     /// channel only once it is open itself (so a spoofed Hello cannot tear one down).
     replacing: BTreeMap<SocketAddr, Slot>,
     from_kdc: HashMap<MemberId, Secret>,
+    /// Principals the KDC said it does not know, and when (at most 1024).
+    unknown: HashMap<MemberId, Timestamp>,
     pending: BTreeMap<MemberId, KdcPending>,
     outbox: VecDeque<(SocketAddr, Vec<u8>)>,
     events: VecDeque<PairEvent>,
@@ -184,6 +188,7 @@ impl KdcPairTable {
             slots: BTreeMap::new(),
             replacing: BTreeMap::new(),
             from_kdc: HashMap::new(),
+            unknown: HashMap::new(),
             pending: BTreeMap::new(),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
@@ -505,6 +510,16 @@ impl KdcPairTable {
                 }
                 return;
             }
+        }
+        if self
+            .unknown
+            .get(&i)
+            .is_some_and(|t| now.saturating_duration_since(*t) < REFUSED_FOR)
+        {
+            // The KDC refused this principal a moment ago: refuse again without asking.
+            self.drops.untrusted += 1;
+            self.send_reject(from, &i, &nonce_i, REJECT_UNKNOWN);
+            return;
         }
         self.answer(now, from, i, i_name, nonce_i);
     }
@@ -1000,7 +1015,7 @@ impl KdcPairTable {
     }
 
     /// A datagram from the KDC's address: the answer to one of this table's requests.
-    pub fn handle_kdc(&mut self, _now: Timestamp, data: &[u8]) {
+    pub fn handle_kdc(&mut self, now: Timestamp, data: &[u8]) {
         let mut done = None;
         for (peer, p) in self.pending.iter_mut() {
             match p.request.open_response(data) {
@@ -1054,6 +1069,10 @@ impl KdcPairTable {
                 }
             }
             Err(_) => {
+                if self.unknown.len() >= 1024 {
+                    self.unknown.clear();
+                }
+                self.unknown.insert(peer, now);
                 for a in waiting_aside {
                     self.replacing.remove(&a);
                 }
@@ -1339,6 +1358,56 @@ mod tests {
             "a datagram with a changed counter opened"
         );
         pump(now, &mut a, &mut b, &mut k);
+    }
+
+    #[test]
+    fn a_principal_the_kdc_refused_is_refused_again_without_asking() {
+        let now = Timestamp::from_millis(1000);
+        let mut a = KdcPairTable::new(
+            CryptoProvider::default_provider(),
+            KdcCredentials {
+                name: name("a"),
+                key: PrincipalKey::from_bytes([1; 32]),
+                kdc: addr(KDC),
+            },
+            "g",
+            Vec::new(),
+            true,
+            [1; 32],
+        );
+        let mut k = kdc(); // knows a and b, not c
+        let hello = |nonce: u8| {
+            let mut h = Vec::new();
+            Writer::new(&mut h)
+                .u8(KDC_PAIR_KIND)
+                .u8(VERSION)
+                .u8(1)
+                .u8(1)
+                .bytes(b"g")
+                .bytes(MemberId::from_principal(&name("c")).as_bytes())
+                .bytes(&[nonce; NONCE]);
+            h
+        };
+        let mut to_kdc = 0;
+        let mut buf = Vec::new();
+        for round in 0..5u8 {
+            a.handle_datagram(now, addr(B), &hello(round));
+            while let Some(t) = a.poll_transmit(now, &mut buf) {
+                let d = buf[..t.size].to_vec();
+                buf.clear();
+                if t.destination == addr(KDC) {
+                    to_kdc += 1;
+                    if let Some(r) = k.handle_request(addr(A), &d) {
+                        a.handle_kdc(now, &r);
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            to_kdc, 1,
+            "the KDC was asked about the same unknown principal again"
+        );
+        assert!(a.drops().untrusted >= 5);
     }
 
     #[test]
