@@ -37,6 +37,7 @@ use rand_core::{RngCore, SeedableRng};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
+use zeroize::Zeroizing;
 
 /// First byte of a KDC-mode pair datagram.
 pub const KDC_PAIR_KIND: u8 = 0xC3;
@@ -119,7 +120,8 @@ struct Slot {
     nonce_i: [u8; NONCE],
     nonce_r: [u8; NONCE],
     keys: Option<Keys>,
-    queue: VecDeque<Vec<u8>>,
+    /// Data waiting for the channel to open (it may hold group keys: wiped when dropped).
+    queue: VecDeque<Zeroizing<Vec<u8>>>,
     started: Timestamp,
     resend_at: Timestamp,
     opened_at: Option<Timestamp>,
@@ -309,7 +311,7 @@ impl KdcPairTable {
             if matches!(s.state, State::Open) {
                 self.seal(addr, data);
             } else if s.queue.len() < MAX_QUEUED {
-                s.queue.push_back(data.to_vec());
+                s.queue.push_back(Zeroizing::new(data.to_vec()));
             } else {
                 self.drops.refused += 1;
             }
@@ -318,7 +320,7 @@ impl KdcPairTable {
         let mut nonce_i = [0u8; NONCE];
         self.rng.fill_bytes(&mut nonce_i);
         let mut queue = VecDeque::new();
-        queue.push_back(data.to_vec());
+        queue.push_back(Zeroizing::new(data.to_vec()));
         self.slots.insert(
             addr,
             Slot {
@@ -872,7 +874,7 @@ impl KdcPairTable {
         let Some(peer) = s.peer else {
             return;
         };
-        let queued: Vec<Vec<u8>> = s.queue.drain(..).collect();
+        let queued: Vec<Zeroizing<Vec<u8>>> = s.queue.drain(..).collect();
         self.events.push_back(PairEvent::Established { peer, addr });
         for d in queued {
             self.seal(addr, &d);
@@ -998,7 +1000,7 @@ impl KdcPairTable {
             s.opened_at = Some(s.started);
             self.events
                 .push_back(PairEvent::Established { peer, addr: from });
-            let queued: Vec<Vec<u8>> = self
+            let queued: Vec<Zeroizing<Vec<u8>>> = self
                 .slots
                 .get_mut(&from)
                 .map(|s| s.queue.drain(..).collect())

@@ -262,6 +262,12 @@ pub struct GroupMember {
     presented: BTreeSet<(MemberId, u64)>,
     /// KDC mode: valid tokens presented to this member.
     tokens_checked: u64,
+    /// Principals seen leaving a view of their own accord. No Exchange runs with them (a
+    /// ticket would hand them the key drawn to keep them out): they come back by joining,
+    /// which draws a fresh key. (Members removed as untrusted get nothing either, by trust;
+    /// members removed as suspected or lagging did not choose to go, and a partitioned or
+    /// slow member merges back by Exchange like any component.) At most 4096.
+    departed: BTreeSet<MemberId>,
     incarnation: u64,
     /// Incarnations of the view's members, by rank.
     incarnations: Vec<u64>,
@@ -431,6 +437,7 @@ impl GroupMember {
             granted: BTreeMap::new(),
             presented: BTreeSet::new(),
             tokens_checked: 0,
+            departed: BTreeSet::new(),
             incarnation: 0,
             incarnations: Vec::new(),
             expelled: false,
@@ -2047,6 +2054,10 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             return;
         }
+        if !self.trusts(&proposal.coordinator) {
+            self.counters.count(Drop::Untrusted);
+            return;
+        }
         if !survivors.contains(&self.rank) {
             return;
         }
@@ -2327,7 +2338,11 @@ impl GroupMember {
             self.send_install(now);
             return;
         }
-        let epoch = self.group_key.as_ref().map_or(0, |k| k.epoch) + 1;
+        let epoch = self
+            .group_key
+            .as_ref()
+            .map_or(0, |k| k.epoch)
+            .saturating_add(1);
         let exchanged = self.coordinator.as_mut().and_then(|c| c.exchange.take());
         let key = match exchanged {
             Some(k) => k,
@@ -2725,6 +2740,10 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             return;
         }
+        if !self.trusts(&coord.id) {
+            self.counters.count(Drop::Untrusted);
+            return;
+        }
         let relevant = self
             .flushing
             .as_ref()
@@ -2897,6 +2916,12 @@ impl GroupMember {
                         member: m.id,
                         reason,
                     });
+                    if reason == RemovalReason::Left {
+                        if self.departed.len() >= 4096 {
+                            self.departed.clear();
+                        }
+                        self.departed.insert(m.id);
+                    }
                     self.pairs.forget(m.addr);
                 }
             }
@@ -2967,6 +2992,7 @@ impl GroupMember {
         for m in &view.members {
             if m.id != self.id {
                 self.known.insert(m.id, m.addr);
+                self.departed.remove(&m.id);
             }
         }
         self.view = Some(view.clone());
@@ -2978,6 +3004,12 @@ impl GroupMember {
                 members: view.members.len(),
                 took: coordinated.as_ref().map(|(t, _)| *t),
             });
+        }
+        if !self.trusts(&view.leader().id) {
+            // A coordinator this member does not trust got it into its view (it was trusted
+            // when the flush began): leave at once.
+            self.go_alone(now);
+            return;
         }
         self.submit_pending(now);
         if self.leaving.is_some() && rank != 0 {
@@ -3273,8 +3305,10 @@ impl GroupMember {
             }
             return;
         }
-        // Insecure: another key. Exchange only with a leader this one trusts.
-        if !self.trusts(&id.principal) {
+        // Insecure: another key. Exchange only with a leader this one trusts, and not with a
+        // principal seen leaving (it would get the key drawn to keep it out; it comes back
+        // by joining).
+        if !self.trusts(&id.principal) || self.departed.contains(&id.principal) {
             self.counters.count(Drop::Untrusted);
             return;
         }
@@ -3344,12 +3378,17 @@ impl GroupMember {
         parsed: &Parsed,
         t: exchange::Ticket,
     ) {
-        // KDC mode takes tickets over pair channels only (and runs no signature check).
-        if t.recipient != self.id || !self.is_leader() || self.identity.is_none() {
+        // KDC mode takes tickets over pair channels only (and runs no signature check). Only
+        // the lower principal hands its key over.
+        if t.recipient != self.id
+            || !self.is_leader()
+            || self.identity.is_none()
+            || t.sender >= self.id
+        {
             self.counters.count(Drop::Unexpected);
             return;
         }
-        if !self.trusts(&t.sender) {
+        if !self.trusts(&t.sender) || self.departed.contains(&t.sender) {
             self.counters.count(Drop::Untrusted);
             return;
         }
@@ -3488,11 +3527,15 @@ impl GroupMember {
         key_epoch: u64,
         key: &[u8],
     ) {
-        if self.identity.is_some() || !self.is_leader() || key.len() != GROUP_KEY_LEN {
+        if self.identity.is_some()
+            || !self.is_leader()
+            || key.len() != GROUP_KEY_LEN
+            || peer >= self.id
+        {
             self.counters.count(Drop::Unexpected);
             return;
         }
-        if !self.trusts(&peer) {
+        if !self.trusts(&peer) || self.departed.contains(&peer) {
             self.counters.count(Drop::Untrusted);
             return;
         }
@@ -3549,6 +3592,15 @@ impl GroupMember {
             trusted: self.config.trust.len(),
             untrusted_members: untrusted_members.clone(),
         });
+        // A view change led by a coordinator no longer trusted is abandoned (it could
+        // otherwise install a view that keeps this member with it, under the old key).
+        let follows_untrusted = self
+            .flushing
+            .as_ref()
+            .is_some_and(|f| !self.trusts(&f.proposal.coordinator));
+        if follows_untrusted {
+            self.flushing = None;
+        }
         let leader_untrusted = self
             .view
             .as_ref()
