@@ -262,6 +262,8 @@ pub struct GroupMember {
     presented: BTreeSet<(MemberId, u64)>,
     /// KDC mode: valid tokens presented to this member.
     tokens_checked: u64,
+    /// KDC mode: the key unwrapped while checking an Install, for installing it.
+    unwrapped: Option<(ViewId, GroupKey)>,
     /// Principals seen leaving a view of their own accord. No Exchange runs with them (a
     /// ticket would hand them the key drawn to keep them out): they come back by joining,
     /// which draws a fresh key. (Members removed as untrusted get nothing either, by trust;
@@ -437,6 +439,7 @@ impl GroupMember {
             granted: BTreeMap::new(),
             presented: BTreeSet::new(),
             tokens_checked: 0,
+            unwrapped: None,
             departed: BTreeSet::new(),
             incarnation: 0,
             incarnations: Vec::new(),
@@ -2836,7 +2839,10 @@ impl GroupMember {
         }
         let key = match &install.key {
             KeyDelivery::Same => self.group_key.as_ref().map(|k| k.duplicate()),
-            KeyDelivery::Wrapped(_) => self.unwrap_own(&install),
+            KeyDelivery::Wrapped(_) => match self.unwrapped.take() {
+                Some((view, key)) if view == install.view => Some(key),
+                _ => self.unwrap_own(&install),
+            },
             KeyDelivery::Tree(fp) => match self.tree_key.as_ref() {
                 Some((p, k)) if *p == install.view && k.fingerprint(&self.provider) == *fp => {
                     Some(k.duplicate())
@@ -3024,9 +3030,16 @@ impl GroupMember {
     /// Whether `install` comes from its coordinator: its Ed25519 signature, or in KDC mode
     /// this member's wrap, which binds the Install's digest under the pair key shared with
     /// the coordinator (an Install that leaves this member out cannot be checked there).
-    fn install_is_signed(&self, install: &Install) -> bool {
+    fn install_is_signed(&mut self, install: &Install) -> bool {
         if self.identity.is_none() {
-            return self.unwrap_own(install).is_some();
+            // The check unwraps this member's key: keep it for the install that follows.
+            return match self.unwrap_own(install) {
+                Some(key) => {
+                    self.unwrapped = Some((install.view, key));
+                    true
+                }
+                None => false,
+            };
         }
         install.view.coordinator.0.verify(
             &self.provider,
