@@ -142,14 +142,20 @@ fn header(out: &mut Vec<u8>, kind: u8, group: &str) {
         .bytes(group.as_bytes());
 }
 
-/// HMAC-SHA256 (16 bytes) under a key derived from the group key.
-fn key_tag(provider: &CryptoProvider, group: &str, key: &GroupKey, bytes: &[u8]) -> [u8; TAG_LEN] {
+/// HMAC-SHA256 (16 bytes) of `parts` under `HKDF-SHA256(salt, group key, len | group)`.
+fn keyed_tag(
+    provider: &CryptoProvider,
+    salt: &[u8],
+    group: &str,
+    key: &GroupKey,
+    parts: &[&[u8]],
+) -> [u8; TAG_LEN] {
     let mut k = Secret::zeroed(32);
     let mut tag = [0u8; TAG_LEN];
     if provider
         .hkdf_sha256
         .derive(
-            TAG_SALT,
+            salt,
             key.expose(),
             &[&[group.len() as u8], group.as_bytes()],
             k.expose_mut(),
@@ -159,9 +165,14 @@ fn key_tag(provider: &CryptoProvider, group: &str, key: &GroupKey, bytes: &[u8])
         provider
             .hmac_sha256
             .new_key(k.expose())
-            .sign(&[bytes], &mut tag);
+            .sign(parts, &mut tag);
     }
     tag
+}
+
+/// An Id's key tag: HMAC under a key derived from the group key, over `bytes`.
+fn key_tag(provider: &CryptoProvider, group: &str, key: &GroupKey, bytes: &[u8]) -> [u8; TAG_LEN] {
+    keyed_tag(provider, TAG_SALT, group, key, &[bytes])
 }
 
 /// A leader's own Id, kept to open the tickets that answer it.
@@ -535,24 +546,13 @@ pub fn merge_proof(
     joiner: &MemberId,
     incarnation: u64,
 ) -> [u8; TAG_LEN] {
-    let mut k = Secret::zeroed(32);
-    let mut tag = [0u8; TAG_LEN];
-    if provider
-        .hkdf_sha256
-        .derive(
-            PROOF_SALT,
-            key.expose(),
-            &[&[group.len() as u8], group.as_bytes()],
-            k.expose_mut(),
-        )
-        .is_ok()
-    {
-        provider
-            .hmac_sha256
-            .new_key(k.expose())
-            .sign(&[joiner.as_bytes(), &incarnation.to_be_bytes()], &mut tag);
-    }
-    tag
+    keyed_tag(
+        provider,
+        PROOF_SALT,
+        group,
+        key,
+        &[joiner.as_bytes(), &incarnation.to_be_bytes()],
+    )
 }
 
 #[cfg(test)]

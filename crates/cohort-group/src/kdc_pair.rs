@@ -129,6 +129,38 @@ struct Slot {
     last_heard: Timestamp,
 }
 
+/// The body of an Accept or a Confirm: sender, receiver, both nonces, and the tag over
+/// every byte before it.
+#[derive(Clone, Copy)]
+struct Tagged {
+    sender: MemberId,
+    receiver: MemberId,
+    nonce_i: [u8; NONCE],
+    nonce_r: [u8; NONCE],
+    /// Bytes the tag covers.
+    tagged: usize,
+    tag: [u8; TAG],
+}
+
+impl Tagged {
+    fn parse(data: &[u8], mut r: Reader<'_>) -> Option<Tagged> {
+        let sender = MemberId::from_bytes(r.array::<32>().ok()?);
+        let receiver = MemberId::from_bytes(r.array::<32>().ok()?);
+        let nonce_i = r.array::<NONCE>().ok()?;
+        let nonce_r = r.array::<NONCE>().ok()?;
+        let tagged = data.len() - r.remaining();
+        let tag = r.array::<TAG>().ok()?;
+        r.is_empty().then_some(Tagged {
+            sender,
+            receiver,
+            nonce_i,
+            nonce_r,
+            tagged,
+            tag,
+        })
+    }
+}
+
 struct KdcPending {
     request: PairKeyRequest,
     resend_at: Timestamp,
@@ -671,17 +703,16 @@ impl KdcPairTable {
         self.outbox.push_back((addr, out));
     }
 
-    fn on_accept(&mut self, now: Timestamp, from: SocketAddr, data: &[u8], mut r: Reader<'_>) {
-        let parsed = (|| {
-            let rid = MemberId::from_bytes(r.array::<32>().ok()?);
-            let iid = MemberId::from_bytes(r.array::<32>().ok()?);
-            let ni = r.array::<NONCE>().ok()?;
-            let nr = r.array::<NONCE>().ok()?;
-            let tagged = data.len() - r.remaining();
-            let tag = r.array::<TAG>().ok()?;
-            r.is_empty().then_some((rid, iid, ni, nr, tagged, tag))
-        })();
-        let Some((rid, iid, ni, nr, tagged, tag)) = parsed else {
+    fn on_accept(&mut self, now: Timestamp, from: SocketAddr, data: &[u8], r: Reader<'_>) {
+        let Some(Tagged {
+            sender: rid,
+            receiver: iid,
+            nonce_i: ni,
+            nonce_r: nr,
+            tagged,
+            tag,
+        }) = Tagged::parse(data, r)
+        else {
             self.drops.malformed += 1;
             return;
         };
@@ -746,44 +777,27 @@ impl KdcPairTable {
         self.outbox.push_back((addr, out));
     }
 
-    fn on_confirm(&mut self, now: Timestamp, from: SocketAddr, data: &[u8], mut r: Reader<'_>) {
-        let parsed = (|| {
-            let iid = MemberId::from_bytes(r.array::<32>().ok()?);
-            let rid = MemberId::from_bytes(r.array::<32>().ok()?);
-            let ni = r.array::<NONCE>().ok()?;
-            let nr = r.array::<NONCE>().ok()?;
-            let tagged = data.len() - r.remaining();
-            let tag = r.array::<TAG>().ok()?;
-            r.is_empty().then_some((iid, rid, ni, nr, tagged, tag))
-        })();
-        let Some((iid, rid, ni, nr, tagged, tag)) = parsed else {
+    fn on_confirm(&mut self, now: Timestamp, from: SocketAddr, data: &[u8], r: Reader<'_>) {
+        let Some(confirm) = Tagged::parse(data, r) else {
             self.drops.malformed += 1;
             return;
         };
-        if self.replacing_has(from, &ni) {
-            self.with_replacing(from, |t| {
-                t.confirm(now, from, data, (iid, rid, ni, nr, tagged, tag));
-            });
+        if self.replacing_has(from, &confirm.nonce_i) {
+            self.with_replacing(from, |t| t.confirm(now, from, data, &confirm));
             return;
         }
-        self.confirm(now, from, data, (iid, rid, ni, nr, tagged, tag));
+        self.confirm(now, from, data, &confirm);
     }
 
-    #[allow(clippy::type_complexity)] // reason: the parsed Confirm, in wire order
-    fn confirm(
-        &mut self,
-        now: Timestamp,
-        from: SocketAddr,
-        data: &[u8],
-        (iid, rid, ni, nr, tagged, tag): (
-            MemberId,
-            MemberId,
-            [u8; NONCE],
-            [u8; NONCE],
-            usize,
-            [u8; TAG],
-        ),
-    ) {
+    fn confirm(&mut self, now: Timestamp, from: SocketAddr, data: &[u8], c: &Tagged) {
+        let Tagged {
+            sender: iid,
+            receiver: rid,
+            nonce_i: ni,
+            nonce_r: nr,
+            tagged,
+            tag,
+        } = *c;
         let Some(s) = self.slots.get(&from) else {
             self.drops.unexpected += 1;
             return;

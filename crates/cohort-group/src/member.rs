@@ -3078,8 +3078,9 @@ impl GroupMember {
         )
     }
 
-    /// Leaves this component (after its final flush) to join the one led at `target`.
-    fn dissolve(&mut self, now: Timestamp, target: SocketAddr) {
+    /// Forgets the current component (view, keys, pair channels, logs, any view change) and
+    /// takes a new incarnation, keeping the undelivered reliable messages for the next view.
+    fn drop_component(&mut self) {
         self.forget_pairs();
         self.view = None;
         self.keys = None;
@@ -3093,6 +3094,11 @@ impl GroupMember {
             p.sent_at = None;
         }
         self.incarnation = self.rng.next_u64();
+    }
+
+    /// Leaves this component (after its final flush) to join the one led at `target`.
+    fn dissolve(&mut self, now: Timestamp, target: SocketAddr) {
+        self.drop_component();
         let mut contacts = vec![target];
         contacts.extend(self.contacts.iter().copied().filter(|c| *c != target));
         self.joining = Some(Joining::new(contacts, now));
@@ -3636,19 +3642,7 @@ impl GroupMember {
         if let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) {
             self.send_msg(leader, &Msg::Leave);
         }
-        self.forget_pairs();
-        self.view = None;
-        self.keys = None;
-        self.sequencer = None;
-        self.flushing = None;
-        self.coordinator = None;
-        self.announce = None;
-        self.log.clear();
-        self.old_views.clear();
-        for p in self.pending.iter_mut() {
-            p.sent_at = None;
-        }
-        self.incarnation = self.rng.next_u64();
+        self.drop_component();
         self.found(now);
     }
 
