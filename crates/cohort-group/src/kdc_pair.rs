@@ -674,20 +674,26 @@ impl KdcPairTable {
     }
 
     fn send_accept(&mut self, addr: SocketAddr) {
+        self.send_tagged(addr, 2, b"accept");
+    }
+
+    /// Accept (`kind` 2, label "accept") or Confirm (3, "confirm") for the session at
+    /// `addr`: this side, the peer, both nonces and a tag under the session's key.
+    fn send_tagged(&mut self, addr: SocketAddr, kind: u8, label: &[u8]) {
         let Some(s) = self.slots.get(&addr) else {
             return;
         };
-        let (Some(i), Some(keys)) = (s.peer, s.keys.as_ref()) else {
+        let (Some(peer), Some(keys)) = (s.peer, s.keys.as_ref()) else {
             return;
         };
         let mut out = Vec::with_capacity(160);
         let mut w = Writer::new(&mut out);
-        self.header(&mut w, 2);
+        self.header(&mut w, kind);
         w.bytes(self.me.as_bytes())
-            .bytes(i.as_bytes())
+            .bytes(peer.as_bytes())
             .bytes(&s.nonce_i)
             .bytes(&s.nonce_r);
-        let tag = self.tag(&keys.mac, b"accept", &out);
+        let tag = self.tag(&keys.mac, label, &out);
         out.extend_from_slice(&tag);
         self.outbox.push_back((addr, out));
     }
@@ -759,22 +765,7 @@ impl KdcPairTable {
     }
 
     fn send_confirm(&mut self, addr: SocketAddr) {
-        let Some(s) = self.slots.get(&addr) else {
-            return;
-        };
-        let (Some(rid), Some(keys)) = (s.peer, s.keys.as_ref()) else {
-            return;
-        };
-        let mut out = Vec::with_capacity(160);
-        let mut w = Writer::new(&mut out);
-        self.header(&mut w, 3);
-        w.bytes(self.me.as_bytes())
-            .bytes(rid.as_bytes())
-            .bytes(&s.nonce_i)
-            .bytes(&s.nonce_r);
-        let tag = self.tag(&keys.mac, b"confirm", &out);
-        out.extend_from_slice(&tag);
-        self.outbox.push_back((addr, out));
+        self.send_tagged(addr, 3, b"confirm");
     }
 
     fn on_confirm(&mut self, now: Timestamp, from: SocketAddr, data: &[u8], r: Reader<'_>) {
