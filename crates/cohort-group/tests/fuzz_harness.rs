@@ -76,6 +76,25 @@ fn apply(ms: &[Mutation], bytes: &mut Vec<u8>) {
     }
 }
 
+/// A control byte, then the picked real datagrams, each mutated, joined as one input.
+fn mutated_input(
+    control: u8,
+    all: &[Vec<u8>],
+    picks: &[(prop::sample::Index, Vec<Mutation>)],
+) -> Vec<u8> {
+    let datagrams: Vec<Vec<u8>> = picks
+        .iter()
+        .map(|(which, ms)| {
+            let mut d = all[which.index(all.len())].clone();
+            apply(ms, &mut d);
+            d
+        })
+        .collect();
+    let mut input = vec![control];
+    input.extend(join_datagrams(datagrams.iter().map(Vec::as_slice)));
+    input
+}
+
 fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..max)
 }
@@ -371,17 +390,7 @@ proptest! {
         control in 0u8..4,
         picks in prop::collection::vec((any::<prop::sample::Index>(), mutations()), 1..4),
     ) {
-        let all = captured_pair_datagrams();
-        let datagrams: Vec<Vec<u8>> = picks
-            .iter()
-            .map(|(which, ms)| {
-                let mut d = all[which.index(all.len())].clone();
-                apply(ms, &mut d);
-                d
-            })
-            .collect();
-        let mut input = vec![control];
-        input.extend(join_datagrams(datagrams.iter().map(Vec::as_slice)));
+        let input = mutated_input(control, captured_pair_datagrams(), &picks);
         let _ = pair_datagram(&input);
     }
 
@@ -417,17 +426,7 @@ proptest! {
         control in 0u8..8,
         picks in prop::collection::vec((any::<prop::sample::Index>(), mutations()), 1..4),
     ) {
-        let all = captured_kdc_pair_datagrams();
-        let datagrams: Vec<Vec<u8>> = picks
-            .iter()
-            .map(|(which, ms)| {
-                let mut d = all[which.index(all.len())].clone();
-                apply(ms, &mut d);
-                d
-            })
-            .collect();
-        let mut input = vec![control];
-        input.extend(join_datagrams(datagrams.iter().map(Vec::as_slice)));
+        let input = mutated_input(control, &captured_kdc_pair_datagrams(), &picks);
         let outcome = kdc_pair_datagram(&input);
         prop_assert!(outcome.established == 0 || control & 2 != 0);
     }
