@@ -98,7 +98,7 @@ impl Stopwatch {
 enum Mode {
     /// Ed25519 identity keys, hybrid-KEM pair channels (`GroupMember::new`).
     Identity,
-    /// LSGC: long-term keys shared with a KDC, no public-key operation (`new_kdc`).
+    /// LSGC: long-term keys shared with a KDC, no public-key operation (`GroupMember::new` with KDC credentials).
     Kdc,
 }
 
@@ -364,7 +364,7 @@ impl World {
                     key: self.principals.keys[p].clone(),
                     kdc,
                 };
-                GroupMember::new_kdc(provider, credentials, addr, self.config.clone(), seed)
+                GroupMember::new(provider, credentials, addr, self.config.clone(), seed)
             }
         }
         .expect("member");

@@ -139,55 +139,77 @@ impl GroupConfig {
         }
     }
 
-    /// Checks the bounds; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the bounds; the error names the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        use ConfigField as F;
         if self.group.is_empty() || self.group.len() > 255 {
-            return Err("group: the name must be 1 to 255 bytes".into());
+            return Err(ConfigError::new(
+                F::Group,
+                "the name must be 1 to 255 bytes",
+            ));
         }
         if self.heartbeat_interval.is_zero() {
-            return Err("heartbeat_interval: must be above zero".into());
+            return Err(ConfigError::new(F::HeartbeatInterval, "must be above zero"));
         }
         if self.suspect_timeout <= self.heartbeat_interval * 2 {
-            return Err("suspect_timeout: must exceed two heartbeat intervals".into());
+            return Err(ConfigError::new(
+                F::SuspectTimeout,
+                "must exceed two heartbeat intervals",
+            ));
         }
         if self.backlog_limit < self.send_window.max(16) {
-            return Err("backlog_limit: must be at least the send window and 16".into());
+            return Err(ConfigError::new(
+                F::BacklogLimit,
+                "must be at least the send window and 16",
+            ));
         }
         if self.send_window == 0 || self.send_window > 1024 {
-            return Err("send_window: must be 1 to 1024".into());
+            return Err(ConfigError::new(F::SendWindow, "must be 1 to 1024"));
         }
         if self.max_message_len == 0 || self.max_message_len > 16 * 1024 {
-            return Err("max_message_len: must be 1 to 16384".into());
+            return Err(ConfigError::new(F::MaxMessageLen, "must be 1 to 16384"));
         }
         if self.auth == AuthMode::Kdc {
             if self.rekey_method != RekeyMethod::OneMessage {
-                return Err("rekey_method: KDC mode distributes keys in one message only".into());
+                return Err(ConfigError::new(
+                    F::RekeyMethod,
+                    "KDC mode distributes keys in one message only",
+                ));
             }
             if let Some(m) = self.trust.iter().find(|m| m.principal().is_none()) {
-                return Err(format!(
-                    "trust: {m} is not a kdc:<name> principal (KDC mode)"
+                return Err(ConfigError::new(
+                    F::Trust,
+                    format!("{m} is not a kdc:<name> principal (KDC mode)"),
                 ));
             }
         } else if self.trust_any_registered {
-            return Err("trust_any_registered: only in KDC mode".into());
+            return Err(ConfigError::new(F::TrustAnyRegistered, "only in KDC mode"));
         }
         if let RekeyMethod::Tree { degree } = self.rekey_method {
             if degree == 0 {
-                return Err("rekey_method: tree degree must be at least 1".into());
+                return Err(ConfigError::new(
+                    F::TreeDegree,
+                    "tree degree must be at least 1",
+                ));
             }
         }
         match &self.protection {
-            Protection::Encrypt(g) if !(g.info().kind == GearKind::Aead) => {
-                Err(format!("protection: {} is not an AEAD gear", g.name()))
-            }
-            Protection::Authenticate { gears, .. } if gears.is_empty() => {
-                Err("protection: name at least one MAC gear".into())
-            }
+            Protection::Encrypt(g) if !(g.info().kind == GearKind::Aead) => Err(ConfigError::new(
+                F::Protection,
+                format!("{} is not an AEAD gear", g.name()),
+            )),
+            Protection::Authenticate { gears, .. } if gears.is_empty() => Err(ConfigError::new(
+                F::Protection,
+                "name at least one MAC gear",
+            )),
             Protection::Authenticate { gears, .. } => {
                 match gears.iter().find(|g| {
                     (g.info().kind == GearKind::Aead) || **g == GearId::DangerNullForTesting
                 }) {
-                    Some(g) => Err(format!("protection: {} is not a MAC gear", g.name())),
+                    Some(g) => Err(ConfigError::new(
+                        F::Protection,
+                        format!("{} is not a MAC gear", g.name()),
+                    )),
                     None => Ok(()),
                 }
             }
@@ -195,3 +217,79 @@ impl GroupConfig {
         }
     }
 }
+
+/// The [`GroupConfig`] field a [`ConfigError`] is about.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConfigField {
+    /// `group`.
+    Group,
+    /// `auth`: the member was built with credentials of the other mode.
+    Auth,
+    /// `trust`.
+    Trust,
+    /// `trust_any_registered`.
+    TrustAnyRegistered,
+    /// `protection`.
+    Protection,
+    /// `rekey_method`: the method itself (KDC mode allows only the one-message rekey).
+    RekeyMethod,
+    /// `rekey_method`: the tree's degree.
+    TreeDegree,
+    /// `heartbeat_interval`.
+    HeartbeatInterval,
+    /// `suspect_timeout`.
+    SuspectTimeout,
+    /// `backlog_limit`.
+    BacklogLimit,
+    /// `send_window`.
+    SendWindow,
+    /// `max_message_len`.
+    MaxMessageLen,
+}
+
+impl ConfigField {
+    /// The field's name in [`GroupConfig`].
+    pub fn name(self) -> &'static str {
+        match self {
+            ConfigField::Group => "group",
+            ConfigField::Auth => "auth",
+            ConfigField::Trust => "trust",
+            ConfigField::TrustAnyRegistered => "trust_any_registered",
+            ConfigField::Protection => "protection",
+            ConfigField::RekeyMethod | ConfigField::TreeDegree => "rekey_method",
+            ConfigField::HeartbeatInterval => "heartbeat_interval",
+            ConfigField::SuspectTimeout => "suspect_timeout",
+            ConfigField::BacklogLimit => "backlog_limit",
+            ConfigField::SendWindow => "send_window",
+            ConfigField::MaxMessageLen => "max_message_len",
+        }
+    }
+}
+
+/// A [`GroupConfig`] that cannot run: which field, and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The field at fault.
+    pub field: ConfigField,
+    /// What is wrong, for people.
+    pub problem: String,
+}
+
+impl ConfigError {
+    /// An error about `field`.
+    pub fn new(field: ConfigField, problem: impl Into<String>) -> Self {
+        ConfigError {
+            field,
+            problem: problem.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field.name(), self.problem)
+    }
+}
+
+impl std::error::Error for ConfigError {}

@@ -25,6 +25,7 @@ impl Channel {
 
 /// Why a member left a view without leaving on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RemovalReason {
     /// It asked to leave.
     Left,
@@ -50,6 +51,7 @@ impl RemovalReason {
 
 /// An event for the application.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum GroupEvent {
     /// A view is installed: from now on messages are sent and delivered in it.
     View(View),
@@ -151,6 +153,7 @@ pub enum GroupEvent {
 
 /// Why a packet was dropped, for [`DropCounters`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Drop {
     /// Too short, unknown version or kind, bad lengths.
     Malformed,
@@ -229,6 +232,7 @@ impl DropCounters {
 
 /// Why [`GroupMember::send`](crate::GroupMember::send) refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendError {
     /// Not in a view yet (or no longer).
     NotInGroup,

@@ -75,6 +75,7 @@ impl fmt::Debug for MemberId {
 
 /// Why a member id does not parse.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MemberIdParseError {
     /// Not an `ed25519:<64 hex>` public key.
     Key(cohort_channel::identity::PublicKeyParseError),

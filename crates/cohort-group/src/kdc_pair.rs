@@ -27,7 +27,7 @@
 //! as a hint. Members are named by principal: `MemberId::from_principal`.
 
 use crate::id::MemberId;
-use crate::pair::{PairDrops, PairEvent, MAX_QUEUED};
+use crate::pair::{PairDrops, PairEvent, PairFailure, MAX_QUEUED};
 use cohort_core::wire::{Reader, Writer};
 use cohort_core::{Timestamp, Transmit};
 use cohort_crypto::{ct_eq, AeadAlgorithm, AeadKey, CryptoProvider, Secret};
@@ -274,7 +274,7 @@ impl KdcPairTable {
             self.slots.remove(&addr);
             self.events.push_back(PairEvent::Failed {
                 addr,
-                reason: "peer no longer trusted",
+                reason: PairFailure::NoLongerTrusted,
             });
         }
         let (trust, any) = (&self.trust, self.trust_any);
@@ -332,7 +332,7 @@ impl KdcPairTable {
                     self.drops.refused += 1;
                     self.events.push_back(PairEvent::Failed {
                         addr,
-                        reason: "peer is not the expected member",
+                        reason: PairFailure::NotExpected,
                     });
                     return;
                 }
@@ -839,11 +839,9 @@ impl KdcPairTable {
         self.slots.remove(&from);
         self.drops.failed += 1;
         let reason = match why {
-            REJECT_UNKNOWN => {
-                "refused (unauthenticated hint): the KDC does not know this principal"
-            }
-            REJECT_UNTRUSTED => "refused (unauthenticated hint): the peer does not trust us",
-            _ => "refused (unauthenticated hint)",
+            REJECT_UNKNOWN => PairFailure::RefusedKdcUnknown,
+            REJECT_UNTRUSTED => PairFailure::RefusedUntrusted,
+            _ => PairFailure::Refused,
         };
         self.events
             .push_back(PairEvent::Failed { addr: from, reason });
@@ -866,7 +864,7 @@ impl KdcPairTable {
         self.slots.remove(&from);
         self.events.push_back(PairEvent::Failed {
             addr: from,
-            reason: "the peer lost the channel",
+            reason: PairFailure::PeerLostChannel,
         });
     }
 
@@ -1090,7 +1088,7 @@ impl KdcPairTable {
                     self.drops.untrusted += 1;
                     self.events.push_back(PairEvent::Failed {
                         addr: a,
-                        reason: "the KDC does not know this principal",
+                        reason: PairFailure::KdcUnknownPrincipal,
                     });
                 }
             }
@@ -1109,8 +1107,8 @@ impl KdcPairTable {
             }
             if now.saturating_duration_since(s.started) >= GIVE_UP {
                 let reason = match s.state {
-                    State::AwaitKdc => "the KDC did not answer",
-                    _ => "no answer",
+                    State::AwaitKdc => PairFailure::KdcDidNotAnswer,
+                    _ => PairFailure::NoAnswer,
                 };
                 self.slots.remove(&addr);
                 self.drops.failed += 1;
@@ -1168,7 +1166,7 @@ impl KdcPairTable {
                         self.slots.remove(&addr);
                         self.events.push_back(PairEvent::Failed {
                             addr,
-                            reason: "the KDC does not know this member (unauthenticated hint)",
+                            reason: PairFailure::KdcUnknownMemberHint,
                         });
                     }
                 }

@@ -17,7 +17,9 @@ pub use member::MAX_VIEW_MEMBERS;
 pub mod pair;
 pub mod wire;
 
-pub use config::{AuthMode, GroupConfig, Protection, RekeyMethod, RekeyPolicy};
+pub use config::{
+    AuthMode, ConfigError, ConfigField, GroupConfig, Protection, RekeyMethod, RekeyPolicy,
+};
 pub use event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
 pub use id::{Member, MemberId, View, ViewId};
-pub use member::GroupMember;
+pub use member::{Credentials, GroupMember};

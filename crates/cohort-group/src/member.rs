@@ -19,7 +19,7 @@
 //! ```
 
 use crate::channels::Pairs;
-use crate::config::{AuthMode, GroupConfig, Protection, RekeyMethod};
+use crate::config::{AuthMode, ConfigError, ConfigField, GroupConfig, Protection, RekeyMethod};
 use crate::event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
 use crate::exchange::{self, Gossip, LocalId, Parsed, GOSSIP_KIND};
 use crate::id::{Member, MemberId, View, ViewId};
@@ -217,6 +217,26 @@ impl Joining {
     }
 }
 
+/// How a member proves who it is: the choice between the two authentication modes.
+pub enum Credentials {
+    /// An Ed25519 identity ([`AuthMode::IdentityKeys`]).
+    Identity(Identity),
+    /// A principal's long-term key and its KDC ([`AuthMode::Kdc`]).
+    Kdc(KdcCredentials),
+}
+
+impl From<Identity> for Credentials {
+    fn from(identity: Identity) -> Self {
+        Credentials::Identity(identity)
+    }
+}
+
+impl From<KdcCredentials> for Credentials {
+    fn from(credentials: KdcCredentials) -> Self {
+        Credentials::Kdc(credentials)
+    }
+}
+
 /// One member of a secure group: see the crate README for the protocol.
 pub struct GroupMember {
     provider: CryptoProvider,
@@ -340,57 +360,54 @@ struct TreeWait {
 }
 
 impl GroupMember {
-    /// A member with `identity`, reached at `addr`. `seed` seeds its randomness (keys,
-    /// nonces): take it from the OS in production, from the simulator in tests.
+    /// A member proving itself with `credentials`, reached at `addr`. `seed` seeds its
+    /// randomness (keys, nonces): take it from the OS in production, from the simulator in
+    /// tests. The credentials must match `config.auth`: an Ed25519 identity for identity
+    /// keys, KDC credentials (principal, long-term key, KDC) for KDC mode, where no
+    /// public-key operation runs anywhere.
     pub fn new(
         provider: CryptoProvider,
-        identity: Identity,
+        credentials: impl Into<Credentials>,
         addr: SocketAddr,
         config: GroupConfig,
         seed: [u8; 32],
-    ) -> Result<Self, String> {
-        if config.auth != AuthMode::IdentityKeys {
-            return Err("auth: a KDC-mode member is made with GroupMember::new_kdc".into());
-        }
+    ) -> Result<Self, ConfigError> {
         let mut rng = ChaCha20Rng::from_seed(seed);
         let mut pair_seed = [0u8; 32];
         rng.fill_bytes(&mut pair_seed);
-        let id = MemberId(identity.public());
-        let pairs = Pairs::Identity(Box::new(PairTable::new(
-            provider,
-            identity.clone(),
-            &config.group,
-            config.trust.clone(),
-            pair_seed,
-        )));
-        Self::assemble(provider, Some(identity), id, pairs, addr, config, rng)
-    }
-
-    /// A KDC-mode member (LSGC): `credentials` name its principal, long-term key and KDC.
-    /// No public-key operation runs anywhere.
-    pub fn new_kdc(
-        provider: CryptoProvider,
-        credentials: KdcCredentials,
-        addr: SocketAddr,
-        config: GroupConfig,
-        seed: [u8; 32],
-    ) -> Result<Self, String> {
-        if config.auth != AuthMode::Kdc {
-            return Err("auth: GroupMember::new_kdc needs a KDC-mode config".into());
+        match (credentials.into(), config.auth) {
+            (Credentials::Identity(identity), AuthMode::IdentityKeys) => {
+                let id = MemberId(identity.public());
+                let pairs = Pairs::Identity(Box::new(PairTable::new(
+                    provider,
+                    identity.clone(),
+                    &config.group,
+                    config.trust.clone(),
+                    pair_seed,
+                )));
+                Self::assemble(provider, Some(identity), id, pairs, addr, config, rng)
+            }
+            (Credentials::Kdc(credentials), AuthMode::Kdc) => {
+                let id = MemberId::from_principal(&credentials.name);
+                let pairs = Pairs::Kdc(Box::new(KdcPairTable::new(
+                    provider,
+                    credentials,
+                    &config.group,
+                    config.trust.clone(),
+                    config.trust_any_registered,
+                    pair_seed,
+                )));
+                Self::assemble(provider, None, id, pairs, addr, config, rng)
+            }
+            (Credentials::Identity(_), _) => Err(ConfigError::new(
+                ConfigField::Auth,
+                "a KDC-mode member needs KDC credentials, not an identity",
+            )),
+            (Credentials::Kdc(_), _) => Err(ConfigError::new(
+                ConfigField::Auth,
+                "KDC credentials need a KDC-mode config",
+            )),
         }
-        let mut rng = ChaCha20Rng::from_seed(seed);
-        let mut pair_seed = [0u8; 32];
-        rng.fill_bytes(&mut pair_seed);
-        let id = MemberId::from_principal(&credentials.name);
-        let pairs = Pairs::Kdc(Box::new(KdcPairTable::new(
-            provider,
-            credentials,
-            &config.group,
-            config.trust.clone(),
-            config.trust_any_registered,
-            pair_seed,
-        )));
-        Self::assemble(provider, None, id, pairs, addr, config, rng)
     }
 
     fn assemble(
@@ -401,7 +418,7 @@ impl GroupMember {
         addr: SocketAddr,
         config: GroupConfig,
         rng: ChaCha20Rng,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
         let plan = GearPlan::new(&config.protection);
         let controller = match &config.protection {
@@ -409,7 +426,7 @@ impl GroupMember {
                 gears, floor_bits, ..
             } if gears.len() > 1 => Some(
                 Controller::new(ControllerConfig::new(*floor_bits, plan.gears))
-                    .map_err(|e| format!("protection: {e}"))?,
+                    .map_err(|e| ConfigError::new(ConfigField::Protection, e.to_string()))?,
             ),
             _ => None,
         };
@@ -4120,10 +4137,13 @@ impl GroupMember {
                     data.zeroize();
                 }
                 PairEvent::Failed { addr, reason } => {
-                    if reason.contains("KDC") {
-                        self.events.push_back(GroupEvent::Refused { addr, reason });
+                    if reason.is_kdc() {
+                        self.events.push_back(GroupEvent::Refused {
+                            addr,
+                            reason: reason.as_str(),
+                        });
                     }
-                    let why = if reason.contains("trust") || reason.contains("expected") {
+                    let why = if reason.is_trust() {
                         Drop::Untrusted
                     } else {
                         Drop::PairFailed

@@ -133,8 +133,130 @@ const PROOF_LEN: usize = 1 + 1 + 32 + 64;
 /// The proof's retransmission timeout stops doubling here.
 const MAX_RTO: Duration = Duration::from_secs(10);
 
+/// Why a pair channel failed ([`PairEvent::Failed`]). The member acts on the kind (trust,
+/// KDC refusal); [`PairFailure::as_str`] is for logs only.
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PairFailure {
+    /// The trust policy changed and no longer admits the peer.
+    NoLongerTrusted,
+    /// The peer is not the member the caller expected at that address.
+    NotExpected,
+    /// The peer proved an identity the trust policy does not admit.
+    UntrustedIdentity,
+    /// The peer presented this member's own identity.
+    OwnIdentity,
+    /// The identity proof did not parse.
+    MalformedProof,
+    /// The identity proof's signature did not verify.
+    BadProofSignature,
+    /// The peer refused this member's identity proof.
+    ProofRefused,
+    /// The peer never acknowledged this member's identity proof.
+    ProofUnacknowledged,
+    /// The pair key could not be exported from the channel.
+    KeyExportFailed,
+    /// Signing this member's identity proof failed.
+    SigningFailed,
+    /// The channel would not carry the identity proof.
+    ProofNotSent,
+    /// The channel's handshake failed.
+    HandshakeFailed,
+    /// The channel's handshake timed out.
+    HandshakeTimedOut,
+    /// A handshake could not be started.
+    CouldNotStart,
+    /// Newer handshakes took the channel's place.
+    Evicted,
+    /// The peer did not answer.
+    NoAnswer,
+    /// KDC mode: the KDC did not answer.
+    KdcDidNotAnswer,
+    /// KDC mode: the KDC does not know the peer's principal.
+    KdcUnknownPrincipal,
+    /// KDC mode: an unauthenticated hint that the KDC does not know the peer.
+    KdcUnknownMemberHint,
+    /// KDC mode: the peer refused, with an unauthenticated hint that the KDC does not know
+    /// this principal.
+    RefusedKdcUnknown,
+    /// KDC mode: the peer refused, with an unauthenticated hint that it does not trust us.
+    RefusedUntrusted,
+    /// KDC mode: the peer refused, with an unauthenticated hint of no known kind.
+    Refused,
+    /// KDC mode: the peer lost the channel (it restarted or forgot it).
+    PeerLostChannel,
+}
+
+impl PairFailure {
+    /// The failure for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PairFailure::NoLongerTrusted => "peer no longer trusted",
+            PairFailure::NotExpected => "peer is not the expected member",
+            PairFailure::UntrustedIdentity => "untrusted identity",
+            PairFailure::OwnIdentity => "peer presented our own identity",
+            PairFailure::MalformedProof => "malformed identity proof",
+            PairFailure::BadProofSignature => "bad identity proof signature",
+            PairFailure::ProofRefused => "peer refused our identity proof",
+            PairFailure::ProofUnacknowledged => "peer did not acknowledge our identity proof",
+            PairFailure::KeyExportFailed => "pair key export failed",
+            PairFailure::SigningFailed => "signing failed",
+            PairFailure::ProofNotSent => "channel refused the proof",
+            PairFailure::HandshakeFailed => "handshake failed",
+            PairFailure::HandshakeTimedOut => "handshake timed out",
+            PairFailure::CouldNotStart => "could not start a handshake",
+            PairFailure::Evicted => "evicted by newer handshakes",
+            PairFailure::NoAnswer => "no answer",
+            PairFailure::KdcDidNotAnswer => "the KDC did not answer",
+            PairFailure::KdcUnknownPrincipal => "the KDC does not know this principal",
+            PairFailure::KdcUnknownMemberHint => {
+                "the KDC does not know this member (unauthenticated hint)"
+            }
+            PairFailure::RefusedKdcUnknown => {
+                "refused (unauthenticated hint): the KDC does not know this principal"
+            }
+            PairFailure::RefusedUntrusted => {
+                "refused (unauthenticated hint): the peer does not trust us"
+            }
+            PairFailure::Refused => "refused (unauthenticated hint)",
+            PairFailure::PeerLostChannel => "the peer lost the channel",
+        }
+    }
+
+    /// Whether the failure is a matter of trust: the peer is not (or no longer) admitted, is
+    /// not who was expected, or does not admit us. Counted as `Drop::Untrusted`.
+    pub fn is_trust(self) -> bool {
+        matches!(
+            self,
+            PairFailure::NoLongerTrusted
+                | PairFailure::NotExpected
+                | PairFailure::UntrustedIdentity
+                | PairFailure::RefusedUntrusted
+        )
+    }
+
+    /// Whether the KDC is why the channel failed (it did not answer, or does not know a
+    /// principal): reported to the application as `GroupEvent::Refused`.
+    pub fn is_kdc(self) -> bool {
+        matches!(
+            self,
+            PairFailure::KdcDidNotAnswer
+                | PairFailure::KdcUnknownPrincipal
+                | PairFailure::KdcUnknownMemberHint
+                | PairFailure::RefusedKdcUnknown
+        )
+    }
+}
+
+impl std::fmt::Display for PairFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a [`PairTable`] reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PairEvent {
     /// Both identities are proven over the session ID.
     Established {
@@ -157,8 +279,8 @@ pub enum PairEvent {
     Failed {
         /// The peer's address.
         addr: SocketAddr,
-        /// What went wrong, for logs.
-        reason: &'static str,
+        /// What went wrong.
+        reason: PairFailure,
     },
 }
 
@@ -328,7 +450,7 @@ impl PairTable {
             self.slots.remove(&addr);
             self.events.push_back(PairEvent::Failed {
                 addr,
-                reason: "peer no longer trusted",
+                reason: PairFailure::NoLongerTrusted,
             });
         }
     }
@@ -354,7 +476,7 @@ impl PairTable {
                     self.drops.refused += 1;
                     self.events.push_back(PairEvent::Failed {
                         addr,
-                        reason: "peer is not the expected member",
+                        reason: PairFailure::NotExpected,
                     });
                     return;
                 }
@@ -379,7 +501,7 @@ impl PairTable {
                 self.drops.failed += 1;
                 self.events.push_back(PairEvent::Failed {
                     addr,
-                    reason: "could not start a handshake",
+                    reason: PairFailure::CouldNotStart,
                 });
                 return;
             }
@@ -597,7 +719,7 @@ impl PairTable {
         }
         if let Some((_, addr, which)) = oldest {
             self.drops.evicted += 1;
-            self.remove(addr, which, "evicted by newer handshakes");
+            self.remove(addr, which, PairFailure::Evicted);
         }
     }
 
@@ -653,8 +775,12 @@ impl PairTable {
                         .err()
                         .map(|r| Outcome::Fail(r, false)),
                     DatagramEvent::Data(msg) => chan.on_message(now, &local, &msg, drops),
-                    DatagramEvent::Failed(_) => Some(Outcome::Fail("handshake failed", false)),
-                    DatagramEvent::TimedOut => Some(Outcome::Fail("handshake timed out", false)),
+                    DatagramEvent::Failed(_) => {
+                        Some(Outcome::Fail(PairFailure::HandshakeFailed, false))
+                    }
+                    DatagramEvent::TimedOut => {
+                        Some(Outcome::Fail(PairFailure::HandshakeTimedOut, false))
+                    }
                     DatagramEvent::BatchSignatureNeeded(_) => None,
                 };
             }
@@ -718,7 +844,7 @@ impl PairTable {
     }
 
     /// A channel failed: counts it and drops it.
-    fn fail(&mut self, addr: SocketAddr, which: Which, reason: &'static str, untrusted: bool) {
+    fn fail(&mut self, addr: SocketAddr, which: Which, reason: PairFailure, untrusted: bool) {
         if untrusted {
             self.drops.untrusted += 1;
         } else {
@@ -729,7 +855,7 @@ impl PairTable {
 
     /// Drops a channel. A pending replacement goes silently; a primary takes its slot (queue
     /// included) with it, reported if the peer was reachable or the caller was waiting on it.
-    fn remove(&mut self, addr: SocketAddr, which: Which, reason: &'static str) {
+    fn remove(&mut self, addr: SocketAddr, which: Which, reason: PairFailure) {
         match which {
             Which::Pending => {
                 if let Some(slot) = self.slots.get_mut(&addr) {
@@ -772,7 +898,7 @@ enum Outcome {
     /// Application data from the authenticated peer.
     Message(Vec<u8>),
     /// The channel is dead: the reason, and whether it is a refused proof.
-    Fail(&'static str, bool),
+    Fail(PairFailure, bool),
 }
 
 /// Everything at one peer address.
@@ -810,28 +936,28 @@ impl Local<'_> {
     }
 
     /// Checks a peer's proof; cheap checks first, the signature last.
-    fn verify(&self, session: &[u8; 32], msg: &[u8]) -> Result<MemberId, &'static str> {
+    fn verify(&self, session: &[u8; 32], msg: &[u8]) -> Result<MemberId, PairFailure> {
         if msg.len() != PROOF_LEN || msg.get(1) != Some(&PROOF_VERSION) {
-            return Err("malformed identity proof");
+            return Err(PairFailure::MalformedProof);
         }
         let key: [u8; 32] = msg[2..34]
             .try_into()
-            .map_err(|_| "malformed identity proof")?;
+            .map_err(|_| PairFailure::MalformedProof)?;
         let id = MemberId::from_bytes(key);
         if id == self.me {
-            return Err("peer presented our own identity");
+            return Err(PairFailure::OwnIdentity);
         }
         if matches!(self.expect, Some(e) if id != e) {
-            return Err("peer is not the expected member");
+            return Err(PairFailure::NotExpected);
         }
         if !self.trust.contains(&id) {
-            return Err("untrusted identity");
+            return Err(PairFailure::UntrustedIdentity);
         }
         if !id
             .0
             .verify(self.provider, &self.signed(session), &msg[34..])
         {
-            return Err("bad identity proof signature");
+            return Err(PairFailure::BadProofSignature);
         }
         Ok(id)
     }
@@ -902,7 +1028,7 @@ impl Chan {
         now: Timestamp,
         local: &Local<'_>,
         session: [u8; 32],
-    ) -> Result<(), &'static str> {
+    ) -> Result<(), PairFailure> {
         let mut label = Vec::with_capacity(KEY_LABEL.len() + 1 + local.group.len());
         label.extend_from_slice(KEY_LABEL);
         label.push(local.group.len() as u8);
@@ -911,11 +1037,11 @@ impl Chan {
             .dc
             .connection()
             .export_secret(&label, PAIR_KEY_LEN)
-            .map_err(|_| "pair key export failed")?;
+            .map_err(|_| PairFailure::KeyExportFailed)?;
         let signature = local
             .identity
             .sign(local.provider, &local.signed(&session))
-            .map_err(|_| "signing failed")?;
+            .map_err(|_| PairFailure::SigningFailed)?;
         let mut proof = Vec::with_capacity(PROOF_LEN);
         proof.push(MSG_PROOF);
         proof.push(PROOF_VERSION);
@@ -923,7 +1049,7 @@ impl Chan {
         proof.extend_from_slice(&signature);
         self.dc
             .send(&proof)
-            .map_err(|_| "channel refused the proof")?;
+            .map_err(|_| PairFailure::ProofNotSent)?;
         self.session = Some(session);
         self.key = Some(key);
         self.proof = Some(proof);
@@ -993,7 +1119,7 @@ impl Chan {
                 }
             }
             Some(&MSG_REJECT) if msg.len() == 1 => {
-                Some(Outcome::Fail("peer refused our identity proof", false))
+                Some(Outcome::Fail(PairFailure::ProofRefused, false))
             }
             _ => {
                 drops.malformed += 1;
@@ -1003,14 +1129,14 @@ impl Chan {
     }
 
     /// The proof's retransmission timer; the reason if it gave up.
-    fn on_timeout(&mut self, now: Timestamp) -> Option<&'static str> {
+    fn on_timeout(&mut self, now: Timestamp) -> Option<PairFailure> {
         let at = self.retry_at?;
         if now < at {
             return None;
         }
         if self.tries >= MAX_RETRANSMITS {
             self.retry_at = None;
-            return Some("peer did not acknowledge our identity proof");
+            return Some(PairFailure::ProofUnacknowledged);
         }
         self.tries += 1;
         self.rto = (self.rto * 2).min(MAX_RTO);

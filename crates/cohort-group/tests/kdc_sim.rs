@@ -195,7 +195,7 @@ impl KdcGroup {
                     kdc: kdc_addr,
                 };
                 peer(Inner::Member(Box::new(
-                    GroupMember::new_kdc(symmetric_only(), credentials, addr, config, seed_bytes)
+                    GroupMember::new(symmetric_only(), credentials, addr, config, seed_bytes)
                         .expect("member"),
                 )))
             });

@@ -9,7 +9,7 @@ use cohort_channel::{Client, ClientAuth, ClientConfig};
 use cohort_core::Machine;
 use cohort_core::Timestamp;
 use cohort_crypto::{CryptoProvider, Secret};
-use cohort_group::pair::{PairEvent, PairTable, MAX_HALF_OPEN, PAIR_KIND};
+use cohort_group::pair::{PairEvent, PairFailure, PairTable, MAX_HALF_OPEN, PAIR_KIND};
 use cohort_group::MemberId;
 use rand_core::SeedableRng;
 use std::collections::VecDeque;
@@ -180,7 +180,7 @@ impl Net {
             .events
             .iter()
             .filter_map(|e| match e {
-                PairEvent::Failed { addr, reason } => Some((*addr, *reason)),
+                PairEvent::Failed { addr, reason } => Some((*addr, reason.as_str())),
                 _ => None,
             })
             .collect()
@@ -556,7 +556,7 @@ fn unauthenticated_peer_cannot_deliver_data() {
         events,
         vec![PairEvent::Failed {
             addr: addr(1),
-            reason: "malformed identity proof"
+            reason: PairFailure::MalformedProof
         }]
     );
     assert!(b.drops().unexpected >= 1, "{:?}", b.drops());

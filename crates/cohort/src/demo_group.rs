@@ -367,6 +367,7 @@ impl Story {
                 GroupEvent::Refused { addr, reason } => {
                     println!("{at}  {name:<5} refused {addr}: {reason}")
                 }
+                other => println!("{at}  {name:<5} {other:?}"),
             }
         }
     }

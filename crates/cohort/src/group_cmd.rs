@@ -133,15 +133,8 @@ async fn serve(
         .local_addr()
         .map_err(|e| UsageError(format!("cannot read the socket's address: {e}")))?;
     let seed = os_seed(&provider)?;
-    let member = match setup.credentials {
-        config::Credentials::Identity(identity) => {
-            GroupMember::new(provider, identity, local, setup.config, seed)
-        }
-        config::Credentials::Kdc(credentials) => {
-            GroupMember::new_kdc(provider, credentials, local, setup.config, seed)
-        }
-    }
-    .map_err(|e| UsageError(format!("config error: {e}")))?;
+    let member = GroupMember::new(provider, setup.credentials, local, setup.config, seed)
+        .map_err(|e| UsageError(format!("config error: {e}")))?;
     emit(&json::started(&member.id(), local));
 
     let cohort_net::Driver {

@@ -280,7 +280,8 @@ async fn measure(args: &BenchArgs, protection: Protection) -> Result<Measurement
     for (index, (identity, socket)) in identities.into_iter().zip(sockets).enumerate() {
         let config = group_config(args, protection.clone(), trust.clone());
         let seed = os_seed(&provider).map_err(|e| e.0)?;
-        let member = GroupMember::new(provider, identity, addrs[index], config, seed)?;
+        let member = GroupMember::new(provider, identity, addrs[index], config, seed)
+            .map_err(|e| e.to_string())?;
         let cohort_net::Driver {
             commands,
             mut events,

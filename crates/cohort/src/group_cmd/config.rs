@@ -27,24 +27,16 @@
 
 pub use crate::config_file::ConfigError;
 use crate::config_file::{err, parse_addr, read_identity};
-use cohort_channel::identity::Identity;
 use cohort_crypto::CryptoProvider;
 use cohort_gears::{GearId, GearKind};
 use cohort_group::kdc_pair::KdcCredentials;
+pub use cohort_group::Credentials;
 use cohort_group::{AuthMode, GroupConfig, MemberId, Protection, RekeyMethod};
 use cohort_kdc::KeyFile;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 use toml::{Table, Value};
-
-/// Who the member is: an Ed25519 identity, or a KDC principal.
-pub enum Credentials {
-    /// Identity keys (the default).
-    Identity(Identity),
-    /// KDC mode: the principal's name and long-term key, and the KDC's address.
-    Kdc(KdcCredentials),
-}
 
 /// Everything needed to start one member.
 pub struct MemberSetup {
@@ -347,21 +339,18 @@ pub fn parse_gear(text: &str) -> Result<Protection, String> {
 }
 
 /// `GroupConfig::validate` names struct fields; the user wrote config keys.
-fn validation_error(message: String) -> ConfigError {
-    let (field, rest) = message.split_once(": ").unwrap_or(("", message.as_str()));
-    let key = match field {
-        "heartbeat_interval" => "heartbeat_ms",
-        "suspect_timeout" => "suspect_ms",
-        "flush_timeout" => "flush_ms",
-        "key_grace" => "key_grace_ms",
-        "backlog_limit" => "backlog",
-        "rekey_method" if rest.contains("KDC") => "rekey",
-        "rekey_method" => "tree_degree",
-        "protection" => "gear",
-        "" => "config",
-        other => other,
+fn validation_error(e: cohort_group::ConfigError) -> ConfigError {
+    use cohort_group::ConfigField as F;
+    let key = match e.field {
+        F::HeartbeatInterval => "heartbeat_ms",
+        F::SuspectTimeout => "suspect_ms",
+        F::BacklogLimit => "backlog",
+        F::RekeyMethod => "rekey",
+        F::TreeDegree => "tree_degree",
+        F::Protection => "gear",
+        other => other.name(),
     };
-    err(key, rest)
+    err(key, e.problem)
 }
 
 /// Typed access to the table; every error names the key.
@@ -454,6 +443,7 @@ impl Fields<'_> {
 #[allow(clippy::unwrap_used)] // reason: test code; a panic is the failure report
 mod tests {
     use super::*;
+    use cohort_channel::identity::Identity;
     use std::path::PathBuf;
 
     struct Dir(PathBuf);
