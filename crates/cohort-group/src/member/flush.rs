@@ -1,0 +1,689 @@
+//! TODO-OWNS
+
+use super::install::Announce;
+use super::reliable::OrderedMsg;
+use super::GroupMember;
+use crate::config::AuthMode;
+use crate::event::{Drop, RemovalReason};
+use crate::id::{Member, MemberId, ViewId};
+use crate::keys::GroupKey;
+use crate::wire::{Install, Msg, PairMsg};
+use cohort_core::Timestamp;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+
+/// A view change wanted, coordinated or taken part in: the flush, the Install being announced, and what the next change is to do.
+#[derive(Default)]
+pub(super) struct ViewChange {
+    /// KDC mode: the key unwrapped while checking an Install, for installing it.
+    pub(super) unwrapped: Option<(ViewId, GroupKey)>,
+    pub(super) highest_proposal: Option<ViewId>,
+    pub(super) flushing: Option<Flushing>,
+    pub(super) coordinator: Option<Coordinator>,
+    pub(super) announce: Option<Announce>,
+    pub(super) change_wanted: Vec<(MemberId, RemovalReason)>,
+    pub(super) joiners_wanted: Vec<(Member, u64, u64)>,
+    pub(super) rekey_wanted: Option<Timestamp>,
+}
+
+/// A view change this member is taking part in (it answered the coordinator).
+pub(super) struct Flushing {
+    pub(super) proposal: ViewId,
+    pub(super) coordinator: u16,
+    /// The members the coordinator expects to continue: the only ones whose tree key
+    /// shares are taken (a member being removed still holds the old keys).
+    pub(super) survivors: Vec<MemberId>,
+    /// The Install, once it arrived, waiting for the positions it needs.
+    pub(super) install: Option<Box<Install>>,
+    pub(super) last_nak: Option<Timestamp>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Phase {
+    /// Waiting for FlushOk from every survivor.
+    Collect,
+    /// Fetching positions up to `target` from the survivor at rank `from`.
+    Fetch { target: u64, from: u16 },
+    /// Waiting for pair channels to every new member (one-message rekey).
+    Pairing,
+    /// Waiting for the tree's acknowledgements.
+    Tree,
+}
+
+/// What a flush answer carried.
+pub(super) struct FlushAnswer {
+    pub(super) delivered: u64,
+    pub(super) next_seq: u64,
+    pub(super) pending: Vec<(u64, Vec<u8>)>,
+}
+
+/// What a view change is to do: the input to `start_coordinating`.
+pub(super) struct Change {
+    /// Ranks (in the current view) expected to continue.
+    pub(super) survivors: Vec<u16>,
+    /// Members to let in: (member, next message number, incarnation).
+    pub(super) joiners: Vec<(Member, u64, u64)>,
+    /// Members to leave out, and why.
+    pub(super) removed: Vec<(MemberId, RemovalReason)>,
+    /// Whether the next view gets a fresh key.
+    pub(super) rekey: bool,
+    /// When the change was first wanted (rekey time is measured from here).
+    pub(super) started: Timestamp,
+    /// Dissolve into the component led there instead of installing a view.
+    pub(super) merge_into: Option<SocketAddr>,
+    /// Exchange: install this key (another component's, from a ticket) instead of a fresh
+    /// one, with the leader that sent it and where it is.
+    pub(super) exchange: Option<(GroupKey, MemberId, SocketAddr)>,
+}
+
+/// A view change this member coordinates.
+pub(super) struct Coordinator {
+    pub(super) proposal: ViewId,
+    pub(super) survivors: Vec<u16>,
+    pub(super) joiners: Vec<(Member, u64, u64)>,
+    pub(super) removed: Vec<(MemberId, RemovalReason)>,
+    pub(super) answers: BTreeMap<u16, FlushAnswer>,
+    pub(super) phase: Phase,
+    pub(super) rekey: bool,
+    pub(super) new_key: Option<GroupKey>,
+    pub(super) tree_holders: BTreeSet<MemberId>,
+    /// Dissolve into the component whose leader is there.
+    pub(super) merge_into: Option<SocketAddr>,
+    /// Exchange: the key to install (taken into `new_key` by the key phase) and its sender.
+    pub(super) exchange: Option<GroupKey>,
+    pub(super) exchange_from: Option<(MemberId, SocketAddr)>,
+    pub(super) started: Timestamp,
+    pub(super) deadline: Timestamp,
+    pub(super) resend_at: Timestamp,
+    pub(super) final_order: u64,
+}
+
+impl GroupMember {
+    pub(super) fn next_proposal(&mut self) -> ViewId {
+        let base = self.view.as_ref().map(|v| v.id.seq).unwrap_or(0);
+        let seen = self
+            .view_change
+            .highest_proposal
+            .map(|p| p.seq)
+            .unwrap_or(0);
+        let id = ViewId {
+            seq: base.max(seen) + 1,
+            coordinator: self.id,
+        };
+        self.view_change.highest_proposal = Some(id);
+        id
+    }
+
+    /// Leader: starts a view change if one is wanted and none is running.
+    pub(super) fn maybe_start_change(&mut self, now: Timestamp) {
+        if !self.is_leader()
+            || self.view_change.coordinator.is_some()
+            || self.view_change.flushing.is_some()
+        {
+            return;
+        }
+        // An Exchange goes first: an empty view change that installs the other component's
+        // key. What else is wanted follows in the next change.
+        if let Some((key, from, from_addr)) = self.heal.held_exchange.take() {
+            let Some(view) = self.view.as_ref() else {
+                return;
+            };
+            let survivors: Vec<u16> = (0..view.members.len() as u16).collect();
+            self.start_coordinating(
+                now,
+                Change {
+                    survivors,
+                    joiners: Vec::new(),
+                    removed: Vec::new(),
+                    rekey: true,
+                    started: now,
+                    merge_into: None,
+                    exchange: Some((key, from, from_addr)),
+                },
+            );
+            return;
+        }
+        let period_due = self
+            .config
+            .rekey_policy
+            .period
+            .is_some_and(|p| now.saturating_duration_since(self.last_rekey) >= p);
+        if let Some(view) = self.view.as_ref() {
+            let incarnations = &self.incarnations;
+            self.view_change.joiners_wanted.retain(|(m, _, inc)| {
+                view.rank_of(&m.id)
+                    .is_none_or(|r| incarnations.get(r) != Some(inc))
+            });
+        }
+        if self.view_change.change_wanted.is_empty()
+            && self.view_change.joiners_wanted.is_empty()
+            && self.view_change.rekey_wanted.is_none()
+            && !period_due
+        {
+            return;
+        }
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        let removed = std::mem::take(&mut self.view_change.change_wanted);
+        let mut joiners = std::mem::take(&mut self.view_change.joiners_wanted);
+        // Requests from members already in the view with the same incarnation are stale.
+        joiners.retain(|(m, _, inc)| {
+            view.rank_of(&m.id)
+                .is_none_or(|r| self.incarnations.get(r) != Some(inc))
+        });
+        let survivors: Vec<u16> = (0..view.members.len() as u16)
+            .filter(|r| {
+                !removed
+                    .iter()
+                    .any(|(m, _)| view.members[usize::from(*r)].id == *m)
+            })
+            .collect();
+        // Joiners that proved they hold the key (a component merging after an Exchange) do
+        // not call for a fresh one.
+        let membership_changes = !removed.is_empty()
+            || joiners
+                .iter()
+                .any(|(m, _, inc)| !self.admission.key_holders.contains(&(m.id, *inc)));
+        // A member removed because it is no longer trusted never keeps the key, whatever
+        // the policy (Ensemble 6.1).
+        let untrusted = removed
+            .iter()
+            .any(|(_, why)| *why == RemovalReason::Untrusted);
+        let rekey = self.view_change.rekey_wanted.is_some()
+            || period_due
+            || untrusted
+            || (membership_changes && self.config.rekey_policy.on_membership_change);
+        let started = self.view_change.rekey_wanted.take().unwrap_or(now);
+        self.start_coordinating(
+            now,
+            Change {
+                survivors,
+                joiners,
+                removed,
+                rekey,
+                started,
+                merge_into: None,
+                exchange: None,
+            },
+        );
+    }
+
+    pub(super) fn start_coordinating(&mut self, now: Timestamp, change: Change) {
+        let Change {
+            mut survivors,
+            mut joiners,
+            mut removed,
+            mut rekey,
+            started,
+            merge_into,
+            exchange,
+        } = change;
+        // KDC mode: every view gets a fresh key (LSGC), which also authenticates the
+        // Install to each member through its wrap.
+        if self.config.auth == AuthMode::Kdc {
+            rekey = true;
+        }
+        // Ensemble 6.1: the coordinator keeps only members it trusts, and a view that loses
+        // one for that reason gets a fresh key.
+        if let Some(view) = self.view.as_ref() {
+            let before = survivors.len();
+            let mut out = Vec::new();
+            survivors.retain(|r| match view.members.get(usize::from(*r)) {
+                Some(m) if !self.trusts(&m.id) => {
+                    out.push(m.id);
+                    false
+                }
+                _ => true,
+            });
+            for id in out {
+                removed.retain(|(m, _)| *m != id);
+                removed.push((id, RemovalReason::Untrusted));
+            }
+            if survivors.len() != before {
+                rekey = true;
+            }
+        }
+        joiners.retain(|(m, _, _)| self.trusts(&m.id));
+        let (exchange_key, exchange_from) = match exchange {
+            Some((k, from, addr)) => (Some(k), Some((from, addr))),
+            None => (None, None),
+        };
+        let proposal = self.next_proposal();
+        // The coordinator takes part in its own flush: it drops ordering it has not
+        // delivered (only the flush decides what the view delivers from here).
+        self.reliable.log = self.reliable.log.split_off(&self.reliable.stable);
+        let delivered = self.reliable.delivered;
+        self.reliable.log.retain(|o, _| *o < delivered);
+        self.reliable.relayed.clear();
+        self.reliable.awaiting.clear();
+        self.view_change.flushing = None;
+        let mut answers = BTreeMap::new();
+        if survivors.contains(&self.rank) {
+            answers.insert(
+                self.rank,
+                FlushAnswer {
+                    delivered: self.reliable.delivered,
+                    next_seq: self.reliable.next_reliable,
+                    pending: self
+                        .reliable
+                        .pending
+                        .iter()
+                        .map(|p| (p.seq, p.data.clone()))
+                        .collect(),
+                },
+            );
+        }
+        self.view_change.coordinator = Some(Coordinator {
+            proposal,
+            survivors: survivors.clone(),
+            joiners,
+            removed,
+            answers,
+            phase: Phase::Collect,
+            rekey,
+            new_key: None,
+            tree_holders: BTreeSet::new(),
+            merge_into,
+            exchange: exchange_key,
+            exchange_from,
+            started,
+            deadline: now.saturating_add(self.config.flush_timeout),
+            resend_at: now,
+            final_order: 0,
+        });
+        self.progress_flush(now);
+    }
+
+    pub(super) fn send_flush(&mut self, now: Timestamp) {
+        let Some(c) = self.view_change.coordinator.as_mut() else {
+            return;
+        };
+        c.resend_at = now.saturating_add(self.config.flush_timeout / 4);
+        let msg = Msg::Flush {
+            proposal: c.proposal,
+            survivors: c.survivors.clone(),
+        };
+        let missing: Vec<u16> = c
+            .survivors
+            .iter()
+            .copied()
+            .filter(|r| !c.answers.contains_key(r))
+            .collect();
+        for r in missing {
+            if let Some(m) = self.member_at(r) {
+                self.send_msg(m.addr, &msg);
+            }
+        }
+    }
+
+    pub(super) fn on_flush(
+        &mut self,
+        now: Timestamp,
+        rank: u16,
+        proposal: ViewId,
+        survivors: Vec<u16>,
+    ) {
+        if proposal.coordinator != self.member_at(rank).map(|m| m.id).unwrap_or(self.id) {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        if !self.trusts(&proposal.coordinator) {
+            self.counters.count(Drop::Untrusted);
+            return;
+        }
+        if !survivors.contains(&self.rank) {
+            return;
+        }
+        let current = self
+            .view_change
+            .flushing
+            .as_ref()
+            .map(|f| f.proposal)
+            .or(self.view_change.coordinator.as_ref().map(|c| c.proposal));
+        if current.is_some_and(|p| proposal < p) {
+            return;
+        }
+        if self.view.as_ref().is_some_and(|v| proposal <= v.id) {
+            return;
+        }
+        if current != Some(proposal) {
+            // A newer view change: join it (abandoning ours, if we coordinated one; what we
+            // wanted to change is asked again in the next view).
+            if let Some(c) = self.view_change.coordinator.take() {
+                self.view_change.change_wanted.extend(c.removed);
+                self.view_change.joiners_wanted.extend(c.joiners);
+            }
+            self.view_change.highest_proposal = Some(
+                self.view_change
+                    .highest_proposal
+                    .map_or(proposal, |h| h.max(proposal)),
+            );
+            self.reliable.log = self.reliable.log.split_off(&self.reliable.stable);
+            let delivered = self.reliable.delivered;
+            self.reliable.log.retain(|o, _| *o < delivered);
+            self.reliable.relayed.clear();
+            self.reliable.awaiting.clear();
+            let survivor_ids: Vec<MemberId> = survivors
+                .iter()
+                .filter_map(|r| self.member_at(*r).map(|m| m.id))
+                .collect();
+            self.view_change.flushing = Some(Flushing {
+                proposal,
+                coordinator: rank,
+                survivors: survivor_ids,
+                install: None,
+                last_nak: None,
+            });
+        }
+        self.liveness.leader_heard = now;
+        let msg = Msg::FlushOk {
+            proposal,
+            delivered: self.reliable.delivered,
+            next_seq: self.reliable.next_reliable,
+            pending: self
+                .reliable
+                .pending
+                .iter()
+                .map(|p| (p.seq, p.data.clone()))
+                .collect(),
+        };
+        if let Some(m) = self.member_at(rank) {
+            self.send_msg(m.addr, &msg);
+        }
+    }
+
+    pub(super) fn on_flush_ok(
+        &mut self,
+        now: Timestamp,
+        rank: u16,
+        proposal: ViewId,
+        delivered: u64,
+        next_seq: u64,
+        pending: Vec<(u64, Vec<u8>)>,
+    ) {
+        let Some(c) = self.view_change.coordinator.as_mut() else {
+            return;
+        };
+        if c.proposal != proposal || !c.survivors.contains(&rank) || c.phase != Phase::Collect {
+            return;
+        }
+        c.answers.insert(
+            rank,
+            FlushAnswer {
+                delivered,
+                next_seq,
+                pending,
+            },
+        );
+        self.progress_flush(now);
+    }
+
+    /// Moves the coordinated view change forward as far as it can go now.
+    pub(super) fn progress_flush(&mut self, now: Timestamp) {
+        // Participant waiting for positions before installing.
+        if let Some(f) = self.view_change.flushing.as_mut() {
+            if let Some(install) = f.install.clone() {
+                let final_order = install.final_order;
+                let have_all = (self.reliable.delivered..final_order)
+                    .all(|o| self.reliable.log.contains_key(&o));
+                if have_all {
+                    self.finish_participant_install(now, install);
+                } else if f.last_nak.is_none_or(|t| {
+                    now.saturating_duration_since(t) >= self.config.heartbeat_interval / 2
+                }) {
+                    f.last_nak = Some(now);
+                    let coord = f.coordinator;
+                    let from = (self.reliable.delivered..final_order)
+                        .find(|o| !self.reliable.log.contains_key(o))
+                        .unwrap_or(self.reliable.delivered);
+                    if let Some(m) = self.member_at(coord) {
+                        self.send_msg(
+                            m.addr,
+                            &Msg::Nak {
+                                from,
+                                to: final_order,
+                            },
+                        );
+                    }
+                }
+            }
+            return;
+        }
+        let Some(c) = self.view_change.coordinator.as_ref() else {
+            return;
+        };
+        match c.phase {
+            Phase::Collect => {
+                if c.survivors.iter().all(|r| c.answers.contains_key(r)) {
+                    let (holder, target) = c
+                        .answers
+                        .iter()
+                        .map(|(r, a)| (*r, a.delivered))
+                        .max_by_key(|(_, d)| *d)
+                        .unwrap_or((self.rank, self.reliable.delivered));
+                    if let Some(c) = self.view_change.coordinator.as_mut() {
+                        c.phase = Phase::Fetch {
+                            target,
+                            from: holder,
+                        };
+                    }
+                    self.progress_flush(now);
+                } else if now >= c.resend_at {
+                    self.send_flush(now);
+                }
+            }
+            Phase::Fetch { target, from } => {
+                let missing =
+                    (self.reliable.delivered..target).find(|o| !self.reliable.log.contains_key(o));
+                match missing {
+                    None => {
+                        self.append_pending(target);
+                        self.start_key_phase(now);
+                    }
+                    Some(lo) => {
+                        if now >= c.resend_at {
+                            if let Some(c) = self.view_change.coordinator.as_mut() {
+                                c.resend_at =
+                                    now.saturating_add(self.config.heartbeat_interval / 2);
+                            }
+                            if let Some(m) = self.member_at(from) {
+                                self.send_msg(
+                                    m.addr,
+                                    &Msg::Nak {
+                                        from: lo,
+                                        to: target,
+                                    },
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            Phase::Pairing => {
+                let new_ids: Vec<(MemberId, SocketAddr)> =
+                    self.new_members().iter().map(|m| (m.id, m.addr)).collect();
+                let missing: Vec<(MemberId, SocketAddr)> = new_ids
+                    .into_iter()
+                    .filter(|(id, _)| *id != self.id && self.pairs.pair_key(id).is_none())
+                    .collect();
+                if missing.is_empty() {
+                    self.send_install(now);
+                } else if now >= c.resend_at {
+                    if let Some(c) = self.view_change.coordinator.as_mut() {
+                        c.resend_at = now.saturating_add(self.config.flush_timeout / 4);
+                    }
+                    for (id, addr) in missing {
+                        self.send_pair(now, addr, Some(id), &PairMsg::Ping);
+                    }
+                }
+            }
+            Phase::Tree => {
+                let new_ids: Vec<MemberId> = self.tree_members().iter().map(|m| m.id).collect();
+                if new_ids
+                    .iter()
+                    .all(|id| *id == self.id || c.tree_holders.contains(id))
+                {
+                    self.send_install(now);
+                } else if now >= c.resend_at {
+                    // Key shares travel as datagrams: send again to the children that have
+                    // not answered (each forwards again to its own).
+                    self.send_tree_shares(now);
+                }
+            }
+        }
+    }
+
+    /// Appends the survivors' pending messages (not yet ordered) after `target`.
+    pub(super) fn append_pending(&mut self, target: u64) {
+        let Some(c) = self.view_change.coordinator.as_mut() else {
+            return;
+        };
+        let mut order = target;
+        let mut ordered_seqs: HashMap<u16, u64> = HashMap::new();
+        for m in self.reliable.log.range(..target).map(|(_, m)| m) {
+            let e = ordered_seqs.entry(m.sender).or_insert(0);
+            *e = (*e).max(m.seq + 1);
+        }
+        let mut appended = Vec::new();
+        for (rank, answer) in c.answers.iter() {
+            let done = ordered_seqs.get(rank).copied().unwrap_or(0);
+            for (seq, data) in &answer.pending {
+                if *seq >= done && *seq < answer.next_seq {
+                    appended.push((
+                        order,
+                        OrderedMsg {
+                            sender: *rank,
+                            seq: *seq,
+                            data: data.clone(),
+                        },
+                    ));
+                    order += 1;
+                }
+            }
+        }
+        c.final_order = order;
+        let targets: Vec<u16> = c.survivors.clone();
+        for (o, m) in appended {
+            let msg = Msg::Ordered {
+                order: o,
+                sender: m.sender,
+                seq: m.seq,
+                data: m.data.clone(),
+            };
+            self.reliable.log.insert(o, m);
+            for r in &targets {
+                if *r != self.rank {
+                    if let Some(mm) = self.member_at(*r) {
+                        self.send_msg(mm.addr, &msg);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next view's members, by rank: survivors in their old order, then joiners.
+    pub(super) fn new_members(&self) -> Vec<Member> {
+        let Some(c) = self.view_change.coordinator.as_ref() else {
+            return Vec::new();
+        };
+        let mut members: Vec<Member> = c
+            .survivors
+            .iter()
+            .filter_map(|r| self.member_at(*r))
+            .collect();
+        for (j, _, _) in &c.joiners {
+            if !members.iter().any(|m| m.id == j.id) {
+                members.push(*j);
+            }
+        }
+        members
+    }
+
+    /// The coordinator's deadline passed: exclude who did not answer, and start over.
+    pub(super) fn restart_flush(&mut self, now: Timestamp) {
+        let Some(phase) = self.view_change.coordinator.as_ref().map(|c| c.phase) else {
+            return;
+        };
+        // Who did not answer, computed while the coordinator state is still in place.
+        let silent: Vec<MemberId> = match phase {
+            Phase::Collect => self
+                .view_change
+                .coordinator
+                .as_ref()
+                .map_or(Vec::new(), |c| {
+                    c.survivors
+                        .iter()
+                        .filter(|r| !c.answers.contains_key(r))
+                        .filter_map(|r| self.member_at(*r).map(|m| m.id))
+                        .collect()
+                }),
+            Phase::Fetch { from, .. } => {
+                self.member_at(from).map(|m| vec![m.id]).unwrap_or_default()
+            }
+            Phase::Pairing => self
+                .new_members()
+                .into_iter()
+                .filter(|m| m.id != self.id && self.pairs.pair_key(&m.id).is_none())
+                .map(|m| m.id)
+                .collect(),
+            Phase::Tree => {
+                let holders = self
+                    .view_change
+                    .coordinator
+                    .as_ref()
+                    .map(|c| c.tree_holders.clone())
+                    .unwrap_or_default();
+                self.tree_members()
+                    .into_iter()
+                    .filter(|m| !holders.contains(&m.id))
+                    .map(|m| m.id)
+                    .collect()
+            }
+        };
+        // Their pair channels may be half dead (one end forgot): start them afresh.
+        let addrs: Vec<SocketAddr> = silent
+            .iter()
+            .filter_map(|id| self.known.get(id).copied())
+            .collect();
+        for a in addrs {
+            self.pairs.forget(a);
+        }
+        let Some(c) = self.view_change.coordinator.take() else {
+            return;
+        };
+        self.restart_with(now, c, silent);
+    }
+
+    pub(super) fn restart_with(&mut self, now: Timestamp, c: Coordinator, silent: Vec<MemberId>) {
+        let mut removed = c.removed.clone();
+        let mut survivors = c.survivors.clone();
+        let mut joiners = c.joiners.clone();
+        for id in &silent {
+            removed.push((*id, RemovalReason::Suspected));
+            joiners.retain(|(j, _, _)| j.id != *id);
+            if let Some(r) = self.view.as_ref().and_then(|v| v.rank_of(id)) {
+                survivors.retain(|s| usize::from(*s) != r);
+            }
+        }
+        let rekey =
+            c.rekey || (!silent.is_empty() && self.config.rekey_policy.on_membership_change);
+        // An Exchange in progress goes on with its key.
+        let exchange = match (c.exchange_from, c.exchange.or(c.new_key)) {
+            (Some((from, addr)), Some(k)) => Some((k, from, addr)),
+            _ => None,
+        };
+        self.start_coordinating(
+            now,
+            Change {
+                survivors,
+                joiners,
+                removed,
+                rekey,
+                started: c.started,
+                merge_into: c.merge_into,
+                exchange,
+            },
+        );
+    }
+}

@@ -1,0 +1,381 @@
+//! TODO-OWNS
+
+use super::install::{fits_one_datagram, install_copy_for};
+use super::{GroupMember, MAX_VIEW_MEMBERS};
+use crate::event::{Drop, RemovalReason};
+use crate::exchange::{self};
+use crate::id::{Member, MemberId, View, ViewId};
+use crate::keys::{GroupKey, GROUP_KEY_LEN};
+use crate::wire::{Install, KeyDelivery, PairMsg};
+use cohort_core::Timestamp;
+use cohort_crypto::{ct_eq, Secret};
+use rand_core::RngCore;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use zeroize::Zeroizing;
+
+/// Who may be let in: joiners that proved they hold the key, and KDC-mode tokens (LSGC messages 4 and 5).
+#[derive(Default)]
+pub(super) struct Admission {
+    /// Joiners that proved they hold the current group key: (member, incarnation).
+    pub(super) key_holders: BTreeSet<(MemberId, u64)>,
+    /// KDC mode, at the leader: joiners granted a token (LSGC message 4), by principal:
+    /// where, their next message number and incarnation.
+    pub(super) granted: BTreeMap<MemberId, (SocketAddr, u64, u64)>,
+    /// KDC mode: joiners that presented a valid token (message 5): (member, incarnation).
+    pub(super) presented: BTreeSet<(MemberId, u64)>,
+    /// KDC mode: valid tokens presented to this member.
+    pub(super) tokens_checked: u64,
+}
+
+/// Joining: asking contacts until a Welcome arrives.
+pub(super) struct Joining {
+    pub(super) contacts: Vec<SocketAddr>,
+    pub(super) started: Timestamp,
+    pub(super) next_try: Timestamp,
+    /// Peers that said they are not in a group, by id.
+    pub(super) not_in_group: BTreeSet<MemberId>,
+    /// Whether anyone answered at all.
+    pub(super) answered: bool,
+    /// Contacts that answered since the last attempt; the others' pair channels are
+    /// dropped before the next one (the far end may have forgotten them).
+    pub(super) replied: BTreeSet<SocketAddr>,
+    pub(super) attempts: u32,
+    /// A member in a group pointed at its leader: a group exists, do not found another.
+    pub(super) redirected: bool,
+}
+
+impl Joining {
+    /// Asking `contacts`, starting now.
+    pub(super) fn new(contacts: Vec<SocketAddr>, now: Timestamp) -> Self {
+        Joining {
+            contacts,
+            started: now,
+            next_try: now,
+            not_in_group: BTreeSet::new(),
+            answered: false,
+            replied: BTreeSet::new(),
+            attempts: 0,
+            redirected: false,
+        }
+    }
+}
+
+impl GroupMember {
+    pub(super) fn found(&mut self, now: Timestamp) {
+        self.joining = None;
+        let key = self.fresh_key(1);
+        let view = View {
+            id: self.next_proposal(),
+            members: vec![Member {
+                id: self.id,
+                addr: self.addr,
+            }],
+            key_epoch: 1,
+        };
+        let install = Install {
+            view: view.id,
+            members: view.members.clone(),
+            next_seqs: vec![self
+                .reliable
+                .pending
+                .front()
+                .map_or(self.reliable.next_reliable, |p| p.seq)],
+            incarnations: vec![self.incarnation],
+            key_epoch: 1,
+            final_order: 0,
+            key: KeyDelivery::Same,
+            merge_into: None,
+            removed: Vec::new(),
+            signature: Vec::new(),
+        };
+        self.install_view(now, &install, key, None);
+    }
+
+    pub(super) fn drive_join(&mut self, now: Timestamp) {
+        let Some(j) = self.joining.as_mut() else {
+            return;
+        };
+        if now < j.next_try {
+            return;
+        }
+        let waited = now.saturating_duration_since(j.started);
+        let lowest = j.not_in_group.iter().all(|other| self.id < *other);
+        // Founding needs answers from outside any group; a redirect means a group exists.
+        let everyone_out =
+            j.answered && !j.redirected && lowest && waited >= self.config.suspect_timeout;
+        let nobody = !j.answered && waited >= self.config.suspect_timeout * 3;
+        // Redirected to a leader that never lets us in (it or we do not trust the other,
+        // which st-trust allows between members of one component): go on alone.
+        let refused = waited >= self.config.suspect_timeout * 5;
+        if everyone_out || nobody || refused {
+            self.found(now);
+            return;
+        }
+        j.next_try = now.saturating_add(self.config.flush_timeout);
+        j.attempts += 1;
+        let stale: Vec<SocketAddr> = if j.attempts > 1 {
+            j.contacts
+                .iter()
+                .copied()
+                .filter(|c| !j.replied.contains(c))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        j.replied.clear();
+        let contacts = j.contacts.clone();
+        for c in stale {
+            self.pairs.forget(c);
+        }
+        // Own messages still pending (sent while the component dissolved) go first in the
+        // new view.
+        let next_seq = self
+            .reliable
+            .pending
+            .front()
+            .map_or(self.reliable.next_reliable, |p| p.seq);
+        let key_proof = self.group_key.as_ref().map(|k| {
+            exchange::merge_proof(
+                &self.provider,
+                &self.config.group,
+                k,
+                &self.id,
+                self.incarnation,
+            )
+        });
+        let msg = PairMsg::JoinRequest {
+            group: self.config.group.clone(),
+            incarnation: self.incarnation,
+            next_seq,
+            key_proof,
+        };
+        for c in contacts {
+            self.send_pair(now, c, None, &msg);
+        }
+    }
+
+    pub(super) fn on_join_request(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        addr: SocketAddr,
+        incarnation: u64,
+        next_seq: u64,
+        key_proof: Option<[u8; 16]>,
+    ) {
+        if !self.trusts(&peer) {
+            self.counters.count(Drop::Untrusted);
+            return;
+        }
+        let Some(view) = self.view.clone() else {
+            if self.joining.is_some() {
+                if let Some(j) = self.joining.as_mut() {
+                    j.answered = true;
+                    if !j.contacts.contains(&addr) {
+                        j.contacts.push(addr);
+                    }
+                }
+                self.send_pair(now, addr, Some(peer), &PairMsg::NotInGroup);
+            }
+            return;
+        };
+        if !self.is_leader() {
+            let leader = view.leader().addr;
+            self.send_pair(now, addr, Some(peer), &PairMsg::Redirect { leader });
+            return;
+        }
+        if view.members.len() + self.view_change.joiners_wanted.len() >= MAX_VIEW_MEMBERS {
+            self.counters.count(Drop::Unexpected); // full: see MAX_VIEW_MEMBERS
+            return;
+        }
+        // Already welcomed into the current view at this address: the Welcome was lost.
+        if let Some(a) = self.view_change.announce.as_ref() {
+            if a.unacked
+                .iter()
+                .any(|(m, j)| *j && m.id == peer && m.addr == addr)
+            {
+                let whole_fits = fits_one_datagram(&a.install);
+                let welcome = PairMsg::Welcome {
+                    install: install_copy_for(&a.install, &peer, whole_fits),
+                    key: a.welcome_key.clone().unwrap_or_default(),
+                };
+                self.send_pair(now, addr, Some(peer), &welcome);
+                return;
+            }
+        }
+        if let Some(r) = view.rank_of(&peer) {
+            if self.incarnations.get(r) == Some(&incarnation) {
+                // A late copy of a request already granted.
+                return;
+            }
+            // A member asking to join again restarted: its old incarnation leaves the view
+            // and the new one joins.
+            if !self
+                .view_change
+                .change_wanted
+                .iter()
+                .any(|(m, _)| *m == peer)
+            {
+                self.view_change
+                    .change_wanted
+                    .push((peer, RemovalReason::Suspected));
+            }
+        }
+        if self.view_change.coordinator.as_ref().is_some_and(|c| {
+            c.joiners
+                .iter()
+                .any(|(m, _, inc)| m.id == peer && *inc == incarnation)
+        }) {
+            return; // being let in right now
+        }
+        // A member of a component that dissolved into this one after an Exchange holds the
+        // key already: it comes in without a rekey.
+        if let (Some(proof), Some(key)) = (key_proof, self.group_key.as_ref()) {
+            let want =
+                exchange::merge_proof(&self.provider, &self.config.group, key, &peer, incarnation);
+            if ct_eq(&want, &proof) {
+                self.admission.key_holders.insert((peer, incarnation));
+            }
+        }
+        if self.identity.is_none() && !self.admission.presented.contains(&(peer, incarnation)) {
+            // KDC mode: LSGC message 4 first. The joiner presents the token (message 5)
+            // and is let in when it does.
+            self.grant(now, &view, peer, addr, next_seq, incarnation);
+            return;
+        }
+        self.view_change
+            .joiners_wanted
+            .retain(|(m, _, _)| m.id != peer);
+        self.view_change
+            .joiners_wanted
+            .push((Member { id: peer, addr }, next_seq, incarnation));
+        self.maybe_start_change(now);
+    }
+
+    pub(super) fn on_welcome(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        install: Box<Install>,
+        key: Zeroizing<Vec<u8>>,
+    ) {
+        if self.joining.is_none() {
+            return; // not asking (any more): a late Welcome, or one after leave()
+        }
+        if install.view.coordinator != peer || key.len() != GROUP_KEY_LEN {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        // The pair channel authenticated the coordinator; with identity keys the Install
+        // carries its signature too.
+        if self.identity.is_some() && !self.install_is_signed(&install) {
+            self.counters.count(Drop::AuthFailed);
+            return;
+        }
+        let mine = install.members.iter().position(|m| m.id == self.id);
+        if mine.and_then(|r| install.incarnations.get(r)) != Some(&self.incarnation) {
+            // Not for us, or for an earlier incarnation of this member.
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        self.joining = None;
+        let key = GroupKey::new(install.key_epoch, Secret::from_slice(&key));
+        self.install_view(now, &install, key, None);
+        self.ack_install(&install);
+    }
+
+    /// KDC mode, LSGC message 4: the view id and the joiner's token, under σ (the pair
+    /// channel), with the members' addresses for message 5.
+    pub(super) fn grant(
+        &mut self,
+        now: Timestamp,
+        view: &View,
+        peer: MemberId,
+        addr: SocketAddr,
+        next_seq: u64,
+        incarnation: u64,
+    ) {
+        let mut nonce = [0u8; 12];
+        self.rng.fill_bytes(&mut nonce);
+        let Some(token) = self.keys.as_ref().and_then(|k| k.seal_token(nonce, &peer)) else {
+            return;
+        };
+        if self.admission.granted.len() >= 1024 && !self.admission.granted.contains_key(&peer) {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        self.admission
+            .granted
+            .insert(peer, (addr, next_seq, incarnation));
+        let grant = PairMsg::Grant {
+            view: view.id,
+            token,
+            members: view.members.iter().map(|m| m.addr).collect(),
+        };
+        self.send_pair(now, addr, Some(peer), &grant);
+    }
+
+    /// Whether `token` is `member`'s for `view`, the current view or the one before.
+    pub(super) fn token_valid(&self, member: &MemberId, view: ViewId, token: &[u8]) -> bool {
+        let current = self
+            .keys
+            .as_ref()
+            .filter(|k| k.view == view)
+            .is_some_and(|k| k.check_token(token, member));
+        current
+            || self
+                .old_views
+                .iter()
+                .any(|o| o.keys.view == view && o.keys.check_token(token, member))
+    }
+
+    /// KDC mode, LSGC message 5 reaching the leader: a valid token lets the joiner in.
+    pub(super) fn on_present(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        view: ViewId,
+        token: &[u8],
+    ) {
+        if self.identity.is_some() || !self.is_leader() {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let Some((addr, next_seq, incarnation)) = self.admission.granted.get(&peer).copied() else {
+            self.counters.count(Drop::Unexpected);
+            return;
+        };
+        if !self.token_valid(&peer, view, token) {
+            self.counters.count(Drop::AuthFailed);
+            return;
+        }
+        self.admission.granted.remove(&peer);
+        self.admission.presented.insert((peer, incarnation));
+        self.on_join_request(now, peer, addr, incarnation, next_seq, None);
+    }
+
+    /// KDC mode, at the joiner: message 4 arrived; present the token to the leader over the
+    /// pair channel and to every member of the view (message 5).
+    pub(super) fn on_grant(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        addr: SocketAddr,
+        view: ViewId,
+        token: Vec<u8>,
+        members: Vec<SocketAddr>,
+    ) {
+        if self.identity.is_some() || self.joining.is_none() {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let present = exchange::encode_present(&self.config.group, &self.id, &view, &token);
+        for m in members.into_iter().take(MAX_VIEW_MEMBERS) {
+            if m != addr && m != self.addr {
+                self.out.push_back((m, present.clone()));
+            }
+        }
+        self.send_pair(now, addr, Some(peer), &PairMsg::Present { view, token });
+    }
+}

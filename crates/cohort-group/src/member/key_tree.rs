@@ -1,0 +1,275 @@
+//! TODO-OWNS
+
+use super::flush::Phase;
+use super::GroupMember;
+use crate::config::RekeyMethod;
+use crate::event::Drop;
+use crate::id::{Member, MemberId, ViewId};
+use crate::keys::{GroupKey, GROUP_KEY_LEN};
+use crate::wire::PairMsg;
+use cohort_core::Timestamp;
+use cohort_crypto::Secret;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use zeroize::Zeroizing;
+
+/// This member's place in a tree rekey: a key received for a proposal, children still to acknowledge, the acknowledgement sent up.
+#[derive(Default)]
+pub(super) struct KeyTree {
+    /// A key received down the rekey tree, for the proposal it belongs to.
+    pub(super) tree_key: Option<(ViewId, GroupKey)>,
+    /// A tree node's children still to acknowledge, and who acknowledged.
+    pub(super) tree_wait: Option<TreeWait>,
+    /// The last acknowledgement sent up the tree, repeated if the share comes again.
+    pub(super) tree_acked: Option<(ViewId, Vec<MemberId>)>,
+}
+
+/// A tree node waiting for its children's key acknowledgements.
+pub(super) struct TreeWait {
+    pub(super) proposal: ViewId,
+    pub(super) parent: SocketAddr,
+    pub(super) parent_id: MemberId,
+    pub(super) children: Vec<MemberId>,
+    pub(super) holders: BTreeSet<MemberId>,
+    pub(super) deadline: Timestamp,
+}
+
+/// Splits `members` among up to `degree` children: each child gets the members below it.
+pub(super) fn split_tree(members: &[Member], degree: usize) -> Vec<(Member, Vec<Member>)> {
+    let degree = degree.max(1);
+    if members.is_empty() {
+        return Vec::new();
+    }
+    let children = degree.min(members.len());
+    let mut out = Vec::with_capacity(children);
+    // Child i takes a contiguous share: its first member is the child, the rest below it.
+    let base = members.len() / children;
+    let extra = members.len() % children;
+    let mut start = 0;
+    for i in 0..children {
+        let len = base + usize::from(i < extra);
+        let share = &members[start..start + len];
+        out.push((share[0], share[1..].to_vec()));
+        start += len;
+    }
+    out
+}
+
+impl GroupMember {
+    /// The members a tree rekey reaches: the surviving members other than the coordinator.
+    /// Joiners get the key in their Welcome, over their pair channel with the coordinator.
+    pub(super) fn tree_members(&self) -> Vec<Member> {
+        let Some(c) = self.view_change.coordinator.as_ref() else {
+            return Vec::new();
+        };
+        c.survivors
+            .iter()
+            .filter(|r| **r != self.rank)
+            .filter_map(|r| self.member_at(*r))
+            .collect()
+    }
+
+    pub(super) fn start_key_phase(&mut self, now: Timestamp) {
+        let rekey = self
+            .view_change
+            .coordinator
+            .as_ref()
+            .is_some_and(|c| c.rekey);
+        if !rekey {
+            self.send_install(now);
+            return;
+        }
+        let epoch = self
+            .group_key
+            .as_ref()
+            .map_or(0, |k| k.epoch)
+            .saturating_add(1);
+        let exchanged = self
+            .view_change
+            .coordinator
+            .as_mut()
+            .and_then(|c| c.exchange.take());
+        let key = match exchanged {
+            Some(k) => k,
+            None => self.fresh_key(epoch),
+        };
+        match self.config.rekey_method {
+            RekeyMethod::OneMessage => {
+                if let Some(c) = self.view_change.coordinator.as_mut() {
+                    c.new_key = Some(key);
+                    c.phase = Phase::Pairing;
+                    c.resend_at = now;
+                    c.deadline = now.saturating_add(self.config.flush_timeout);
+                }
+                self.progress_flush(now);
+            }
+            RekeyMethod::Tree { .. } => {
+                if let Some(c) = self.view_change.coordinator.as_mut() {
+                    c.new_key = Some(key);
+                    c.phase = Phase::Tree;
+                    c.tree_holders.clear();
+                    c.resend_at = now;
+                    c.deadline = now.saturating_add(self.config.flush_timeout);
+                }
+                self.progress_flush(now);
+            }
+        }
+    }
+
+    /// Coordinator: sends the fresh key to its tree children that do not hold it yet.
+    pub(super) fn send_tree_shares(&mut self, now: Timestamp) {
+        let RekeyMethod::Tree { degree } = self.config.rekey_method else {
+            return;
+        };
+        let members = self.tree_members();
+        let Some(c) = self.view_change.coordinator.as_mut() else {
+            return;
+        };
+        c.resend_at = now.saturating_add(self.config.flush_timeout / 4);
+        let Some(key) = c.new_key.as_ref() else {
+            return;
+        };
+        let (proposal, epoch, key) = (c.proposal, key.epoch, Zeroizing::new(key.expose().to_vec()));
+        let holders = c.tree_holders.clone();
+        for (child, below) in split_tree(&members, degree) {
+            if holders.contains(&child.id) && below.iter().all(|m| holders.contains(&m.id)) {
+                continue;
+            }
+            let share = PairMsg::KeyShare {
+                proposal,
+                key_epoch: epoch,
+                key: key.clone(),
+                below,
+                degree: degree as u16,
+            };
+            self.send_pair(now, child.addr, Some(child.id), &share);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_key_share(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        addr: SocketAddr,
+        proposal: ViewId,
+        key_epoch: u64,
+        key: Zeroizing<Vec<u8>>,
+        below: Vec<Member>,
+        degree: u16,
+    ) {
+        // Only the proposal's coordinator or a member of the current view (a tree parent)
+        // may hand out keys, and only for a proposal this member is flushing for.
+        let in_view = self.view.as_ref().is_some_and(|v| v.contains(&peer));
+        let expected = self.view_change.flushing.as_ref().is_some_and(|f| {
+            f.proposal == proposal && (f.survivors.contains(&peer) || peer == proposal.coordinator)
+        });
+        if key.len() != GROUP_KEY_LEN || !in_view || !expected || degree == 0 {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        if self
+            .tree
+            .tree_key
+            .as_ref()
+            .is_some_and(|(p, _)| *p == proposal)
+        {
+            // A resent share: forward again to children that did not answer, or repeat the
+            // acknowledgement.
+            match self.tree.tree_wait.as_ref() {
+                Some(t) => {
+                    let holders = t.holders.clone();
+                    for (child, sub) in split_tree(&below, usize::from(degree)) {
+                        if holders.contains(&child.id) {
+                            continue;
+                        }
+                        let share = PairMsg::KeyShare {
+                            proposal,
+                            key_epoch,
+                            key: key.clone(),
+                            below: sub,
+                            degree,
+                        };
+                        self.send_pair(now, child.addr, Some(child.id), &share);
+                    }
+                }
+                None => {
+                    if let Some((p, holders)) = self.tree.tree_acked.clone() {
+                        if p == proposal {
+                            let ack = PairMsg::KeyAck { proposal, holders };
+                            self.send_pair(now, addr, Some(peer), &ack);
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        let group_key = GroupKey::new(key_epoch, Secret::from_slice(&key));
+        let children = split_tree(&below, usize::from(degree));
+        for (child, sub) in &children {
+            let share = PairMsg::KeyShare {
+                proposal,
+                key_epoch,
+                key: key.clone(),
+                below: sub.clone(),
+                degree,
+            };
+            self.send_pair(now, child.addr, Some(child.id), &share);
+        }
+        self.tree.tree_key = Some((proposal, group_key));
+        let mut holders = BTreeSet::new();
+        holders.insert(self.id);
+        self.tree.tree_wait = Some(TreeWait {
+            proposal,
+            parent: addr,
+            parent_id: peer,
+            children: children.iter().map(|(c, _)| c.id).collect(),
+            holders,
+            deadline: now.saturating_add(self.config.flush_timeout / 2),
+        });
+        self.progress_tree(now, false);
+    }
+
+    pub(super) fn on_key_ack(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        proposal: ViewId,
+        holders: Vec<MemberId>,
+    ) {
+        if let Some(c) = self.view_change.coordinator.as_mut() {
+            if c.proposal == proposal && c.phase == Phase::Tree {
+                c.tree_holders.insert(peer);
+                c.tree_holders.extend(holders);
+                self.progress_flush(now);
+                return;
+            }
+        }
+        if let Some(t) = self.tree.tree_wait.as_mut() {
+            if t.proposal == proposal && t.children.contains(&peer) {
+                t.holders.insert(peer);
+                t.holders.extend(holders);
+                self.progress_tree(now, false);
+            }
+        }
+    }
+
+    /// A tree node acknowledges up once all children answered (or at its deadline, with
+    /// those that did).
+    pub(super) fn progress_tree(&mut self, now: Timestamp, timed_out: bool) {
+        let Some(t) = self.tree.tree_wait.as_ref() else {
+            return;
+        };
+        let complete = t.children.iter().all(|c| t.holders.contains(c));
+        if complete || timed_out || now >= t.deadline {
+            let ack = PairMsg::KeyAck {
+                proposal: t.proposal,
+                holders: t.holders.iter().copied().collect(),
+            };
+            let (parent, parent_id) = (t.parent, t.parent_id);
+            self.tree.tree_acked = Some((t.proposal, t.holders.iter().copied().collect()));
+            self.tree.tree_wait = None;
+            self.send_pair(now, parent, Some(parent_id), &ack);
+        }
+    }
+}

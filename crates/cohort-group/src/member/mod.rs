@@ -1,0 +1,565 @@
+//! The group member state machine: membership, the sequencer, the flush that makes view
+//! changes virtually synchronous, and key installation. See the crate README for the
+//! protocol walk-through.
+//!
+//! ```text
+//!  app: send / rekey / leave                         poll_event: View, Deliver, Rekeyed...
+//!        │                                                   ^
+//!        v                                                   │
+//!  ┌──────────────── GroupMember ─────────────────────────────┴──────────┐
+//!  │ reliable: pending ─Submit─> leader (sequencer) ─Ordered─> all: log │
+//!  │           ─> deliver in order;  gaps ─Nak─> leader                 │
+//!  │ unreliable: ─Unreliable─> every member                             │
+//!  │ membership: heartbeats; suspicion; Flush ─> FlushOk ─> Install     │
+//!  │ keys: ViewKeys per view (gears), GroupKey per epoch, PairTable     │
+//!  └──────┬───────────────────────────────────────────────┬────────────┘
+//!         │ protected group packets (gears, view key)       │ pair channel (joins,
+//!         v                                                 v  key shares)
+//!                                 UDP
+//! ```
+
+use crate::channels::Pairs;
+use crate::config::{AuthMode, ConfigError, ConfigField, GroupConfig, Protection};
+use crate::event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
+use crate::exchange::GOSSIP_KIND;
+use crate::id::{Member, MemberId, View};
+use crate::kdc_pair::{KdcCredentials, KdcPairTable};
+use crate::keys::{GearPlan, GroupKey, ViewKeys};
+use crate::pair::PairTable;
+use crate::wire::Msg;
+use cohort_channel::identity::Identity;
+use cohort_core::{Machine, Timestamp, Transmit};
+use cohort_crypto::CryptoProvider;
+use cohort_gears::controller::{Controller, ControllerConfig};
+use cohort_gears::PACKET_VERSION;
+use flush::ViewChange;
+use heal::Heal;
+use heartbeat::Liveness;
+use join::Admission;
+use join::Joining;
+use key_tree::KeyTree;
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use reliable::Reliable;
+use reliable::{OrderedMsg, Pending};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::net::SocketAddr;
+
+mod flush;
+mod heal;
+mod heartbeat;
+mod install;
+mod join;
+mod key_tree;
+mod output;
+mod receive;
+mod reliable;
+mod timers;
+mod trust;
+
+/// Most members a view admits: an Install lists every member in about 55 bytes, and must
+/// fit one datagram (wrapped keys beyond about 600 members go in per-member copies).
+pub const MAX_VIEW_MEMBERS: usize = 1024;
+
+/// How a member proves who it is: the choice between the two authentication modes.
+pub enum Credentials {
+    /// An Ed25519 identity ([`AuthMode::IdentityKeys`]).
+    Identity(Identity),
+    /// A principal's long-term key and its KDC ([`AuthMode::Kdc`]).
+    Kdc(KdcCredentials),
+}
+
+impl From<Identity> for Credentials {
+    fn from(identity: Identity) -> Self {
+        Credentials::Identity(identity)
+    }
+}
+
+impl From<KdcCredentials> for Credentials {
+    fn from(credentials: KdcCredentials) -> Self {
+        Credentials::Kdc(credentials)
+    }
+}
+
+/// One member of a secure group: see the crate README for the protocol.
+pub struct GroupMember {
+    provider: CryptoProvider,
+    /// Signs the Installs this member coordinates.
+    /// The Ed25519 identity (None in KDC mode).
+    identity: Option<Identity>,
+    id: MemberId,
+    addr: SocketAddr,
+    config: GroupConfig,
+    plan: GearPlan,
+    controller: Option<Controller>,
+    rng: ChaCha20Rng,
+    pairs: Pairs,
+
+    joining: Option<Joining>,
+    /// Every member seen in a view, and the contacts given to `start`: where a leader looks
+    /// for other components of the group.
+    known: BTreeMap<MemberId, SocketAddr>,
+    contacts: Vec<SocketAddr>,
+    /// The leader's side of healing partitions (`heal.rs`).
+    heal: Heal,
+    /// Who may be let in (`join.rs`).
+    admission: Admission,
+    /// A view change wanted, coordinated or taken part in (`flush.rs`).
+    view_change: ViewChange,
+    /// Principals seen leaving a view of their own accord. No Exchange runs with them (a
+    /// ticket would hand them the key drawn to keep them out): they come back by joining,
+    /// which draws a fresh key. (Members removed as untrusted get nothing either, by trust;
+    /// members removed as suspected or lagging did not choose to go, and a partitioned or
+    /// slow member merges back by Exchange like any component.) At most 4096.
+    departed: BTreeSet<MemberId>,
+    incarnation: u64,
+    /// Incarnations of the view's members, by rank.
+    incarnations: Vec<u64>,
+    expelled: bool,
+    view: Option<View>,
+    rank: u16,
+    keys: Option<ViewKeys>,
+    old_views: Vec<OldView>,
+    group_key: Option<GroupKey>,
+    key_ledger: Vec<(u64, [u8; 8])>,
+    last_rekey: Timestamp,
+
+    /// The reliable channel in this view (`reliable.rs`).
+    reliable: Reliable,
+    next_unreliable: u64,
+    delivered_unreliable: u64,
+
+    /// Heartbeats (`heartbeat.rs`).
+    liveness: Liveness,
+    /// This member's place in a tree rekey (`key_tree.rs`).
+    tree: KeyTree,
+    leaving: Option<Timestamp>,
+
+    load: f32,
+    out: VecDeque<(SocketAddr, Vec<u8>)>,
+    events: VecDeque<GroupEvent>,
+    counters: DropCounters,
+    insecure_reported: HashMap<SocketAddr, Timestamp>,
+    scratch: Vec<u8>,
+}
+
+/// A previous view kept for its grace window: its keys, members and log answer late NAKs
+/// and accept late unreliable traffic.
+struct OldView {
+    view: View,
+    keys: ViewKeys,
+    log: BTreeMap<u64, OrderedMsg>,
+    expires: Timestamp,
+}
+
+impl GroupMember {
+    /// A member proving itself with `credentials`, reached at `addr`. `seed` seeds its
+    /// randomness (keys, nonces): take it from the OS in production, from the simulator in
+    /// tests. The credentials must match `config.auth`: an Ed25519 identity for identity
+    /// keys, KDC credentials (principal, long-term key, KDC) for KDC mode, where no
+    /// public-key operation runs anywhere.
+    pub fn new(
+        provider: CryptoProvider,
+        credentials: impl Into<Credentials>,
+        addr: SocketAddr,
+        config: GroupConfig,
+        seed: [u8; 32],
+    ) -> Result<Self, ConfigError> {
+        let mut rng = ChaCha20Rng::from_seed(seed);
+        let mut pair_seed = [0u8; 32];
+        rng.fill_bytes(&mut pair_seed);
+        match (credentials.into(), config.auth) {
+            (Credentials::Identity(identity), AuthMode::IdentityKeys) => {
+                let id = MemberId(identity.public());
+                let pairs = Pairs::Identity(Box::new(PairTable::new(
+                    provider,
+                    identity.clone(),
+                    &config.group,
+                    config.trust.clone(),
+                    pair_seed,
+                )));
+                Self::assemble(provider, Some(identity), id, pairs, addr, config, rng)
+            }
+            (Credentials::Kdc(credentials), AuthMode::Kdc) => {
+                let id = MemberId::from_principal(&credentials.name);
+                let pairs = Pairs::Kdc(Box::new(KdcPairTable::new(
+                    provider,
+                    credentials,
+                    &config.group,
+                    config.trust.clone(),
+                    config.trust_any_registered,
+                    pair_seed,
+                )));
+                Self::assemble(provider, None, id, pairs, addr, config, rng)
+            }
+            (Credentials::Identity(_), _) => Err(ConfigError::new(
+                ConfigField::Auth,
+                "a KDC-mode member needs KDC credentials, not an identity",
+            )),
+            (Credentials::Kdc(_), _) => Err(ConfigError::new(
+                ConfigField::Auth,
+                "KDC credentials need a KDC-mode config",
+            )),
+        }
+    }
+
+    pub(super) fn assemble(
+        provider: CryptoProvider,
+        identity: Option<Identity>,
+        id: MemberId,
+        pairs: Pairs,
+        addr: SocketAddr,
+        config: GroupConfig,
+        rng: ChaCha20Rng,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let plan = GearPlan::new(&config.protection);
+        let controller = match &config.protection {
+            Protection::Authenticate {
+                gears, floor_bits, ..
+            } if gears.len() > 1 => Some(
+                Controller::new(ControllerConfig::new(*floor_bits, plan.gears))
+                    .map_err(|e| ConfigError::new(ConfigField::Protection, e.to_string()))?,
+            ),
+            _ => None,
+        };
+        Ok(GroupMember {
+            provider,
+            identity,
+            id,
+            addr,
+            config,
+            plan,
+            controller,
+            rng,
+            pairs,
+            joining: None,
+            known: BTreeMap::new(),
+            contacts: Vec::new(),
+            departed: BTreeSet::new(),
+            incarnation: 0,
+            incarnations: Vec::new(),
+            expelled: false,
+            view: None,
+            rank: 0,
+            keys: None,
+            old_views: Vec::new(),
+            group_key: None,
+            key_ledger: Vec::new(),
+            last_rekey: Timestamp::ZERO,
+            next_unreliable: 0,
+            delivered_unreliable: 0,
+            leaving: None,
+            heal: Heal::default(),
+            admission: Admission::default(),
+            reliable: Reliable::default(),
+            liveness: Liveness::default(),
+            view_change: ViewChange::default(),
+            tree: KeyTree::default(),
+            load: 0.0,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            counters: DropCounters::default(),
+            insecure_reported: HashMap::new(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Starts: joins through `contacts`, or founds the group alone when there are none. With
+    /// contacts, it founds the group only when every contact that answers is outside any
+    /// group and ranks after it (by key bytes), or when nobody answers for three suspicion
+    /// timeouts.
+    pub fn start(&mut self, now: Timestamp, contacts: &[SocketAddr]) {
+        self.expelled = false;
+        self.leaving = None;
+        self.incarnation = self.rng.next_u64();
+        let contacts: Vec<SocketAddr> = contacts
+            .iter()
+            .copied()
+            .filter(|a| *a != self.addr)
+            .collect();
+        for c in &contacts {
+            if !self.contacts.contains(c) {
+                self.contacts.push(*c);
+            }
+        }
+        if contacts.is_empty() {
+            self.found(now);
+            return;
+        }
+        self.joining = Some(Joining::new(contacts, now));
+        self.drive_join(now);
+    }
+
+    /// This member's id.
+    pub fn id(&self) -> MemberId {
+        self.id
+    }
+
+    /// The installed view.
+    pub fn view(&self) -> Option<&View> {
+        self.view.as_ref()
+    }
+
+    /// Sends `data` on `channel`; returns the message's per-sender number. During a view
+    /// change reliable messages wait and are sent in the next view (Ensemble's "block").
+    pub fn send(
+        &mut self,
+        now: Timestamp,
+        channel: Channel,
+        data: &[u8],
+    ) -> Result<u64, SendError> {
+        if data.len() > self.config.max_message_len {
+            return Err(SendError::TooLong);
+        }
+        // A member that dissolved its component to merge into another keeps taking reliable
+        // messages: they wait with its undelivered ones and go out in the view it joins.
+        let merging = self.joining.is_some() && self.group_key.is_some();
+        let reliable_ok = self.view.is_some() || (merging && channel == Channel::Reliable);
+        if !reliable_ok || self.expelled {
+            return Err(SendError::NotInGroup);
+        }
+        match channel {
+            Channel::Unreliable => {
+                let seq = self.next_unreliable;
+                self.next_unreliable += 1;
+                let view = self.view.as_ref().map(|v| v.id);
+                let msg = Msg::Unreliable {
+                    seq,
+                    data: data.to_vec(),
+                };
+                self.broadcast(&msg);
+                if let Some(view) = view {
+                    self.delivered_unreliable += 1;
+                    self.events.push_back(GroupEvent::Deliver {
+                        channel: Channel::Unreliable,
+                        sender: self.id,
+                        view,
+                        seq,
+                        order: None,
+                        data: data.to_vec(),
+                    });
+                }
+                Ok(seq)
+            }
+            Channel::Reliable => {
+                if self.reliable.pending.len() >= self.config.send_window {
+                    return Err(SendError::WindowFull);
+                }
+                let seq = self.reliable.next_reliable;
+                self.reliable.next_reliable += 1;
+                self.reliable.pending.push_back(Pending {
+                    seq,
+                    data: data.to_vec(),
+                    sent_at: None,
+                });
+                self.submit_pending(now);
+                Ok(seq)
+            }
+        }
+    }
+
+    /// Asks for a fresh group key now (the leader runs the rekey).
+    pub fn rekey(&mut self, now: Timestamp) {
+        if self.is_leader() {
+            self.view_change.rekey_wanted.get_or_insert(now);
+            self.maybe_start_change(now);
+        } else if let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) {
+            self.send_msg(leader, &Msg::RekeyRequest);
+        }
+    }
+
+    /// Leaves the group: the leader installs a view without this member.
+    pub fn leave(&mut self, now: Timestamp) {
+        if self.view.is_none() {
+            self.expelled = true;
+            self.joining = None;
+            self.events.push_back(GroupEvent::Expelled {
+                reason: RemovalReason::Left,
+            });
+            return;
+        }
+        self.leaving = Some(now);
+        if self.is_leader() {
+            self.view_change
+                .change_wanted
+                .push((self.id, RemovalReason::Left));
+            self.maybe_start_change(now);
+        } else if let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) {
+            self.send_msg(leader, &Msg::Leave);
+        }
+    }
+
+    /// Reports local CPU load (0.0 to 1.0) to the group's gear controllers.
+    pub fn set_load(&mut self, load: f32) {
+        if load.is_finite() {
+            self.load = load.clamp(0.0, 1.0);
+        }
+    }
+
+    /// A snapshot for `status`.
+    pub fn status(&self) -> Status {
+        Status {
+            view: self.view.clone(),
+            changing_view: self.view_change.flushing.is_some()
+                || self.view_change.coordinator.is_some(),
+            delivered_reliable: self.reliable.delivered_reliable,
+            delivered_unreliable: self.delivered_unreliable,
+            pending: self.reliable.pending.len(),
+            gear: self.current_gear().name(),
+            dropped: self.counters,
+            key_fingerprint: self.key_fingerprint().map(hex::encode),
+        }
+    }
+
+    /// Fingerprints of the keys this member took from another component's leader through an
+    /// Exchange (it coordinated the empty view change that installed them).
+    pub fn exchanged_keys(&self) -> &[[u8; 8]] {
+        &self.heal.exchanged
+    }
+
+    /// KDC mode: how many valid join tokens (LSGC message 5) were presented to this member.
+    pub fn tokens_checked(&self) -> u64 {
+        self.admission.tokens_checked
+    }
+
+    /// Dropped packets by reason.
+    pub fn counters(&self) -> &DropCounters {
+        &self.counters
+    }
+
+    /// Fingerprints (epoch, first 8 bytes of a SHA-256 of the key) of every group key this
+    /// member ever held: for checkers of who learned which key.
+    pub fn key_ledger(&self) -> &[(u64, [u8; 8])] {
+        &self.key_ledger
+    }
+
+    /// A one-line summary of the protocol state, for debugging tests.
+    #[doc(hidden)]
+    pub fn debug_state(&self) -> String {
+        format!(
+            "view {:?} rank {} joining {} flushing {:?} coordinating {:?} leader_heard {:?} pending {} delivered {}",
+            self.view.as_ref().map(|v| v.id.to_string()),
+            self.rank,
+            self.joining.is_some(),
+            self.view_change.flushing.as_ref().map(|f| (f.proposal.to_string(), f.coordinator, f.install.is_some())),
+            self.view_change.coordinator.as_ref().map(|c| (c.proposal.to_string(), c.phase, c.survivors.clone(), c.answers.keys().copied().collect::<Vec<_>>())),
+            self.liveness.leader_heard,
+            self.reliable.pending.len(),
+            self.reliable.delivered,
+        )
+    }
+
+    /// The fingerprint of the key the current view uses, if any.
+    pub fn key_fingerprint(&self) -> Option<[u8; 8]> {
+        self.group_key
+            .as_ref()
+            .map(|k| k.fingerprint(&self.provider))
+    }
+
+    pub(super) fn is_leader(&self) -> bool {
+        self.view.is_some() && self.rank == 0 && !self.expelled
+    }
+
+    pub(super) fn others(&self) -> impl Iterator<Item = &Member> + '_ {
+        let me = self.id;
+        self.view
+            .iter()
+            .flat_map(|v| v.members.iter())
+            .filter(move |m| m.id != me)
+    }
+
+    pub(super) fn member_at(&self, rank: u16) -> Option<Member> {
+        self.view
+            .as_ref()
+            .and_then(|v| v.members.get(usize::from(rank)).copied())
+    }
+}
+
+impl Machine for GroupMember {
+    type Event = GroupEvent;
+
+    fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
+        if self.pairs.kdc() == Some(from) {
+            self.pairs.handle_kdc(now, data);
+            self.drain_pairs(now);
+            return;
+        }
+        match data.first() {
+            Some(&PACKET_VERSION) => self.handle_group_packet(now, from, data),
+            Some(k) if *k == self.pairs.kind() => {
+                self.pairs.handle_datagram(now, from, data);
+                self.drain_pairs(now);
+            }
+            Some(&GOSSIP_KIND) => self.handle_gossip(now, from, data),
+            _ => self.counters.count(Drop::Malformed),
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Timestamp) {
+        self.pairs.handle_timeout(now);
+        self.drain_pairs(now);
+        self.on_tick(now);
+    }
+
+    fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
+        // Pair-channel traffic first: a joiner's Welcome must not trail the next Flush,
+        // which it could not open without the key the Welcome carries.
+        if let Some(t) = self.pairs.poll_transmit(now, buf) {
+            return Some(t);
+        }
+        let (to, packet) = self.out.pop_front()?;
+        buf.extend_from_slice(&packet);
+        Some(Transmit {
+            destination: to,
+            size: packet.len(),
+        })
+    }
+
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        let mut t: Option<Timestamp> = self.pairs.poll_timeout();
+        let mut consider = |x: Timestamp| {
+            t = Some(t.map_or(x, |y| y.min(x)));
+        };
+        if let Some(j) = self.joining.as_ref() {
+            consider(j.next_try);
+        }
+        if self.view.is_some() && !self.expelled {
+            consider(self.liveness.next_heartbeat);
+            if self.rank == 0 {
+                consider(self.heal.next_gossip);
+            }
+            if self.rank != 0
+                && self.reliable.known_end > self.reliable.delivered
+                && self.view_change.flushing.is_none()
+                && self.view_change.coordinator.is_none()
+            {
+                // A NAK retry (on_tick sends one, which moves last_nak on).
+                let retry = self.config.heartbeat_interval / 8;
+                consider(
+                    self.reliable
+                        .last_nak
+                        .map_or(self.liveness.next_heartbeat, |t| t.saturating_add(retry)),
+                );
+            }
+            if let Some(c) = self.view_change.coordinator.as_ref() {
+                consider(c.deadline);
+                consider(c.resend_at);
+            }
+        }
+        if let Some(a) = self.view_change.announce.as_ref() {
+            consider(a.resend_at);
+        }
+        if let Some(tw) = self.tree.tree_wait.as_ref() {
+            consider(tw.deadline);
+        }
+        for o in &self.old_views {
+            consider(o.expires);
+        }
+        t
+    }
+
+    fn poll_event(&mut self) -> Option<GroupEvent> {
+        self.events.pop_front()
+    }
+}

@@ -1,0 +1,108 @@
+//! TODO-OWNS
+
+use super::GroupMember;
+use crate::id::{MemberId, ViewId};
+use crate::keys::ViewKeys;
+use crate::wire::{Msg, PairMsg};
+use cohort_core::Timestamp;
+use cohort_gears::GearId;
+use std::net::SocketAddr;
+use zeroize::Zeroizing;
+
+/// Protects `[dest][msg]` under `keys` (`scratch` is the encoding buffer).
+pub(super) fn seal_body(
+    keys: &mut ViewKeys,
+    gears: &[GearId],
+    dest: u16,
+    msg: &Msg,
+    scratch: &mut Vec<u8>,
+) -> Option<Vec<u8>> {
+    scratch.clear();
+    scratch.extend_from_slice(&dest.to_be_bytes());
+    msg.encode(scratch);
+    let mut packet = Vec::with_capacity(scratch.len() + 48);
+    keys.seal(gears, scratch, &mut packet).ok()?;
+    Some(packet)
+}
+
+/// The destination rank of a packet sent to every member.
+pub(super) const BROADCAST: u16 = u16::MAX;
+
+impl GroupMember {
+    pub(super) fn current_gear(&self) -> GearId {
+        match &self.controller {
+            Some(c) => c.current(),
+            None => self.plan.ladder[0],
+        }
+    }
+
+    pub(super) fn send_gears(&self) -> Vec<GearId> {
+        let current = self.current_gear();
+        let strongest = self.plan.ladder[0];
+        if self.plan.dual_tags && current != strongest {
+            vec![strongest, current]
+        } else {
+            vec![current]
+        }
+    }
+
+    /// Protects `msg` under the current view's keys for the member at `to` (the body names
+    /// the destination's rank, so a copy replayed to another member is refused).
+    pub(super) fn send_msg(&mut self, to: SocketAddr, msg: &Msg) {
+        let dest = self
+            .view
+            .as_ref()
+            .and_then(|v| v.members.iter().position(|m| m.addr == to))
+            .map_or(BROADCAST, |r| r as u16);
+        if let Some(packet) = self.seal(dest, msg) {
+            self.out.push_back((to, packet));
+        }
+    }
+
+    /// Protects `msg` once and sends the same packet to every other member: every receiver
+    /// sees the same sequence number, so a copy replayed anywhere hits a replay window.
+    pub(super) fn broadcast(&mut self, msg: &Msg) {
+        let Some(packet) = self.seal(BROADCAST, msg) else {
+            return;
+        };
+        let others: Vec<SocketAddr> = self.others().map(|m| m.addr).collect();
+        for addr in others {
+            self.out.push_back((addr, packet.clone()));
+        }
+    }
+
+    pub(super) fn seal(&mut self, dest: u16, msg: &Msg) -> Option<Vec<u8>> {
+        let gears = self.send_gears();
+        let keys = self.keys.as_mut()?;
+        seal_body(keys, &gears, dest, msg, &mut self.scratch)
+    }
+
+    /// As `send_msg`, under a kept old view's keys.
+    pub(super) fn send_msg_old(&mut self, view: ViewId, to: SocketAddr, msg: &Msg) {
+        let gears = self.send_gears();
+        let Some(old) = self.old_views.iter_mut().find(|o| o.view.id == view) else {
+            return;
+        };
+        let dest = old
+            .view
+            .members
+            .iter()
+            .position(|m| m.addr == to)
+            .map_or(BROADCAST, |r| r as u16);
+        if let Some(packet) = seal_body(&mut old.keys, &gears, dest, msg, &mut self.scratch) {
+            self.out.push_back((to, packet));
+        }
+    }
+
+    pub(super) fn send_pair(
+        &mut self,
+        now: Timestamp,
+        to: SocketAddr,
+        expect: Option<MemberId>,
+        msg: &PairMsg,
+    ) {
+        let mut body = Zeroizing::new(Vec::new());
+        msg.encode(&mut body);
+        self.pairs.send(now, to, expect, &body);
+    }
+}

@@ -1,0 +1,397 @@
+//! TODO-OWNS
+
+use super::flush::Phase;
+use super::output::BROADCAST;
+use super::reliable::nak_answers;
+use super::GroupMember;
+use crate::event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason};
+use crate::id::MemberId;
+use crate::keys;
+use crate::pair::PairEvent;
+use crate::wire::{Msg, PairMsg};
+use cohort_core::Timestamp;
+use cohort_gears::DropReason;
+use std::net::SocketAddr;
+use std::time::Duration;
+use zeroize::Zeroize;
+
+/// Parses a protected body: the destination rank, then the message. A message for another
+/// member (a copy replayed to the wrong place) is dropped as unexpected.
+pub(super) fn decode_for(body: &[u8], my_rank: u16, counters: &mut DropCounters) -> Option<Msg> {
+    if body.len() < 2 {
+        counters.count(Drop::Malformed);
+        return None;
+    }
+    let dest = u16::from_be_bytes([body[0], body[1]]);
+    if dest != BROADCAST && dest != my_rank {
+        counters.count(Drop::Unexpected);
+        return None;
+    }
+    let msg = Msg::decode(&body[2..]);
+    if msg.is_none() {
+        counters.count(Drop::Malformed);
+    }
+    msg
+}
+
+impl GroupMember {
+    pub(super) fn handle_group_packet(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
+        let Some((slot, _)) = keys::peek_header(data) else {
+            self.counters.count(Drop::Malformed);
+            return;
+        };
+        let mut packet = data.to_vec();
+        let current = self.keys.as_ref().is_some_and(|k| k.slot() == slot);
+        if current {
+            let Some(keys) = self.keys.as_mut() else {
+                return;
+            };
+            match keys.open(&mut packet) {
+                Ok((rank, body)) => {
+                    let my = self.rank;
+                    let broadcast = packet[body.clone()].starts_with(&BROADCAST.to_be_bytes());
+                    let Some(msg) = decode_for(&packet[body], my, &mut self.counters) else {
+                        return;
+                    };
+                    // A submission addressed to everyone is relayed by the sequencer as it
+                    // came, so it keeps the original bytes.
+                    let raw = (broadcast && matches!(msg, Msg::Submit { .. })).then_some(data);
+                    self.handle_msg(now, from, rank, msg, raw);
+                }
+                Err(e) => self.count_open_failure(now, from, e),
+            }
+            return;
+        }
+        if let Some(i) = self.old_views.iter().position(|o| o.keys.slot() == slot) {
+            let result = self.old_views[i].keys.open(&mut packet);
+            match result {
+                Ok((rank, body)) => {
+                    let Some(my) = self.old_views[i].view.rank_of(&self.id) else {
+                        return;
+                    };
+                    let Some(msg) = decode_for(&packet[body], my as u16, &mut self.counters) else {
+                        return;
+                    };
+                    self.handle_old_msg(now, i, rank, msg);
+                }
+                Err(e) => self.count_open_failure(now, from, e),
+            }
+            return;
+        }
+        self.counters.count(Drop::KeyNotHeld);
+        self.maybe_insecure(now, from);
+    }
+
+    pub(super) fn count_open_failure(&mut self, now: Timestamp, from: SocketAddr, e: DropReason) {
+        match e {
+            DropReason::Replayed | DropReason::TooOld => self.counters.count(Drop::Replayed),
+            DropReason::AuthFailed => {
+                self.counters.count(Drop::AuthFailed);
+                self.maybe_insecure(now, from);
+            }
+            _ => self.counters.count(Drop::Malformed),
+        }
+    }
+
+    /// Reports a packet under a key not held from an address outside the view (another
+    /// component, perhaps), at most once per second per address.
+    pub(super) fn maybe_insecure(&mut self, now: Timestamp, from: SocketAddr) {
+        if self
+            .view
+            .as_ref()
+            .is_some_and(|v| v.members.iter().any(|m| m.addr == from))
+        {
+            return;
+        }
+        if self.insecure_reported.len() >= 1024 {
+            // Bounded: forget addresses not reported within the last second; if the table is
+            // still full (a flood from many addresses), report nothing new.
+            self.insecure_reported
+                .retain(|_, t| now.saturating_duration_since(*t) < Duration::from_secs(1));
+            if self.insecure_reported.len() >= 1024 {
+                return;
+            }
+        }
+        let last = self.insecure_reported.get(&from).copied();
+        if last.is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1)) {
+            self.insecure_reported.insert(from, now);
+            self.events.push_back(GroupEvent::Insecure { from });
+        }
+    }
+
+    pub(super) fn handle_msg(
+        &mut self,
+        now: Timestamp,
+        from: SocketAddr,
+        rank: u16,
+        msg: Msg,
+        raw: Option<&[u8]>,
+    ) {
+        let Some(sender) = self.member_at(rank) else {
+            self.counters.count(Drop::Unexpected);
+            return;
+        };
+        if sender.id == self.id {
+            // Our own keys: a reflected or replayed packet.
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let _ = from;
+        if rank == 0 {
+            self.liveness.leader_heard = now;
+        }
+        if let Some(f) = self.view_change.flushing.as_ref() {
+            if f.coordinator == rank {
+                self.liveness.leader_heard = now;
+            }
+        }
+        if let Some(s) = self.reliable.sequencer.as_mut() {
+            s.heard[usize::from(rank)] = now;
+        }
+        match msg {
+            Msg::Heartbeat {
+                delivered,
+                ordered,
+                stable,
+                load,
+                failures,
+            } => self.on_heartbeat(now, rank, delivered, ordered, stable, load, failures),
+            Msg::Unreliable { seq, data } => {
+                if self.view_change.flushing.is_some() && self.view_change.coordinator.is_none() {
+                    // Still delivered: the unreliable channel makes no view promise.
+                }
+                if let Some(view) = self.view.as_ref().map(|v| v.id) {
+                    self.delivered_unreliable += 1;
+                    self.events.push_back(GroupEvent::Deliver {
+                        channel: Channel::Unreliable,
+                        sender: sender.id,
+                        view,
+                        seq,
+                        order: None,
+                        data,
+                    });
+                }
+            }
+            Msg::Submit { seq, data } if self.reliable.sequencer.is_some() => {
+                self.on_submit(now, rank, seq, data, raw.map(<[u8]>::to_vec))
+            }
+            Msg::Submit { seq, data } => self.on_relayed(now, rank, seq, data),
+            Msg::Orders { first, entries } => self.on_orders(now, rank, first, entries),
+            Msg::Ordered {
+                order,
+                sender: s,
+                seq,
+                data,
+            } => self.on_ordered(now, rank, order, s, seq, data),
+            Msg::Nak { from: lo, to } => self.on_nak(now, rank, lo, to),
+            Msg::Flush {
+                proposal,
+                survivors,
+            } => self.on_flush(now, rank, proposal, survivors),
+            Msg::FlushOk {
+                proposal,
+                delivered,
+                next_seq,
+                pending,
+            } => self.on_flush_ok(now, rank, proposal, delivered, next_seq, pending),
+            Msg::Install(install) => self.on_install(now, rank, install),
+            Msg::InstallAck => {
+                if let Some(a) = self.view_change.announce.as_mut() {
+                    a.unacked.retain(|(m, _)| m.id != sender.id);
+                }
+            }
+            Msg::Leave => {
+                if self.is_leader() {
+                    if !self
+                        .view_change
+                        .change_wanted
+                        .iter()
+                        .any(|(m, _)| *m == sender.id)
+                    {
+                        self.view_change
+                            .change_wanted
+                            .push((sender.id, RemovalReason::Left));
+                    }
+                    self.maybe_start_change(now);
+                }
+            }
+            Msg::RekeyRequest => {
+                if self.is_leader() {
+                    self.view_change.rekey_wanted.get_or_insert(now);
+                    self.maybe_start_change(now);
+                }
+            }
+        }
+    }
+
+    pub(super) fn handle_old_msg(&mut self, now: Timestamp, i: usize, rank: u16, msg: Msg) {
+        let view = self.old_views[i].view.clone();
+        let Some(sender) = view.members.get(usize::from(rank)).copied() else {
+            self.counters.count(Drop::Unexpected);
+            return;
+        };
+        if sender.id == self.id {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        match msg {
+            Msg::Nak { from: lo, to } => {
+                // To the member's address, never the packet's source: no reflection.
+                for msg in nak_answers(&self.old_views[i].log, lo, to) {
+                    self.send_msg_old(view.id, sender.addr, &msg);
+                }
+            }
+            Msg::Unreliable { seq, data } => {
+                self.delivered_unreliable += 1;
+                self.events.push_back(GroupEvent::Deliver {
+                    channel: Channel::Unreliable,
+                    sender: sender.id,
+                    view: view.id,
+                    seq,
+                    order: None,
+                    data,
+                });
+            }
+            // A resent Install of the view we already have: the ack was lost.
+            Msg::Install(install) if self.view.as_ref().is_some_and(|v| v.id == install.view) => {
+                self.ack_install(&install);
+            }
+            Msg::Install(_) => {}
+            Msg::Leave | Msg::RekeyRequest => {
+                // Sent before the member saw the new view; it will ask again.
+            }
+            _ => {
+                // Heartbeats, flushes and ordering of a finished view: ignore quietly.
+            }
+        }
+        let _ = now;
+    }
+
+    pub(super) fn handle_pair_msg(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        addr: SocketAddr,
+        data: &[u8],
+    ) {
+        let Some(msg) = PairMsg::decode(data) else {
+            self.counters.count(Drop::Malformed);
+            return;
+        };
+        match msg {
+            PairMsg::JoinRequest {
+                group,
+                incarnation,
+                next_seq,
+                key_proof,
+            } => {
+                if group != self.config.group {
+                    self.counters.count(Drop::OtherGroup);
+                    return;
+                }
+                self.on_join_request(now, peer, addr, incarnation, next_seq, key_proof);
+            }
+            PairMsg::Redirect { leader } => {
+                if let Some(j) = self.joining.as_mut() {
+                    j.answered = true;
+                    j.redirected = true;
+                    j.replied.insert(addr);
+                    if !j.contacts.contains(&leader) && leader != self.addr {
+                        j.contacts.push(leader);
+                        j.next_try = now;
+                    }
+                }
+            }
+            PairMsg::NotInGroup => {
+                if let Some(j) = self.joining.as_mut() {
+                    j.answered = true;
+                    j.replied.insert(addr);
+                    j.not_in_group.insert(peer);
+                }
+            }
+            PairMsg::Welcome { install, key } => self.on_welcome(now, peer, install, key),
+            PairMsg::KeyShare {
+                proposal,
+                key_epoch,
+                key,
+                below,
+                degree,
+            } => self.on_key_share(now, peer, addr, proposal, key_epoch, key, below, degree),
+            PairMsg::KeyAck { proposal, holders } => self.on_key_ack(now, peer, proposal, holders),
+            PairMsg::Ping => {}
+            PairMsg::Ticket {
+                nonce,
+                key_epoch,
+                key,
+            } => self.on_pair_ticket(now, peer, addr, nonce, key_epoch, &key),
+            PairMsg::Grant {
+                view,
+                token,
+                members,
+            } => self.on_grant(now, peer, addr, view, token, members),
+            PairMsg::Present { view, token } => self.on_present(now, peer, view, &token),
+            PairMsg::Removed { view, reason } => {
+                // From the coordinator of a newer view than ours: it left us out.
+                let newer = self
+                    .view
+                    .as_ref()
+                    .is_some_and(|v| view > v.id && view.coordinator == peer);
+                if self.identity.is_some() || !newer {
+                    self.counters.count(Drop::Unexpected);
+                    return;
+                }
+                match reason {
+                    _ if self.leaving.is_some() => self.leave_now(RemovalReason::Left),
+                    RemovalReason::Lagged => self.leave_now(RemovalReason::Lagged),
+                    // Suspected or untrusted while alive: our own suspicion timeout moves us
+                    // on.
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    pub(super) fn drain_pairs(&mut self, now: Timestamp) {
+        while let Some(e) = self.pairs.poll_event() {
+            match e {
+                PairEvent::Established { .. } => {
+                    if self
+                        .view_change
+                        .coordinator
+                        .as_ref()
+                        .is_some_and(|c| c.phase == Phase::Pairing)
+                    {
+                        self.progress_flush(now);
+                    }
+                    // A participant whose Install waited for the pair key tries again.
+                    if self.view_change.flushing.is_some() {
+                        self.progress_flush(now);
+                    }
+                }
+                PairEvent::Message {
+                    peer,
+                    addr,
+                    mut data,
+                } => {
+                    self.handle_pair_msg(now, peer, addr, &data);
+                    // Pair messages may carry group keys.
+                    data.zeroize();
+                }
+                PairEvent::Failed { addr, reason } => {
+                    if reason.is_kdc() {
+                        self.events.push_back(GroupEvent::Refused {
+                            addr,
+                            reason: reason.as_str(),
+                        });
+                    }
+                    let why = if reason.is_trust() {
+                        Drop::Untrusted
+                    } else {
+                        Drop::PairFailed
+                    };
+                    self.counters.count(why);
+                }
+            }
+        }
+    }
+}

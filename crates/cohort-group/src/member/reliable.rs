@@ -1,0 +1,537 @@
+//! TODO-OWNS
+
+use super::flush::Phase;
+use super::output::BROADCAST;
+use super::GroupMember;
+use crate::event::{Channel, Drop, GroupEvent};
+use crate::wire::Msg;
+use cohort_core::Timestamp;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+
+/// The reliable channel in this view: the sequencer (at the leader), the log, delivery, NAKs and this member's own undelivered messages.
+#[derive(Default)]
+pub(super) struct Reliable {
+    pub(super) log: BTreeMap<u64, OrderedMsg>,
+    pub(super) delivered: u64,
+    pub(super) stable: u64,
+    pub(super) last_ack_sent: u64,
+    pub(super) last_nak: Option<Timestamp>,
+    pub(super) delivered_at_leader_heartbeat: u64,
+    pub(super) next_reliable: u64,
+    pub(super) pending: VecDeque<Pending>,
+    pub(super) delivered_reliable: u64,
+    pub(super) sequencer: Option<Sequencer>,
+    /// Relayed submissions waiting for their position: (sender rank, number) -> payload.
+    pub(super) relayed: HashMap<(u16, u64), Vec<u8>>,
+    /// Positions whose relayed submission has not arrived yet.
+    pub(super) awaiting: HashMap<(u16, u64), u64>,
+    /// Per rank: the highest message number delivered from that sender in this view.
+    pub(super) delivered_seq: Vec<Option<u64>>,
+    /// One past the highest position this member knows was given (from Orders, Ordered
+    /// or the leader's heartbeat): what it must NAK for while it has not delivered it.
+    pub(super) known_end: u64,
+}
+
+/// Most ordered positions in flight beyond what every member acknowledged (see
+/// `flow_window`). Members acknowledge every quarter of it.
+pub(super) const FLOW_WINDOW: u64 = 256;
+
+/// Most NAKed positions answered per NAK.
+pub(super) const NAK_BATCH: u64 = 64;
+
+/// A reliable message with its place in the total order.
+#[derive(Clone, Debug)]
+pub(super) struct OrderedMsg {
+    pub(super) sender: u16,
+    pub(super) seq: u64,
+    pub(super) data: Vec<u8>,
+}
+
+/// An own reliable message not yet delivered.
+pub(super) struct Pending {
+    pub(super) seq: u64,
+    pub(super) data: Vec<u8>,
+    pub(super) sent_at: Option<Timestamp>,
+}
+
+/// A submission waiting at the sequencer: the payload, and the packet as it came when it
+/// can be relayed to the members unchanged.
+pub(super) type Submission = (Vec<u8>, Option<Vec<u8>>);
+
+/// The leader's sequencer state for the current view.
+pub(super) struct Sequencer {
+    pub(super) next_order: u64,
+    /// Per rank: the next message number expected from that sender.
+    pub(super) expected: Vec<u64>,
+    /// Per rank: submissions not yet ordered (the payload, and the packet as it came when
+    /// it can be relayed).
+    pub(super) early: Vec<BTreeMap<u64, Submission>>,
+    /// Per rank: positions delivered there, from heartbeats.
+    pub(super) acked: Vec<u64>,
+    /// Per rank: last authenticated packet.
+    pub(super) heard: Vec<Timestamp>,
+    /// Per rank: latest load report (0-255) and failure count.
+    pub(super) loads: Vec<(u8, u64)>,
+    /// The sender whose turn it is to have a message ordered.
+    pub(super) turn: usize,
+    /// Since when the backlog has held ordering back.
+    pub(super) stalled_since: Option<Timestamp>,
+    /// Positions given since the last `Orders` message: (sender rank, message number).
+    pub(super) tokens: Vec<(u16, u64)>,
+}
+
+/// The answers to a NAK for positions `lo..to` from `log`: at most [`NAK_BATCH`] of them.
+pub(super) fn nak_answers(log: &BTreeMap<u64, OrderedMsg>, lo: u64, to: u64) -> Vec<Msg> {
+    let end = to.min(lo.saturating_add(NAK_BATCH));
+    log.range(lo..end)
+        .map(|(order, m)| Msg::Ordered {
+            order: *order,
+            sender: m.sender,
+            seq: m.seq,
+            data: m.data.clone(),
+        })
+        .collect()
+}
+
+impl GroupMember {
+    /// Most positions the sequencer lets run ahead of the stable point: half the backlog,
+    /// and at most [`FLOW_WINDOW`], so that a burst fits the members' socket buffers.
+    pub(super) fn flow_window(&self) -> u64 {
+        (self.config.backlog_limit as u64 / 2).clamp(1, FLOW_WINDOW)
+    }
+
+    pub(super) fn submit_pending(&mut self, now: Timestamp) {
+        if self.view_change.flushing.is_some()
+            || self.view_change.coordinator.is_some()
+            || self.view.is_none()
+        {
+            return;
+        }
+        if self.is_leader() {
+            let expected = self
+                .reliable
+                .sequencer
+                .as_ref()
+                .map_or(0, |s| s.expected[usize::from(self.rank)]);
+            let due: Vec<(u64, Vec<u8>)> = self
+                .reliable
+                .pending
+                .iter()
+                .filter(|p| p.seq >= expected)
+                .map(|p| (p.seq, p.data.clone()))
+                .collect();
+            let rank = self.rank;
+            for (seq, data) in due {
+                self.on_submit(now, rank, seq, data, None);
+            }
+            return;
+        }
+        let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) else {
+            return;
+        };
+        let resend = self.config.heartbeat_interval / 2;
+        let due: Vec<(u64, Vec<u8>)> = self
+            .reliable
+            .pending
+            .iter_mut()
+            .filter(|p| {
+                p.sent_at
+                    .is_none_or(|t| now.saturating_duration_since(t) >= resend)
+            })
+            .map(|p| {
+                p.sent_at = Some(now);
+                (p.seq, p.data.clone())
+            })
+            .collect();
+        for (seq, data) in due {
+            // Addressed to everyone, sent to the leader: it relays these very bytes.
+            if let Some(packet) = self.seal(BROADCAST, &Msg::Submit { seq, data }) {
+                self.out.push_back((leader, packet));
+            }
+        }
+    }
+
+    pub(super) fn on_submit(
+        &mut self,
+        now: Timestamp,
+        rank: u16,
+        seq: u64,
+        data: Vec<u8>,
+        raw: Option<Vec<u8>>,
+    ) {
+        if self.view_change.coordinator.is_some() || self.view_change.flushing.is_some() {
+            return;
+        }
+        let window = self.config.send_window as u64;
+        let Some(s) = self.reliable.sequencer.as_mut() else {
+            self.counters.count(Drop::Unexpected);
+            return;
+        };
+        let r = usize::from(rank);
+        if seq < s.expected[r] || seq - s.expected[r] > window {
+            return; // already ordered, or beyond the sender's window
+        }
+        s.early[r].entry(seq).or_insert((data, raw));
+        self.drain_sequencer(now);
+    }
+
+    /// Orders queued submissions while the backlog has room: senders take turns, each
+    /// sender's messages go in number order. When the backlog reaches half its limit the
+    /// sequencer waits for acknowledgements (back-pressure on every sender, the leader
+    /// included); a member that keeps it waiting too long is removed as lagging.
+    pub(super) fn drain_sequencer(&mut self, now: Timestamp) {
+        // Nothing is ordered during a view change: the flush alone decides what the view
+        // delivers (queued submissions come back as the senders' pending messages).
+        if self.view_change.coordinator.is_some() || self.view_change.flushing.is_some() {
+            return;
+        }
+        self.drain_sequencer_inner(now);
+        self.flush_tokens();
+    }
+
+    /// Sends the positions given since the last call as one `Orders` message.
+    pub(super) fn flush_tokens(&mut self) {
+        let Some(s) = self.reliable.sequencer.as_mut() else {
+            return;
+        };
+        if s.tokens.is_empty() {
+            return;
+        }
+        let entries = std::mem::take(&mut s.tokens);
+        let first = s.next_order - entries.len() as u64;
+        self.broadcast(&Msg::Orders { first, entries });
+    }
+
+    pub(super) fn drain_sequencer_inner(&mut self, now: Timestamp) {
+        let high = self.flow_window();
+        loop {
+            let stable = self.reliable.stable;
+            let Some(s) = self.reliable.sequencer.as_mut() else {
+                return;
+            };
+            let n = s.expected.len();
+            let ready = (0..n)
+                .map(|k| (s.turn + k) % n)
+                .find(|r| s.early[*r].contains_key(&s.expected[*r]));
+            let Some(r) = ready else {
+                s.stalled_since = None;
+                return;
+            };
+            if s.next_order.saturating_sub(stable) >= high {
+                s.stalled_since.get_or_insert(now);
+                return;
+            }
+            s.stalled_since = None;
+            let seq = s.expected[r];
+            let Some((data, raw)) = s.early[r].remove(&seq) else {
+                return;
+            };
+            s.expected[r] += 1;
+            s.turn = (r + 1) % n;
+            self.order(now, r as u16, seq, data, raw);
+        }
+    }
+
+    /// Sequencer: gives a message its position. The payload goes to everyone as the
+    /// sender's own sealed packet (relayed unchanged; the leader seals its own messages the
+    /// same way), the position in the next `Orders` message: one encryption per message, by
+    /// its sender, and a small token per batch.
+    pub(super) fn order(
+        &mut self,
+        now: Timestamp,
+        sender: u16,
+        seq: u64,
+        data: Vec<u8>,
+        raw: Option<Vec<u8>>,
+    ) {
+        let Some(s) = self.reliable.sequencer.as_mut() else {
+            return;
+        };
+        let order = s.next_order;
+        s.next_order += 1;
+        s.tokens.push((sender, seq));
+        if s.tokens.len() >= crate::wire::MAX_ORDERS {
+            self.flush_tokens();
+        }
+        let packet = match raw {
+            Some(p) => Some(p),
+            None if sender == self.rank => self.seal(
+                BROADCAST,
+                &Msg::Submit {
+                    seq,
+                    data: data.clone(),
+                },
+            ),
+            None => None,
+        };
+        let sender_addr = self.member_at(sender).map(|m| m.addr);
+        match packet {
+            Some(packet) => {
+                let others: Vec<SocketAddr> = self
+                    .others()
+                    .map(|m| m.addr)
+                    .filter(|a| Some(*a) != sender_addr)
+                    .collect();
+                for addr in others {
+                    self.out.push_back((addr, packet.clone()));
+                }
+            }
+            None => {
+                // Not relayable (addressed to the leader alone): members fetch it by Nak.
+            }
+        }
+        self.reliable
+            .log
+            .insert(order, OrderedMsg { sender, seq, data });
+        self.deliver_ready(now);
+    }
+
+    /// A member: a submission relayed by the sequencer; it waits for its position.
+    pub(super) fn on_relayed(&mut self, now: Timestamp, rank: u16, seq: u64, data: Vec<u8>) {
+        if self.view_change.flushing.is_some() || self.view_change.coordinator.is_some() {
+            return;
+        }
+        if let Some(order) = self.reliable.awaiting.remove(&(rank, seq)) {
+            if order >= self.reliable.delivered {
+                self.reliable.log.entry(order).or_insert(OrderedMsg {
+                    sender: rank,
+                    seq,
+                    data,
+                });
+                self.deliver_ready(now);
+            }
+            return;
+        }
+        let stale = self
+            .reliable
+            .delivered_seq
+            .get(usize::from(rank))
+            .copied()
+            .flatten()
+            .is_some_and(|d| seq <= d);
+        if stale {
+            return; // already delivered (recovered by a NAK first)
+        }
+        if self.reliable.relayed.len() >= 4 * FLOW_WINDOW as usize {
+            // Bounded. Entries pile up only when positions were recovered another way;
+            // start afresh (anything still needed is fetched by NAK).
+            self.reliable.relayed.clear();
+        }
+        self.reliable.relayed.insert((rank, seq), data);
+    }
+
+    /// A member: positions for relayed submissions (and its own).
+    pub(super) fn on_orders(
+        &mut self,
+        now: Timestamp,
+        from_rank: u16,
+        first: u64,
+        entries: Vec<(u16, u64)>,
+    ) {
+        if from_rank != 0
+            || self.view_change.flushing.is_some()
+            || self.view_change.coordinator.is_some()
+        {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let members = self.view.as_ref().map_or(0, |v| v.members.len());
+        let limit = self.reliable.delivered + self.config.backlog_limit as u64;
+        let count = entries.len() as u64;
+        for (i, (sender, seq)) in entries.into_iter().enumerate() {
+            let order = first.saturating_add(i as u64);
+            if usize::from(sender) >= members {
+                self.counters.count(Drop::Unexpected);
+                continue;
+            }
+            if order < self.reliable.delivered
+                || order >= limit
+                || self.reliable.log.contains_key(&order)
+            {
+                continue;
+            }
+            let data = if sender == self.rank {
+                self.reliable
+                    .pending
+                    .iter()
+                    .find(|p| p.seq == seq)
+                    .map(|p| p.data.clone())
+            } else {
+                self.reliable.relayed.remove(&(sender, seq))
+            };
+            match data {
+                Some(data) => {
+                    self.reliable
+                        .log
+                        .insert(order, OrderedMsg { sender, seq, data });
+                }
+                None => {
+                    if self.reliable.awaiting.len() >= 4 * FLOW_WINDOW as usize {
+                        self.reliable.awaiting.clear();
+                    }
+                    self.reliable.awaiting.insert((sender, seq), order);
+                }
+            }
+        }
+        self.deliver_ready(now);
+        let end = first.saturating_add(count);
+        self.reliable.known_end = self.reliable.known_end.max(end);
+        if self.reliable.delivered < end {
+            self.nak_gap(now, Some(end));
+        }
+    }
+
+    pub(super) fn on_ordered(
+        &mut self,
+        now: Timestamp,
+        from_rank: u16,
+        order: u64,
+        sender: u16,
+        seq: u64,
+        data: Vec<u8>,
+    ) {
+        // Accept ordering only from the sequencer, or during a flush from the coordinator
+        // or from the survivor the coordinator is fetching from.
+        let allowed = match (&self.view_change.flushing, &self.view_change.coordinator) {
+            (_, Some(c)) => matches!(c.phase, Phase::Fetch { from, .. } if from == from_rank),
+            (Some(f), None) => f.coordinator == from_rank,
+            (None, None) => from_rank == 0,
+        };
+        if !allowed {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let members = self.view.as_ref().map_or(0, |v| v.members.len());
+        if usize::from(sender) >= members {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        if order < self.reliable.delivered
+            || order >= self.reliable.delivered + self.config.backlog_limit as u64
+        {
+            return;
+        }
+        self.reliable
+            .log
+            .entry(order)
+            .or_insert(OrderedMsg { sender, seq, data });
+        if self.view_change.flushing.is_some() || self.view_change.coordinator.is_some() {
+            self.progress_flush(now);
+            return;
+        }
+        self.deliver_ready(now);
+        if self
+            .reliable
+            .log
+            .range(self.reliable.delivered..)
+            .next()
+            .is_some()
+        {
+            self.nak_gap(now, None);
+        }
+    }
+
+    /// Delivers contiguous positions from the log (not during a view change).
+    pub(super) fn deliver_ready(&mut self, now: Timestamp) {
+        if self.view_change.flushing.is_some() || self.view_change.coordinator.is_some() {
+            return;
+        }
+        self.deliver_up_to(u64::MAX);
+        let _ = now;
+        if self.reliable.delivered >= self.reliable.last_ack_sent + (self.flow_window() / 4).max(1)
+        {
+            self.send_heartbeat(now);
+        }
+    }
+
+    pub(super) fn deliver_up_to(&mut self, limit: u64) {
+        let Some(view) = self.view.as_ref() else {
+            return;
+        };
+        let view_id = view.id;
+        while self.reliable.delivered < limit {
+            let Some(m) = self.reliable.log.get(&self.reliable.delivered) else {
+                break;
+            };
+            let Some(sender) = self
+                .view
+                .as_ref()
+                .and_then(|v| v.members.get(usize::from(m.sender)))
+            else {
+                break;
+            };
+            let (sender_id, seq, data) = (sender.id, m.seq, m.data.clone());
+            let rank = m.sender;
+            if let Some(d) = self.reliable.delivered_seq.get_mut(usize::from(rank)) {
+                *d = Some(seq);
+            }
+            self.reliable.relayed.remove(&(rank, seq));
+            self.reliable.awaiting.remove(&(rank, seq));
+            let order = self.reliable.delivered;
+            self.reliable.delivered += 1;
+            self.reliable.delivered_reliable += 1;
+            if sender_id == self.id {
+                while self.reliable.pending.front().is_some_and(|p| p.seq <= seq) {
+                    self.reliable.pending.pop_front();
+                }
+            }
+            self.events.push_back(GroupEvent::Deliver {
+                channel: Channel::Reliable,
+                sender: sender_id,
+                view: view_id,
+                seq,
+                order: Some(order),
+                data,
+            });
+        }
+    }
+
+    pub(super) fn nak_gap(&mut self, now: Timestamp, known_end: Option<u64>) {
+        if self.is_leader() {
+            return;
+        }
+        let half = self.config.heartbeat_interval / 8;
+        if self
+            .reliable
+            .last_nak
+            .is_some_and(|t| now.saturating_duration_since(t) < half)
+        {
+            return;
+        }
+        let next_have = self
+            .reliable
+            .log
+            .range(self.reliable.delivered..)
+            .next()
+            .map(|(o, _)| *o);
+        let to = match (next_have, known_end) {
+            (Some(a), _) => a,
+            (None, Some(b)) => b,
+            (None, None) => return,
+        };
+        if to <= self.reliable.delivered {
+            return;
+        }
+        self.reliable.last_nak = Some(now);
+        let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) else {
+            return;
+        };
+        let msg = Msg::Nak {
+            from: self.reliable.delivered,
+            to,
+        };
+        self.send_msg(leader, &msg);
+    }
+
+    pub(super) fn on_nak(&mut self, _now: Timestamp, rank: u16, lo: u64, to: u64) {
+        let Some(dest) = self.member_at(rank) else {
+            return;
+        };
+        // A NAK below the stable point is stale (the member acknowledged more since): every
+        // member's acknowledgement is at or above it. Lagging is detected by the backlog.
+        for msg in nak_answers(&self.reliable.log, lo, to) {
+            self.send_msg(dest.addr, &msg);
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! TODO-OWNS
+
+use super::flush::Change;
+use super::install::{fits_one_datagram, install_copy_for};
+use super::GroupMember;
+use crate::event::RemovalReason;
+use crate::id::MemberId;
+use crate::wire::{Msg, PairMsg};
+use cohort_core::Timestamp;
+use rand_core::RngCore;
+use std::time::Duration;
+
+impl GroupMember {
+    pub(super) fn on_tick(&mut self, now: Timestamp) {
+        self.old_views.retain(|o| o.expires > now);
+        if let Some(a) = self.view_change.announce.as_ref() {
+            if now >= a.until || self.view.as_ref().is_none_or(|v| v.id != a.view) {
+                self.view_change.announce = None;
+            } else if now >= a.resend_at {
+                let a = self.view_change.announce.take();
+                if let Some(mut a) = a {
+                    a.resend_at = now.saturating_add(self.config.flush_timeout / 4);
+                    let old = self.old_views.last().map(|o| o.view.id);
+                    let whole_fits = fits_one_datagram(&a.install);
+                    for (m, joiner) in a.unacked.clone() {
+                        let copy = install_copy_for(&a.install, &m.id, whole_fits);
+                        if joiner {
+                            let w = PairMsg::Welcome {
+                                install: copy,
+                                key: a.welcome_key.clone().unwrap_or_default(),
+                            };
+                            self.send_pair(now, m.addr, Some(m.id), &w);
+                        } else if let Some(old) = old {
+                            self.send_msg_old(old, m.addr, &Msg::Install(copy));
+                        }
+                    }
+                    self.view_change.announce = Some(a);
+                }
+            }
+        }
+        if self.joining.is_some() {
+            self.drive_join(now);
+        }
+        if self.view.is_none() || self.expelled {
+            return;
+        }
+        if now >= self.liveness.next_heartbeat {
+            self.liveness.next_heartbeat = now.saturating_add(self.config.heartbeat_interval);
+            self.send_heartbeat(now);
+            self.submit_pending(now);
+            if let Some(l) = self.leaving {
+                if !self.is_leader()
+                    && now.saturating_duration_since(l) >= self.config.heartbeat_interval
+                {
+                    if let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) {
+                        self.send_msg(leader, &Msg::Leave);
+                    }
+                }
+            }
+        }
+        // Missing positions are asked for again until they arrive.
+        if !self.is_leader()
+            && self.view_change.flushing.is_none()
+            && self.view_change.coordinator.is_none()
+            && self.reliable.known_end > self.reliable.delivered
+        {
+            let end = self.reliable.known_end;
+            self.nak_gap(now, Some(end));
+        }
+        // The leader gossips its Id now and then (Heal and Exchange).
+        if self.is_leader() && now >= self.heal.next_gossip {
+            let jitter = Duration::from_millis(self.rng.next_u32() as u64 % 100);
+            self.heal.next_gossip = now
+                .saturating_add(self.config.suspect_timeout)
+                .saturating_add(jitter);
+            if self.view_change.coordinator.is_none() {
+                self.gossip();
+            }
+        }
+        // The leader suspects silent members.
+        if let Some(s) = self.reliable.sequencer.as_ref() {
+            if self.view_change.coordinator.is_none() && self.view_change.flushing.is_none() {
+                let timeout = self.config.suspect_timeout;
+                let my = usize::from(self.rank);
+                let silent: Vec<MemberId> = s
+                    .heard
+                    .iter()
+                    .enumerate()
+                    .filter(|(r, t)| *r != my && now.saturating_duration_since(**t) > timeout)
+                    .filter_map(|(r, _)| self.member_at(r as u16).map(|m| m.id))
+                    .collect();
+                for id in silent {
+                    if !self.view_change.change_wanted.iter().any(|(m, _)| *m == id) {
+                        self.view_change
+                            .change_wanted
+                            .push((id, RemovalReason::Suspected));
+                    }
+                }
+                self.check_lagging(now);
+                self.maybe_start_change(now);
+            }
+        }
+        // Coordinator: deadlines exclude the silent and start again.
+        if let Some(c) = self.view_change.coordinator.as_ref() {
+            if now >= c.deadline {
+                self.restart_flush(now);
+            } else {
+                self.progress_flush(now);
+            }
+        }
+        if self.view_change.flushing.is_some() {
+            self.progress_flush(now);
+        }
+        if let Some(t) = self.tree.tree_wait.as_ref() {
+            if now >= t.deadline {
+                self.progress_tree(now, true);
+            }
+        }
+        // A member suspects the leader (or the coordinator it follows) and, when its turn
+        // comes by rank, takes over.
+        if !self.is_leader() && self.view_change.coordinator.is_none() {
+            let silence = now.saturating_duration_since(self.liveness.leader_heard);
+            let turn = self.config.suspect_timeout * u32::from(self.rank.max(1));
+            if silence > turn {
+                let Some(view) = self.view.clone() else {
+                    return;
+                };
+                let followed = self
+                    .view_change
+                    .flushing
+                    .as_ref()
+                    .map_or(0, |f| f.coordinator);
+                let survivors: Vec<u16> = (0..view.members.len() as u16)
+                    .filter(|r| *r != 0 && *r != followed)
+                    .collect();
+                let mut removed = vec![(view.members[0].id, RemovalReason::Suspected)];
+                if followed != 0 {
+                    if let Some(m) = view.members.get(usize::from(followed)) {
+                        removed.push((m.id, RemovalReason::Suspected));
+                    }
+                }
+                let rekey = self.config.rekey_policy.on_membership_change;
+                self.start_coordinating(
+                    now,
+                    Change {
+                        survivors,
+                        joiners: Vec::new(),
+                        removed,
+                        rekey,
+                        started: now,
+                        merge_into: None,
+                        exchange: None,
+                    },
+                );
+            }
+        }
+    }
+}
