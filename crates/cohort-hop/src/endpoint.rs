@@ -24,6 +24,7 @@ use crate::config::{EndpointConfig, Mode};
 use crate::event::{AssocId, EndpointEvent, HopCounters};
 use crate::flow::{OwnChain, Received, RecvFlow, SendFlow, SendTimeout};
 use crate::guard::{FlowGuard, Refusal};
+use crate::resend::{self, Resend};
 use crate::wire::{
     ack_signed_bytes, ackack_signed_bytes, control_signed_bytes, signed_envelope_bytes,
     syn_signed_bytes, AnchorInfo, Control, FlowHeader, HandshakeHeader, Packet, PairId,
@@ -104,8 +105,7 @@ struct PendingControl {
     /// What answers it: (answer code, flow, which chain, start round).
     answer: (u8, u16, u8, u32),
     bytes: Vec<u8>,
-    sent_at: Timestamp,
-    tries: u32,
+    resend: Resend,
     /// Sent as a signed packet rather than on the control association.
     signed: bool,
 }
@@ -119,8 +119,8 @@ struct Peer {
     key: Option<PublicKey>,
     /// The last handshake packet we sent, for retransmission (and our signed part).
     handshake: Vec<u8>,
-    handshake_sent_at: Timestamp,
-    handshake_tries: u32,
+    /// When it was last sent and how often again.
+    handshake_resend: Resend,
     /// Our signature on the last handshake packet we signed (binds the next one).
     our_signature: Vec<u8>,
     /// Our control chains until the handshake completes: signature chain, ack chain.
@@ -411,8 +411,7 @@ impl Endpoint {
             state: PeerState::Hello,
             key: None,
             handshake: Vec::new(),
-            handshake_sent_at: now,
-            handshake_tries: 0,
+            handshake_resend: Resend::new(now),
             our_signature: Vec::new(),
             pending_control: Some(control),
             out_flows: BTreeMap::new(),
@@ -706,8 +705,7 @@ impl Endpoint {
         };
         p.state = PeerState::Syn;
         p.handshake = out.clone();
-        p.handshake_sent_at = now;
-        p.handshake_tries = 0;
+        p.handshake_resend = Resend::new(now);
         p.our_signature = signature;
         self.urgent.push_back((p.next_hop, out));
     }
@@ -796,8 +794,7 @@ impl Endpoint {
             state: PeerState::AckSent,
             key: Some(key),
             handshake: ack.clone(),
-            handshake_sent_at: now,
-            handshake_tries: 0,
+            handshake_resend: Resend::new(now),
             our_signature: signature,
             pending_control: None,
             out_flows: BTreeMap::new(),
@@ -954,7 +951,7 @@ impl Endpoint {
         p.state = PeerState::Established;
         p.key = Some(key);
         p.handshake = out.clone();
-        p.handshake_sent_at = now;
+        p.handshake_resend.sent_at = now;
         self.urgent.push_back((p.next_hop, out));
         self.peers.insert(addr, p);
         self.events
@@ -1398,8 +1395,7 @@ impl Endpoint {
             p.controls.push(PendingControl {
                 answer,
                 bytes,
-                sent_at: now,
-                tries: 0,
+                resend: Resend::new(now),
                 signed,
             });
         }
@@ -1682,9 +1678,8 @@ impl Machine for Endpoint {
                 p.state,
                 PeerState::Hello | PeerState::Syn | PeerState::AckSent
             );
-            if handshaking && now >= p.handshake_sent_at + initial * (1 << p.handshake_tries.min(6))
-            {
-                if p.handshake_tries >= max_retries {
+            if handshaking && p.handshake_resend.is_due(now, resend::SIGNALLING, initial) {
+                if p.handshake_resend.tries >= max_retries {
                     if p.initiator {
                         self.fail(addr, "no answer to the handshake");
                     } else {
@@ -1692,8 +1687,7 @@ impl Machine for Endpoint {
                     }
                     continue;
                 }
-                p.handshake_tries += 1;
-                p.handshake_sent_at = now;
+                p.handshake_resend.resent(now);
                 self.urgent.push_back((p.next_hop, p.handshake.clone()));
             }
             // S1 retransmissions.
@@ -1715,9 +1709,8 @@ impl Machine for Endpoint {
             let mut resend = Vec::new();
             let mut resend_signed = Vec::new();
             for c in p.controls.iter_mut() {
-                if now >= c.sent_at + initial * (1 << c.tries.min(6)) {
-                    c.tries += 1;
-                    c.sent_at = now;
+                if c.resend.is_due(now, resend::SIGNALLING, initial) {
+                    c.resend.resent(now);
                     if c.signed {
                         resend_signed.push(c.bytes.clone());
                     } else {
@@ -1729,7 +1722,7 @@ impl Machine for Endpoint {
                 let packet = envelope(&self.config, &self.provider, p, bytes);
                 self.urgent.push_back((p.next_hop, packet));
             }
-            let give_up = p.controls.iter().any(|c| c.tries > max_retries * 2);
+            let give_up = p.controls.iter().any(|c| c.resend.tries > max_retries * 2);
             if let Some(control) = p.out_flows.get_mut(&CONTROL) {
                 control.queue.extend(resend);
             }
@@ -1769,7 +1762,7 @@ impl Machine for Endpoint {
                 p.state,
                 PeerState::Hello | PeerState::Syn | PeerState::AckSent
             ) {
-                consider(p.handshake_sent_at + initial * (1 << p.handshake_tries.min(6)));
+                consider(p.handshake_resend.deadline(resend::SIGNALLING, initial));
             }
             let rto = p.rto(initial);
             for f in p.out_flows.values() {
@@ -1778,7 +1771,7 @@ impl Machine for Endpoint {
                 }
             }
             for c in &p.controls {
-                consider(c.sent_at + initial * (1 << c.tries.min(6)));
+                consider(c.resend.deadline(resend::SIGNALLING, initial));
             }
         }
         next
@@ -1814,8 +1807,7 @@ mod tests {
             state: PeerState::Established,
             key: None,
             handshake: Vec::new(),
-            handshake_sent_at: Timestamp::ZERO,
-            handshake_tries: 0,
+            handshake_resend: Resend::new(Timestamp::ZERO),
             our_signature: Vec::new(),
             pending_control: None,
             out_flows: BTreeMap::new(),

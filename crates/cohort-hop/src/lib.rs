@@ -34,6 +34,7 @@ pub mod guard;
 pub mod merkle;
 mod node;
 mod relay;
+mod resend;
 pub mod wire;
 
 pub use chain::ChainStorage;
