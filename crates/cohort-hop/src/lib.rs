@@ -28,6 +28,7 @@ pub mod crypto;
 mod endpoint;
 mod event;
 mod flow;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod guard;
