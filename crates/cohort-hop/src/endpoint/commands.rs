@@ -3,6 +3,7 @@
 //! or queues, then leaves the packets to the handshake, control and scheduler files. Must not
 //! parse or verify packets.
 
+use super::control::write_signed_control;
 use super::peer::{Peer, PeerState};
 use super::{Endpoint, CONTROL, MAX_ASSOC, MAX_MESSAGE};
 use crate::config::Mode;
@@ -120,7 +121,7 @@ impl Endpoint {
         let anchor = send.first_anchor();
         send.confirm_renewal(anchor.start_round);
         p.out_flows.insert(assoc, send);
-        let mut message = Control::Open {
+        let message = Control::Open {
             flow,
             mode: mode.code(),
             batch: mode.batch(),
@@ -128,13 +129,7 @@ impl Endpoint {
             chain: anchor,
             signature: &[],
         };
-        let pair_id = p.pair_id;
-        let signature = self.sign_control(&pair_id, &message);
-        if let Control::Open { signature: s, .. } = &mut message {
-            *s = &signature;
-        }
-        let mut bytes = Vec::new();
-        message.write(&mut bytes);
+        let bytes = write_signed_control(&self.config, &self.provider, &p.pair_id, message);
         let answer = (crate::wire::control_code::OPEN_ACK, flow, 0, 0);
         self.send_control(now, peer, bytes, Some(answer));
         Ok(assoc)

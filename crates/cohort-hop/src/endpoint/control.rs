@@ -18,13 +18,13 @@ use cohort_crypto::CryptoProvider;
 use std::net::SocketAddr;
 
 impl Endpoint {
+    /// Signs `message` with the endpoint's identity.
     pub(super) fn sign(&self, message: &[u8]) -> Vec<u8> {
         sign_with(&self.config, &self.provider, message)
     }
 
-    pub(super) fn sign_control(&self, pair_id: &PairId, message: &Control<'_>) -> Vec<u8> {
-        self.sign(&control_signed_bytes(pair_id, message))
-    }
+    /// A control message from `peer`, on the control association or in a SIGNED packet:
+    /// acts on it, answers it, and ends the resends of what it answers.
     pub(super) fn on_control(&mut self, now: Timestamp, peer: SocketAddr, bytes: &[u8]) {
         let Ok(message) = Control::parse(bytes) else {
             self.counters.malformed += 1;
@@ -102,22 +102,12 @@ impl Endpoint {
                         anchor
                     }
                 };
-                let mut m = Control::OpenAck {
+                let m = Control::OpenAck {
                     flow,
                     chain: ack_anchor,
                     signature: &[],
                 };
-                let sig = sign_with(
-                    &self.config,
-                    &provider,
-                    &control_signed_bytes(&p.pair_id, &m),
-                );
-                if let Control::OpenAck { signature, .. } = &mut m {
-                    *signature = &sig;
-                }
-                let mut out = Vec::new();
-                m.write(&mut out);
-                reply = Some(out);
+                reply = Some(write_signed_control(&self.config, &provider, &p.pair_id, m));
             }
             Control::OpenAck {
                 flow,
@@ -289,6 +279,7 @@ impl Endpoint {
         self.collect_ready(peer);
     }
 
+    /// A SIGNED packet: checked against the peer's key, then handled as a control message.
     pub(super) fn on_signed(
         &mut self,
         now: Timestamp,
@@ -297,8 +288,7 @@ impl Endpoint {
         message: &[u8],
         signature: &[u8],
     ) {
-        let Some(addr) = self.by_pair.get(&pair_id).copied() else {
-            self.counters.unknown += 1;
+        let Some(addr) = self.pair(&pair_id) else {
             return;
         };
         let Some(p) = self.peers.get(&addr) else {
@@ -324,6 +314,8 @@ impl Endpoint {
         self.pump_all(now, addr);
     }
 
+    /// Makes the next chain of a flow (`which`: 0 signature, 1 acknowledgment) starting at
+    /// round `start`, and announces it in a signed Renew.
     pub(super) fn renew(
         &mut self,
         now: Timestamp,
@@ -354,23 +346,13 @@ impl Endpoint {
                 None => return,
             },
         }
-        let mut m = Control::Renew {
+        let m = Control::Renew {
             flow,
             which,
             chain: info,
             signature: &[],
         };
-        let pair_id = p.pair_id;
-        let sig = sign_with(
-            &self.config,
-            &self.provider,
-            &control_signed_bytes(&pair_id, &m),
-        );
-        if let Control::Renew { signature, .. } = &mut m {
-            *signature = &sig;
-        }
-        let mut bytes = Vec::new();
-        m.write(&mut bytes);
+        let bytes = write_signed_control(&self.config, &self.provider, &p.pair_id, m);
         p.renewals.insert((flow, which), bytes.clone());
         let answer = (crate::wire::control_code::RENEW_ACK, flow, which, start);
         self.send_control(now, peer, bytes, Some(answer));
@@ -398,6 +380,27 @@ pub(super) fn envelope(
         signature: &signature,
     }
     .write(&mut out);
+    out
+}
+
+/// `message` (Open, OpenAck or Renew) as bytes, signed with the endpoint's identity for the
+/// pair `pair_id`; the signature it carries is replaced.
+pub(super) fn write_signed_control(
+    config: &EndpointConfig,
+    provider: &CryptoProvider,
+    pair_id: &PairId,
+    message: Control<'_>,
+) -> Vec<u8> {
+    let signature = sign_with(config, provider, &control_signed_bytes(pair_id, &message));
+    let mut message: Control<'_> = message;
+    match &mut message {
+        Control::Open { signature: s, .. }
+        | Control::OpenAck { signature: s, .. }
+        | Control::Renew { signature: s, .. } => *s = &signature,
+        Control::RenewAck { .. } | Control::Close { .. } | Control::CloseAck { .. } => {}
+    }
+    let mut out = Vec::new();
+    message.write(&mut out);
     out
 }
 

@@ -12,7 +12,7 @@ use crate::guard::FlowGuard;
 use crate::resend::Resend;
 use crate::wire::{
     ack_signed_bytes, ackack_signed_bytes, syn_signed_bytes, AnchorInfo, HandshakeHeader, Packet,
-    SignedHello, COOKIE_LEN,
+    PairId, SignedHello, COOKIE_LEN,
 };
 use cohort_channel::identity::PublicKey;
 use cohort_core::Timestamp;
@@ -89,6 +89,7 @@ impl Cookies {
 }
 
 impl Endpoint {
+    /// New signature and acknowledgment chains for a pair's control associations.
     pub(super) fn control_chains(&mut self) -> (OwnChain, OwnChain) {
         let sig = OwnChain::generate(
             &self.provider,
@@ -107,6 +108,7 @@ impl Endpoint {
         (sig, ack)
     }
 
+    /// Drops everything about `peer`.
     pub(super) fn forget(&mut self, peer: SocketAddr) {
         if let Some(p) = self.peers.remove(&peer) {
             self.by_pair.remove(&p.pair_id);
@@ -114,11 +116,32 @@ impl Endpoint {
         }
     }
 
-    pub(super) fn trusted(&self, key: &[u8; 32]) -> bool {
-        crate::config::trusted(&self.config.trust, key)
+    /// The address of the peer of pair `pair_id`; a pair we do not know is counted.
+    pub(super) fn pair(&mut self, pair_id: &PairId) -> Option<SocketAddr> {
+        let addr = self.by_pair.get(pair_id).copied();
+        if addr.is_none() {
+            self.counters.unknown += 1;
+        }
+        addr
     }
 
-    pub(super) fn signed_hello(&self, sig: &AnchorInfo, ack: &AnchorInfo) -> SignedHello<'static> {
+    /// The key of a peer's signed handshake part (from a SYN or an ACK), if the key is
+    /// trusted (else counted `untrusted`) and its signature over `signed` verifies (else
+    /// counted `forged`).
+    fn check_signed_part(&mut self, part: &SignedHello<'_>, signed: &[u8]) -> Option<PublicKey> {
+        if !crate::config::trusted(&self.config.trust, &part.public_key) {
+            self.counters.untrusted += 1;
+            return None;
+        }
+        let key = PublicKey::from_bytes(part.public_key);
+        if !key.verify(&self.provider, signed, part.signature) {
+            self.counters.forged += 1;
+            return None;
+        }
+        Some(key)
+    }
+
+    fn signed_hello(&self, sig: &AnchorInfo, ack: &AnchorInfo) -> SignedHello<'static> {
         SignedHello {
             public_key: *self.config.identity.public().as_bytes(),
             control_sig: *sig,
@@ -127,6 +150,7 @@ impl Endpoint {
         }
     }
 
+    /// A Hello: answer with a Challenge, keep nothing.
     pub(super) fn on_hello(&mut self, now: Timestamp, from: SocketAddr, header: HandshakeHeader) {
         let timestamp = Cookies::timestamp(now);
         let cookie = self.cookies.make(&self.provider, &header, from, timestamp);
@@ -140,6 +164,7 @@ impl Endpoint {
         self.outbox.urgent(from, out);
     }
 
+    /// The responder's Challenge: send the SYN with our signed anchors.
     pub(super) fn on_challenge(
         &mut self,
         now: Timestamp,
@@ -147,8 +172,7 @@ impl Endpoint {
         timestamp: u64,
         cookie: [u8; COOKIE_LEN],
     ) {
-        let Some(addr) = self.by_pair.get(&header.pair_id).copied() else {
-            self.counters.unknown += 1;
+        let Some(addr) = self.pair(&header.pair_id) else {
             return;
         };
         let local = self.local;
@@ -185,6 +209,7 @@ impl Endpoint {
         self.outbox.urgent(p.next_hop, out);
     }
 
+    /// A SYN: the cookie first, then trust and signature; only then state and the ACK.
     pub(super) fn on_syn(
         &mut self,
         now: Timestamp,
@@ -217,19 +242,10 @@ impl Endpoint {
             }
             return;
         }
-        if !self.trusted(&initiator.public_key) {
-            self.counters.untrusted += 1;
+        let Some(key) = self.check_signed_part(&initiator, &syn_signed_bytes(&header, &initiator))
+        else {
             return;
-        }
-        let key = PublicKey::from_bytes(initiator.public_key);
-        if !key.verify(
-            &self.provider,
-            &syn_signed_bytes(&header, &initiator),
-            initiator.signature,
-        ) {
-            self.counters.forged += 1;
-            return;
-        }
+        };
         // Simultaneous open: both sides connected to each other. The side with the lower
         // address stays initiator; the other gives up its own attempt.
         if let Some(existing) = self.peers.get(&header.initiator) {
@@ -296,7 +312,7 @@ impl Endpoint {
     }
 
     /// Sets up both control flows from our chains and the peer's anchors.
-    pub(super) fn install_control(
+    fn install_control(
         &mut self,
         p: &mut Peer,
         my_sig: OwnChain,
@@ -337,6 +353,8 @@ impl Endpoint {
         true
     }
 
+    /// The responder's ACK: check its signed part, install the control flows, send the
+    /// ACKACK.
     pub(super) fn on_ack(
         &mut self,
         now: Timestamp,
@@ -344,8 +362,7 @@ impl Endpoint {
         initiator: SignedHello<'_>,
         responder: SignedHello<'_>,
     ) {
-        let Some(addr) = self.by_pair.get(&header.pair_id).copied() else {
-            self.counters.unknown += 1;
+        let Some(addr) = self.pair(&header.pair_id) else {
             return;
         };
         let local = self.local;
@@ -376,21 +393,12 @@ impl Endpoint {
             self.counters.forged += 1;
             return;
         }
-        if !self.trusted(&responder.public_key) {
-            // Dropped, not fatal: anybody who saw our SYN can answer it with a key of its
-            // own; the real ACK may still come (if none does, the handshake times out).
-            self.counters.untrusted += 1;
+        // An untrusted key is dropped, not fatal: anybody who saw our SYN can answer it with a
+        // key of its own; the real ACK may still come (if none does, the handshake times out).
+        let signed = ack_signed_bytes(&header, initiator.signature, &responder);
+        let Some(key) = self.check_signed_part(&responder, &signed) else {
             return;
-        }
-        let key = PublicKey::from_bytes(responder.public_key);
-        if !key.verify(
-            &self.provider,
-            &ack_signed_bytes(&header, initiator.signature, &responder),
-            responder.signature,
-        ) {
-            self.counters.forged += 1;
-            return;
-        }
+        };
         let signature = self.sign(&ackack_signed_bytes(&header, responder.signature));
         let mut out = Vec::with_capacity(128);
         Packet::AckAck {
@@ -427,9 +435,9 @@ impl Endpoint {
             .push_back(EndpointEvent::Connected { peer: addr, key });
     }
 
+    /// The initiator's ACKACK: the handshake is complete.
     pub(super) fn on_ackack(&mut self, header: HandshakeHeader, signature: &[u8]) {
-        let Some(addr) = self.by_pair.get(&header.pair_id).copied() else {
-            self.counters.unknown += 1;
+        let Some(addr) = self.pair(&header.pair_id) else {
             return;
         };
         let local = self.local;
@@ -466,6 +474,7 @@ impl Endpoint {
             .push_back(EndpointEvent::Connected { peer: addr, key });
     }
 
+    /// Gives up the pair with `peer` and says why.
     pub(super) fn fail(&mut self, peer: SocketAddr, reason: &'static str) {
         if let Some(p) = self.peers.get_mut(&peer) {
             p.state = PeerState::Failed;

@@ -17,8 +17,7 @@ impl Endpoint {
         let Some(header) = packet.flow_header().copied() else {
             return;
         };
-        let Some(addr) = self.by_pair.get(&header.pair_id).copied() else {
-            self.counters.unknown += 1;
+        let Some(addr) = self.pair(&header.pair_id) else {
             return;
         };
         let provider = self.provider;
