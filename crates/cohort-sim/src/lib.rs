@@ -7,6 +7,7 @@ mod log;
 mod node;
 mod seeds;
 mod sim;
+mod standard;
 
 pub use config::SimConfig;
 pub use fault::{
@@ -19,6 +20,7 @@ pub use seeds::{
     replay_seed, run_seeds, seed_count, sweep, FailureKind, SimFailure, SEEDS_ENV, SEED_ENV,
 };
 pub use sim::{RuleId, Sim, SimRng};
+pub use standard::{split_by_coin, split_prefix, FaultSet, StandardFaults};
 
 /// The RNG traits, re-exported so fault rules and machines can name them without another
 /// dependency.
