@@ -40,6 +40,9 @@ impl Endpoint {
         let signed_ok = |m: &Control<'_>, signature: &[u8]| {
             key.verify(&provider, &control_signed_bytes(&p.pair_id, m), signature)
         };
+        // Every control message is about one flow: its association, and whether we send on it.
+        let assoc = message.flow() & MAX_ASSOC;
+        let ours = message.flow() & FLOW_FROM_RESPONDER == p.my_dir();
         use crate::wire::control_code as cc;
         let mut reply: Option<Vec<u8>> = None;
         let mut answered: Option<(u8, u16, u8, u32)> = None;
@@ -64,7 +67,6 @@ impl Endpoint {
                     self.counters.malformed += 1;
                     return;
                 };
-                let assoc = flow & MAX_ASSOC;
                 let ack_anchor = match p.in_flows.get(&assoc) {
                     // A retransmitted Open: answer again with the same chain.
                     Some(existing) if existing.guard.mode() == mode => existing.first_ack_anchor(),
@@ -118,8 +120,7 @@ impl Endpoint {
                     self.counters.forged += 1;
                     return;
                 }
-                let assoc = flow & MAX_ASSOC;
-                if flow & FLOW_FROM_RESPONDER == p.my_dir() {
+                if ours {
                     if let Some(f) = p.out_flows.get_mut(&assoc) {
                         if !f.open && (f.mode == Mode::Unprotected || f.guard.add_ack_chain(chain))
                         {
@@ -145,8 +146,6 @@ impl Endpoint {
                     self.counters.forged += 1;
                     return;
                 }
-                let assoc = flow & MAX_ASSOC;
-                let ours = flow & FLOW_FROM_RESPONDER == p.my_dir();
                 let ok = match (which, ours) {
                     // The peer renews its signature chain of its flow.
                     (0, false) => p
@@ -178,8 +177,6 @@ impl Endpoint {
                 which,
                 start_round,
             } => {
-                let assoc = flow & MAX_ASSOC;
-                let ours = flow & FLOW_FROM_RESPONDER == p.my_dir();
                 match (which, ours) {
                     (0, true) => {
                         if let Some(f) = p.out_flows.get_mut(&assoc) {
@@ -209,8 +206,6 @@ impl Endpoint {
                 answered = Some((cc::RENEW_ACK, flow, which, start_round));
             }
             Control::Close { flow } => {
-                let assoc = flow & MAX_ASSOC;
-                let ours = flow & FLOW_FROM_RESPONDER == p.my_dir();
                 let removed = if ours {
                     p.out_flows.remove(&assoc).is_some()
                 } else {
