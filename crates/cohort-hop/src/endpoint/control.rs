@@ -1,7 +1,8 @@
 //! The control association and SIGNED packets: Open, OpenAck, Renew, RenewAck, Close and
 //! CloseAck, received and sent, chain renewal, and signing with the endpoint's identity.
-//! Owns the answers awaited (`Peer::controls`) and the last renewals (`Peer::renewals`); must
-//! not touch the handshake state nor data-flow rounds.
+//! Fills `Peer::controls` (answers awaited) and `Peer::renewals` (the last Renew per chain),
+//! which `timers.rs` and `receive.rs` only resend. Must not touch the handshake state nor a
+//! flow's rounds (it adds and confirms chains, opens and closes flows).
 
 use super::peer::{Peer, PeerState, PendingControl};
 use super::{Endpoint, CONTROL, MAX_ASSOC};

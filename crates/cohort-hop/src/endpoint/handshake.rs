@@ -1,7 +1,8 @@
 //! The handshake: Hello, Challenge (a cookie, no state), SYN, ACK and ACKACK with the signed
 //! anchors of both control associations, a simultaneous open, a failed or forgotten pair.
-//! Owns the cookie secret. Creates and removes `Peer`s and installs their control flows;
-//! must not touch data flows beyond that, nor the output queues' order.
+//! Owns the cookie secret (`Cookies`). Creates the responder's `Peer` (`connect` in
+//! `commands.rs` creates the initiator's), installs both control flows, forgets and fails
+//! pairs. Must not touch data flows beyond dropping them, nor the order of the output queues.
 
 use super::peer::{Peer, PeerState};
 use super::{Endpoint, CONTROL};

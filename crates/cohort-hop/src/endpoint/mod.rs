@@ -19,6 +19,24 @@
 //! of any bulk data (they are small and everything waits for them). Data associations with
 //! packets ready take turns, one packet each (round robin), so one busy association cannot
 //! starve another.
+//!
+//! # Files
+//! This file owns the [`Endpoint`] struct (configuration, RNG, the peer table, events and
+//! counters) and the [`Machine`] dispatch; it holds no protocol logic. Each concern is a file
+//! of its own, and a datagram goes through them in one direction:
+//!
+//! ```text
+//!  handle_datagram ─┬─ Hello, Challenge, SYN, ACK, ACKACK ─▶ handshake.rs ─┐
+//!                   ├─ S1, S2, PLAIN, A1, A2 ─▶ receive.rs ─┐               │
+//!                   └─ SIGNED ──────────────────────────────┴▶ control.rs ──┤
+//!  commands.rs (connect, open, send*, close) ───────────────────────────────┤
+//!  handle_timeout ─▶ timers.rs (resends, stalls, give-up) ──────────────────┤
+//!                                                                           v
+//!                 schedule.rs (pump rounds, collect what is ready, Outbox) ─▶ poll_transmit
+//! ```
+//!
+//! `peer.rs` is the per-peer record they share and `status.rs` the read-only snapshots.
+//! The one backoff rule of every resend is `crate::resend`.
 
 mod commands;
 mod control;

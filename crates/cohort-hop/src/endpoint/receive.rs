@@ -1,6 +1,7 @@
 //! The receive path of flow packets (S1, S2, PLAIN, A1, A2): finds the pair and the flow,
 //! lets the flow's checks decide, delivers messages, hands control messages to `control.rs`
-//! and counts refusals. Owns no state; must not sign or create flows.
+//! and counts refusals. Owns no state. Must not create or close flows nor answer control
+//! messages itself (it only resends a Renew that `control.rs` built, when A1s seem lost).
 
 use super::control::envelope;
 use super::peer::{Peer, PeerState};

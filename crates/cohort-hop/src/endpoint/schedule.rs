@@ -1,7 +1,7 @@
 //! The scheduler: which packet `poll_transmit` gives out next. Handshake, acknowledgment,
 //! control and SIGNED packets first, then data associations take turns one packet each.
-//! Owns the output queues (`Outbox`); starts rounds (`pump`) and collects what flows made
-//! ready. Must not parse, verify or sign.
+//! Owns the output queues (`Outbox`); starts rounds (`pump`, which asks `control.rs` for
+//! chain renewals) and collects what flows made ready. Must not parse or verify packets.
 
 use super::peer::PeerState;
 use super::{Endpoint, CONTROL};
