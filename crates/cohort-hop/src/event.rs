@@ -1,6 +1,7 @@
 //! What endpoints and relays report: events for the application, counters for operators.
 
 use crate::config::Mode;
+use crate::guard::Refusal;
 use cohort_channel::identity::PublicKey;
 use std::net::SocketAddr;
 
@@ -146,4 +147,18 @@ counters! {
     no_room,
     /// Drops: an outgoing message did not fit the association's queue.
     queue_full,
+}
+
+impl HopCounters {
+    /// Counts a packet that a flow's checks refused, under its reason.
+    pub(crate) fn count_refusal(&mut self, refusal: Refusal) {
+        match refusal {
+            Refusal::Malformed => self.malformed += 1,
+            Refusal::Forged => self.forged += 1,
+            Refusal::Replayed => self.replayed += 1,
+            Refusal::Stale => self.stale += 1,
+            Refusal::Unverifiable => self.unverifiable += 1,
+            Refusal::Unknown => self.unknown += 1,
+        }
+    }
 }

@@ -16,6 +16,7 @@ use crate::config::Mode;
 use crate::crypto::{self, Element, ELEMENT_LEN};
 use crate::guard::{FlowGuard, Refusal, Taken};
 use crate::merkle::MerkleTree;
+use crate::resend::{self, Resend};
 use crate::wire::{AnchorInfo, FlowHeader, Packet, PairId, ReportCommitment};
 use cohort_core::Timestamp;
 use cohort_crypto::CryptoProvider;
@@ -23,9 +24,6 @@ use rand_core::RngCore;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 use zeroize::Zeroize;
-
-/// Longest wait between two sends of an unanswered S1.
-const MAX_S1_BACKOFF: Duration = Duration::from_secs(2);
 
 /// A chain the endpoint owns, with the public description it announced.
 pub(crate) struct OwnChain {
@@ -94,9 +92,9 @@ struct Inflight {
     messages: Vec<Vec<u8>>,
     key: Element,
     s1: Vec<u8>,
-    sent_at: Timestamp,
+    /// When the S1 was last sent and how often again.
+    resend: Resend,
     first_sent_at: Timestamp,
-    tries: u32,
 }
 
 impl Drop for Inflight {
@@ -184,7 +182,7 @@ impl SendFlow {
 
     /// The round whose S1 awaits its A1, and its retransmissions so far.
     pub fn awaiting_ack(&self) -> Option<(u32, u32)> {
-        self.inflight.as_ref().map(|f| (f.round, f.tries))
+        self.inflight.as_ref().map(|f| (f.round, f.resend.tries))
     }
 
     /// Elements left on the current chain.
@@ -356,9 +354,8 @@ impl SendFlow {
             messages,
             key,
             s1,
-            sent_at: now,
+            resend: Resend::new(now),
             first_sent_at: now,
-            tries: 0,
         });
         true
     }
@@ -367,7 +364,7 @@ impl SendFlow {
     pub fn deadline(&self, rto: Duration) -> Option<Timestamp> {
         self.inflight
             .as_ref()
-            .map(|f| f.sent_at + (rto * (1 << f.tries.min(4))).min(MAX_S1_BACKOFF).max(rto))
+            .map(|f| f.resend.deadline(resend::S1, rto))
     }
 
     /// Retransmits the S1 when its time is up (never gives the round up).
@@ -385,13 +382,12 @@ impl SendFlow {
         // of them hashes to this round's key while hops may still take an S1 for it (a
         // forger could then finish the round with a message of its own). The S1 is sent
         // again, backing off, until its A1 comes.
-        inflight.tries += 1;
-        inflight.sent_at = now;
+        inflight.resend.resent(now);
         self.ready.push_back(inflight.s1.clone());
-        if inflight.tries == max_retries {
+        if inflight.resend.tries == max_retries {
             return SendTimeout::Stalled(inflight.round);
         }
-        SendTimeout::Retransmitted(inflight.tries)
+        SendTimeout::Retransmitted(inflight.resend.tries)
     }
 
     /// An A1 arrived. On the first valid one for the in-flight round, the round's S2s are
@@ -410,8 +406,8 @@ impl SendFlow {
         let Some(inflight) = self.inflight.take_if(|f| f.round == header.round) else {
             return Ok(None);
         };
-        let sample =
-            (inflight.tries == 0).then(|| now.saturating_duration_since(inflight.first_sent_at));
+        let sample = (inflight.resend.tries == 0)
+            .then(|| now.saturating_duration_since(inflight.first_sent_at));
         let count = inflight.messages.len();
         // The next round's S1 goes out ahead of this round's S2s: its element reveals this
         // round's key, but every hop has locked this round's MACs (the A1 passed them), and

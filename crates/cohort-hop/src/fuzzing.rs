@@ -13,7 +13,9 @@
 //! pair could hold genuine packets of later rounds, which a relay rightly forwards; the
 //! targets' own inputs and captures never do.)
 //!
-//! Not part of the crate's API: it exists for the fuzzers and the tests.
+//! Not part of the crate's API: it exists for the fuzzers and the tests, and is compiled only
+//! with the cargo feature `fuzzing` (`fuzz/Cargo.toml` and this crate's own dev-dependency on
+//! itself turn it on).
 
 use crate::event::{AssocId, EndpointEvent, HopCounters};
 use crate::wire::{kind, Control, Packet};

@@ -14,7 +14,6 @@
 //! is evicted), and each flow remembers a bounded number of rounds.
 
 use crate::config::{Mode, RelayConfig};
-use crate::endpoint::count_refusal;
 use crate::event::{HopCounters, RelayEvent};
 use crate::guard::{FlowGuard, Refusal};
 use crate::wire::{
@@ -418,7 +417,7 @@ impl Relay {
                 }
                 self.forward(toward, data);
             }
-            Err(refusal) => count_refusal(&mut self.counters, refusal),
+            Err(refusal) => self.counters.count_refusal(refusal),
         }
     }
 

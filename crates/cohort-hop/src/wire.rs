@@ -763,6 +763,18 @@ pub mod control_code {
 }
 
 impl<'a> Control<'a> {
+    /// The flow the message is about.
+    pub fn flow(&self) -> u16 {
+        match *self {
+            Control::Open { flow, .. }
+            | Control::OpenAck { flow, .. }
+            | Control::Renew { flow, .. }
+            | Control::RenewAck { flow, .. }
+            | Control::Close { flow }
+            | Control::CloseAck { flow } => flow,
+        }
+    }
+
     /// Parses a control message. Leftover bytes are [`Malformed`].
     pub fn parse(bytes: &'a [u8]) -> Result<Control<'a>, Malformed> {
         let mut r = Reader::new(bytes);

@@ -41,10 +41,7 @@ fn every_mode_delivers_through_two_relays() {
 use cohort_hop::wire::{kind, Packet};
 use cohort_hop::{EndpointEvent, HopEvent};
 use cohort_sim::rand_core::RngCore;
-use cohort_sim::{
-    sweep, DelayRule, DuplicateRule, FnRule, Loss, NodeId, PacketView, ReorderRule, SimFailure,
-    TamperRule, Verdict,
-};
+use cohort_sim::{sweep, FnRule, NodeId, PacketView, SimFailure, StandardFaults, Verdict};
 use rand_chacha::rand_core::SeedableRng;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -161,17 +158,8 @@ fn faults_and_adversary(seed: u64) -> Result<(), SimFailure> {
     let assoc = path.open(mode)?;
     let context = format!("relays {relays}, mode {mode}, reports {reports}, chain {chain_rounds}");
 
-    // Faults.
-    let faults = [
-        path.sim.add_rule(Loss(0.03)),
-        path.sim.add_rule(DuplicateRule(0.03)),
-        path.sim.add_rule(ReorderRule(0.03)),
-        path.sim.add_rule(DelayRule(
-            0.05,
-            Duration::from_millis(1)..Duration::from_millis(40),
-        )),
-        path.sim.add_rule(TamperRule(0.01)),
-    ];
+    // Faults: 3 % loss, duplication and reordering, 5 % delay of 1 to 40 ms, 1 % tampering.
+    let faults = StandardFaults::light().add_to(&mut path.sim);
     let mut sent: HashSet<Vec<u8>> = HashSet::new();
     let mut crafted: HashSet<Vec<u8>> = HashSet::new();
     let nodes: Vec<NodeId> = std::iter::once(path.a)
@@ -213,9 +201,7 @@ fn faults_and_adversary(seed: u64) -> Result<(), SimFailure> {
         }
         path.sim.run_for(Duration::from_millis(50))?;
     }
-    for id in faults {
-        path.sim.remove_rule(id);
-    }
+    faults.remove(&mut path.sim);
     path.sim.run_for(Duration::from_secs(5))?;
 
     // After the faults: everything sent now arrives.

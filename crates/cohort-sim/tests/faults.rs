@@ -351,3 +351,45 @@ fn oversized_and_unroutable_datagrams_are_dropped() {
         (4, 1, 2, 1)
     );
 }
+
+/// `StandardFaults` adds the same rules as writing them out by hand, in the same order, so a
+/// test that moves to it keeps its seeds' fault schedules, log for log.
+#[test]
+fn standard_faults_replay_the_hand_written_rules() {
+    use cohort_sim::{Sim, StandardFaults};
+    let run = |standard: bool, seed: u64| {
+        let mut sim = plain(SimConfig::with_seed(seed), 3);
+        let nodes: Vec<NodeId> = sim.node_ids().collect();
+        for &n in &nodes {
+            sim.node_mut(n).echo = true;
+        }
+        let set = if standard {
+            Some(StandardFaults::light().add_to(&mut sim))
+        } else {
+            sim.add_rule(Loss(0.03));
+            sim.add_rule(DuplicateRule(0.03));
+            sim.add_rule(ReorderRule(0.03));
+            sim.add_rule(DelayRule(0.05, ms(1)..ms(40)));
+            sim.add_rule(TamperRule(0.01));
+            None
+        };
+        for i in 0..300u32 {
+            let (from, to) = (nodes[(i % 3) as usize], nodes[((i + 1) % 3) as usize]);
+            sim.with_node(from, |t, _| t.send(to.addr(), format!("?{i}").as_bytes()));
+            sim.run_for(ms(3)).unwrap();
+        }
+        if let Some(set) = set {
+            set.remove(&mut sim);
+        } else {
+            sim.clear_rules();
+        }
+        sim.run_for(ms(500)).unwrap();
+        let sim: Sim<_> = sim;
+        format!("{:?}", sim.log())
+    };
+    for seed in 0..4 {
+        let by_hand = run(false, seed);
+        assert!(by_hand.contains("Tampered") && by_hand.contains("Duplicated"));
+        assert_eq!(run(true, seed), by_hand, "seed {seed}");
+    }
+}
