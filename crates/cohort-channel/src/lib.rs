@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+mod cache;
 pub mod config;
 pub mod connection;
 pub mod datagram;
@@ -10,6 +11,7 @@ pub mod endpoint;
 pub mod fuzzing;
 pub mod identity;
 pub mod messages;
+mod outcome;
 pub mod pake;
 pub mod record;
 pub mod schedule;

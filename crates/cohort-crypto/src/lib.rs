@@ -40,6 +40,17 @@ pub use provider::{
 };
 pub use secret::{ct_eq, Secret};
 
+impl CryptoProvider {
+    /// The default backend: aws-lc-rs, with RustCrypto `aes` and `blake3` where aws-lc-rs has
+    /// no matching API.
+    ///
+    /// Defined here, in the crate root, so that `provider` (the traits) never reaches up into
+    /// `aws_lc` (a backend implementing them).
+    pub fn default_provider() -> CryptoProvider {
+        aws_lc::PROVIDER
+    }
+}
+
 /// Raw primitives behind the provider's algorithms, exposed only so that published test
 /// vectors can be run through exactly the code the provider uses. Not a stable API; protocol
 /// crates must go through [`CryptoProvider`].
