@@ -316,6 +316,7 @@ impl Connection {
 
     /// The session ID as soon as the keys are derived, before anything is verified: for
     /// the crate's own test harnesses only.
+    #[cfg(feature = "fuzzing")]
     pub(crate) fn unverified_session_id(&self) -> Option<SessionId> {
         self.info.as_ref().map(|i| i.session_id)
     }

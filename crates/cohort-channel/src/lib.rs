@@ -7,6 +7,7 @@ pub mod config;
 pub mod connection;
 pub mod datagram;
 pub mod endpoint;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod identity;

@@ -38,6 +38,7 @@
 
 pub mod controller;
 mod cost;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod gear;
 pub mod ifg;

@@ -56,6 +56,7 @@
 
 mod auth;
 pub mod client;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod pair;
