@@ -1,4 +1,4 @@
-//! Secure channels in the tcpcrypt shape.
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
 pub mod batch;
