@@ -16,8 +16,8 @@
 //! ```
 
 use crate::batch::BatchProof;
-use crate::config::ClientAuth;
 use crate::cache::{ClientInner, ServerInner, Ticket};
+use crate::config::ClientAuth;
 use crate::messages::{
     decode_alert, peek_frame, write_frame, AlertCode, ClientFinished, ClientHello, FrameType,
     MessageError, ServerHello, MAX_OFFERS,
