@@ -516,29 +516,29 @@ fn truncation_is_told_apart_from_a_clean_close() {
 
 #[test]
 fn replayed_and_reordered_records_are_rejected() {
+    /// A fresh established pair (kept alive for the caller), and the client's records of
+    /// "one" then "two", not yet delivered.
+    fn two_records(w: &mut World) -> (Connection, Connection, Vec<u8>, Vec<u8>) {
+        let (mut c, mut s) = w.connect();
+        w.pump(&mut c, &mut s);
+        c.send(b"one").unwrap();
+        let mut first = Vec::new();
+        c.take_output(&mut first);
+        c.send(b"two").unwrap();
+        let mut second = Vec::new();
+        c.take_output(&mut second);
+        (c, s, first, second)
+    }
+
     let mut w = World::with_auth(AuthMode::None);
-    let (mut c, mut s) = w.connect();
-    w.pump(&mut c, &mut s);
-    c.send(b"one").unwrap();
-    let mut first = Vec::new();
-    c.take_output(&mut first);
-    c.send(b"two").unwrap();
-    let mut second = Vec::new();
-    c.take_output(&mut second);
+    let (_c, mut s, first, _) = two_records(&mut w);
     s.handle_input(w.now, &first).unwrap();
     assert!(matches!(
         s.handle_input(w.now, &first),
         Err(ChannelError::Record(_))
     ));
 
-    let (mut c, mut s) = w.connect();
-    w.pump(&mut c, &mut s);
-    c.send(b"one").unwrap();
-    let mut first = Vec::new();
-    c.take_output(&mut first);
-    c.send(b"two").unwrap();
-    let mut second = Vec::new();
-    c.take_output(&mut second);
+    let (_c, mut s, _, second) = two_records(&mut w);
     assert!(matches!(
         s.handle_input(w.now, &second),
         Err(ChannelError::Record(_))
