@@ -16,15 +16,14 @@
 //! ```
 
 use crate::batch::BatchProof;
+use crate::cache::{ClientInner, ServerInner, Ticket};
 use crate::config::ClientAuth;
-use crate::endpoint::{Client, Server, Ticket};
-use crate::identity::PublicKey;
 use crate::messages::{
     decode_alert, peek_frame, write_frame, AlertCode, ClientFinished, ClientHello, FrameType,
     MessageError, ServerHello, MAX_OFFERS,
 };
 use crate::pake::{self, PakeState};
-use crate::record::{RecordError, RecordReceiver, RecordSender, MAX_RECORD_PLAINTEXT};
+use crate::record::{RecordReceiver, RecordSender, MAX_RECORD_PLAINTEXT};
 use crate::schedule::{auth_tag, derive_session, transcript_hash, SessionId, SessionKeys};
 use crate::suite::{AuthMode, KemSuite};
 use cohort_core::wire::{Reader, Writer};
@@ -35,110 +34,10 @@ use cohort_gears::{GearId, GearKeys, GearSet};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+pub use crate::outcome::{AuthResult, ChannelError};
+
 const CLIENT_ROLE: &[u8] = b"client";
 const SERVER_ROLE: &[u8] = b"server";
-
-/// Why a connection failed. Every error is final: the connection sends nothing more
-/// (except, where it helps the peer, one alert already queued).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ChannelError {
-    /// The peer's first bytes are not a cohort message: it does not speak cohort.
-    NotCohort,
-    /// A message did not parse.
-    Message(MessageError),
-    /// A frame of a type not allowed in the current state.
-    UnexpectedFrame(u8),
-    /// The peer refused the handshake.
-    PeerAlert(AlertCode),
-    /// No KEM suite, gear or authentication mode in common.
-    NoCommonSuite,
-    /// The peer chose something the client did not offer (a downgrade or a broken peer).
-    BadChoice(&'static str),
-    /// The KEM key share or ciphertext was malformed.
-    BadKeyShare,
-    /// A finished MAC did not verify: the two ends do not share a transcript and keys.
-    KeyConfirmationFailed,
-    /// The peer did not prove what the authentication mode requires.
-    AuthenticationFailed,
-    /// A record failed.
-    Record(RecordError),
-    /// The transport ended without the peer's close record: the stream was truncated.
-    Truncated,
-    /// Data was sent after a close, or before the handshake finished.
-    NotReady,
-    /// The crypto provider failed.
-    Crypto,
-    /// The datagram keys were already handed out.
-    KeysTaken,
-    /// The configuration cannot work (the message says why).
-    Config(&'static str),
-}
-
-impl From<MessageError> for ChannelError {
-    fn from(e: MessageError) -> Self {
-        match e {
-            MessageError::BadMagic => ChannelError::NotCohort,
-            e => ChannelError::Message(e),
-        }
-    }
-}
-
-impl From<RecordError> for ChannelError {
-    fn from(e: RecordError) -> Self {
-        ChannelError::Record(e)
-    }
-}
-
-impl std::fmt::Display for ChannelError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ChannelError::NotCohort => f.write_str("the peer does not speak cohort"),
-            ChannelError::Message(e) => write!(f, "bad message: {e}"),
-            ChannelError::UnexpectedFrame(t) => write!(f, "unexpected frame type {t:#04x}"),
-            ChannelError::PeerAlert(a) => write!(f, "peer refused: {a}"),
-            ChannelError::NoCommonSuite => f.write_str("no suite in common"),
-            ChannelError::BadChoice(what) => write!(f, "peer chose a {what} that was not offered"),
-            ChannelError::BadKeyShare => f.write_str("malformed key share or ciphertext"),
-            ChannelError::KeyConfirmationFailed => f.write_str("key confirmation failed"),
-            ChannelError::AuthenticationFailed => f.write_str("authentication failed"),
-            ChannelError::Record(e) => write!(f, "record: {e}"),
-            ChannelError::Truncated => f.write_str("stream truncated (no close from peer)"),
-            ChannelError::NotReady => f.write_str("connection not ready for data"),
-            ChannelError::Crypto => f.write_str("crypto provider failed"),
-            ChannelError::KeysTaken => f.write_str("datagram keys already handed out"),
-            ChannelError::Config(why) => write!(f, "configuration: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for ChannelError {}
-
-/// How the connection was authenticated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AuthResult {
-    /// The mode used.
-    pub mode: AuthMode,
-    /// For `ServerSignature`: the server key that signed.
-    pub server_key: Option<PublicKey>,
-    /// Whether this connection resumed an earlier one (it then inherits that one's
-    /// authentication: only the two ends of it hold the next-session key).
-    pub resumed: bool,
-}
-
-impl std::fmt::Display for AuthResult {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (self.mode, self.server_key) {
-            (AuthMode::None, _) => f.write_str("unauthenticated (compare session IDs)")?,
-            (AuthMode::ServerSignature, Some(k)) => write!(f, "server signature by {k}")?,
-            (mode, _) => write!(f, "{mode} verified")?,
-        }
-        if self.resumed {
-            f.write_str(", resumed")?;
-        }
-        Ok(())
-    }
-}
 
 /// What was agreed, available once the handshake is done.
 #[derive(Clone, Debug, PartialEq)]
@@ -167,8 +66,13 @@ pub enum Event {
 
 /// Which side, and its long-lived half.
 enum Side {
-    Client { client: Client, server_name: String },
-    Server { server: Server },
+    Client {
+        client: Arc<ClientInner>,
+        server_name: String,
+    },
+    Server {
+        server: Arc<ServerInner>,
+    },
 }
 
 /// Handshake progress.
@@ -273,13 +177,13 @@ impl Connection {
     }
 
     pub(crate) fn client(
-        client: Client,
+        client: Arc<ClientInner>,
         now: Timestamp,
         rng: &mut dyn rand_core::RngCore,
         server_name: &str,
     ) -> Result<Connection, ChannelError> {
-        let provider = client.inner.provider;
-        let config = &client.inner.config;
+        let provider = client.provider;
+        let config = &client.config;
         if let ClientAuth::Psk(psk) = &config.auth {
             if psk.len() < crate::config::MIN_PSK_LEN {
                 return Err(ChannelError::Config(
@@ -344,8 +248,8 @@ impl Connection {
         Ok(conn)
     }
 
-    pub(crate) fn server(server: Server) -> Connection {
-        let provider = server.inner.provider;
+    pub(crate) fn server(server: Arc<ServerInner>) -> Connection {
+        let provider = server.provider;
         Connection::new(
             provider,
             Side::Server { server },
@@ -412,6 +316,7 @@ impl Connection {
 
     /// The session ID as soon as the keys are derived, before anything is verified: for
     /// the crate's own test harnesses only.
+    #[cfg(feature = "fuzzing")]
     pub(crate) fn unverified_session_id(&self) -> Option<SessionId> {
         self.info.as_ref().map(|i| i.session_id)
     }
@@ -756,7 +661,7 @@ impl Connection {
     }
 
     /// The client half and the server's name (owned: the handlers also borrow `self`).
-    fn client_side(&self) -> Result<(Client, String), ChannelError> {
+    fn client_side(&self) -> Result<(Arc<ClientInner>, String), ChannelError> {
         match &self.side {
             Side::Client {
                 client,
@@ -767,7 +672,7 @@ impl Connection {
     }
 
     /// The server half.
-    fn server_side(&self) -> Result<Server, ChannelError> {
+    fn server_side(&self) -> Result<Arc<ServerInner>, ChannelError> {
         match &self.side {
             Side::Server { server } => Ok(server.clone()),
             Side::Client { .. } => Err(ChannelError::NotReady),
@@ -782,7 +687,7 @@ impl Connection {
             return Err(ChannelError::NotReady);
         };
         let (client, server_name) = self.client_side()?;
-        let config = &client.inner.config;
+        let config = &client.config;
         let p = self.provider;
         let (sh, core_len) = ServerHello::decode(body)?;
 
@@ -903,7 +808,7 @@ impl Connection {
             return Err(ChannelError::NotReady);
         };
         let (client, server_name) = self.client_side()?;
-        let ClientAuth::ServerSignature { pinned } = &client.inner.config.auth else {
+        let ClientAuth::ServerSignature { pinned } = &client.config.auth else {
             return Err(ChannelError::UnexpectedFrame(FrameType::ServerAuth as u8));
         };
         let mut r = Reader::new(body);
@@ -921,10 +826,10 @@ impl Connection {
     fn client_open(
         &mut self,
         est: Established,
-        client: &Client,
+        client: &ClientInner,
         server_name: &str,
     ) -> Result<(), ChannelError> {
-        let config = &client.inner.config;
+        let config = &client.config;
         let Established { info, keys } = est;
         self.open_records(
             &info.gears,
@@ -947,7 +852,7 @@ impl Connection {
 
     fn server_on_hello(&mut self, body: &[u8]) -> Result<(), ChannelError> {
         let server = self.server_side()?;
-        let config = &server.inner.config;
+        let config = &server.config;
         let p = self.provider;
         let ch = ClientHello::decode(body)?;
 
@@ -1073,7 +978,7 @@ impl Connection {
             return Err(ChannelError::NotReady);
         };
         let server = self.server_side()?;
-        let config = &server.inner.config;
+        let config = &server.config;
         let p = self.provider;
         let cf = ClientFinished::decode(body)?;
         let keys = pending.keys.take().ok_or(ChannelError::NotReady)?;

@@ -15,7 +15,7 @@
 //! peer takes the handshake before the fuzzed bytes, and the chunk size the bytes are fed in.
 
 use crate::batch::{BatchConfig, BatchProof, BatchProofError, BatchSigner};
-use crate::identity::Identity;
+use crate::identity::{Identity, PublicKey};
 use crate::messages::{
     peek_frame, ClientFinished, ClientHello, FrameType, MessageError, ServerHello, FRAME_HEADER_LEN,
 };
@@ -159,26 +159,42 @@ fn identity() -> Identity {
     )
 }
 
-fn configs(mode: AuthMode) -> (ClientConfig, ServerConfig) {
+/// The client's authentication and a server configuration that accepts `mode` alone, each
+/// end with its own credentials: the server signs with `server_key` and the client pins
+/// `pinned` (signature mode), and each end holds `psk` and `password` (PSK and password
+/// modes). Equal credentials give a matching pair; different ones give a man in the middle.
+/// Everything else is the configurations' defaults. Shared by these harnesses and
+/// `tests/handshake.rs`.
+pub fn auth_configs(
+    mode: AuthMode,
+    server_key: PublicKey,
+    pinned: PublicKey,
+    psk: &[u8],
+    password: &[u8],
+) -> (ClientAuth, ServerConfig) {
     let mut sc = ServerConfig::new();
     sc.auth_modes = vec![mode];
     let auth = match mode {
         AuthMode::None => ClientAuth::None,
         AuthMode::ServerSignature => {
-            sc.identity = Some(identity().public());
-            ClientAuth::ServerSignature {
-                pinned: identity().public(),
-            }
+            sc.identity = Some(server_key);
+            ClientAuth::ServerSignature { pinned }
         }
         AuthMode::Psk => {
-            sc.psk = Some(Secret::from_slice(&PSK));
-            ClientAuth::Psk(Secret::from_slice(&PSK))
+            sc.psk = Some(Secret::from_slice(psk));
+            ClientAuth::Psk(Secret::from_slice(psk))
         }
         AuthMode::Password => {
-            sc.password = Some(Secret::from_slice(PASSWORD));
-            ClientAuth::Password(Secret::from_slice(PASSWORD))
+            sc.password = Some(Secret::from_slice(password));
+            ClientAuth::Password(Secret::from_slice(password))
         }
     };
+    (auth, sc)
+}
+
+fn configs(mode: AuthMode) -> (ClientConfig, ServerConfig) {
+    let key = identity().public();
+    let (auth, mut sc) = auth_configs(mode, key, key, &PSK, PASSWORD);
     let mut cc = ClientConfig::new(auth).with_kem(KemSuite::X25519);
     cc.gears = CHANNEL_GEARS.to_vec();
     // One key pair for the whole process, and no tickets: every ClientHello is the same.

@@ -1,15 +1,18 @@
-//! Secure channels in the tcpcrypt shape.
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
 pub mod batch;
+mod cache;
 pub mod config;
 pub mod connection;
 pub mod datagram;
 pub mod endpoint;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod identity;
 pub mod messages;
+mod outcome;
 pub mod pake;
 pub mod record;
 pub mod schedule;

@@ -4,6 +4,7 @@
 //! gears at run time, key updates and datagram keys.
 
 use cohort_channel::batch::{BatchConfig, BatchSigner};
+use cohort_channel::fuzzing::auth_configs;
 use cohort_channel::identity::Identity;
 use cohort_channel::messages::{FrameType, ServerHello};
 use cohort_channel::{
@@ -91,28 +92,36 @@ impl World {
         let mut cr = Ok(());
         let mut sr = Ok(());
         for _ in 0..20 {
-            let mut moved = false;
-            let mut buf = Vec::new();
-            c.take_output(&mut buf);
-            if !buf.is_empty() && sr.is_ok() {
-                moved = true;
-                tamper(true, &mut buf);
-                sr = s.handle_input(self.now, &buf);
-            }
-            self.service(s);
-            let mut buf = Vec::new();
-            s.take_output(&mut buf);
-            if !buf.is_empty() && cr.is_ok() {
-                moved = true;
-                tamper(false, &mut buf);
-                cr = c.handle_input(self.now, &buf);
-            }
-            self.service(c);
+            // Both directions every round (`|`, not `||`).
+            let moved = self.deliver(c, s, true, &mut sr, tamper)
+                | self.deliver(s, c, false, &mut cr, tamper);
             if !moved {
                 break;
             }
         }
         (cr, sr)
+    }
+
+    /// One direction of [`World::pump_with`]: moves `from`'s output through `tamper` into
+    /// `to` (unless `to` already failed, keeping its error in `result`), then runs `to`'s
+    /// events. Whether anything moved.
+    fn deliver(
+        &mut self,
+        from: &mut Connection,
+        to: &mut Connection,
+        to_server: bool,
+        result: &mut Result<(), ChannelError>,
+        tamper: &mut dyn FnMut(bool, &mut Vec<u8>),
+    ) -> bool {
+        let mut buf = Vec::new();
+        from.take_output(&mut buf);
+        let moved = !buf.is_empty() && result.is_ok();
+        if moved {
+            tamper(to_server, &mut buf);
+            *result = to.handle_input(self.now, &buf);
+        }
+        self.service(to);
+        moved
     }
 
     fn pump(&mut self, c: &mut Connection, s: &mut Connection) {
@@ -125,25 +134,8 @@ impl World {
 
 /// Matching client and server configurations for `mode`.
 fn configs(mode: AuthMode) -> (ClientConfig, ServerConfig) {
-    let mut sc = ServerConfig::new();
-    sc.auth_modes = vec![mode];
-    let auth = match mode {
-        AuthMode::None => ClientAuth::None,
-        AuthMode::ServerSignature => {
-            sc.identity = Some(identity().public());
-            ClientAuth::ServerSignature {
-                pinned: identity().public(),
-            }
-        }
-        AuthMode::Psk => {
-            sc.psk = Some(Secret::from_slice(&[9; 32]));
-            ClientAuth::Psk(Secret::from_slice(&[9; 32]))
-        }
-        AuthMode::Password => {
-            sc.password = Some(Secret::from_slice(b"hunter2"));
-            ClientAuth::Password(Secret::from_slice(b"hunter2"))
-        }
-    };
+    let key = identity().public();
+    let (auth, sc) = auth_configs(mode, key, key, &[9; 32], b"hunter2");
     (ClientConfig::new(auth), sc)
 }
 
@@ -282,26 +274,15 @@ fn mitm(mode: AuthMode) -> (Result<(), ChannelError>, Option<(Connection, Connec
     let mut w = World::new(cc, sc);
     // The attacker's halves: a server facing the client and a client facing the server,
     // with its own credentials (it knows none of the real ones).
-    let mut evil_sc = ServerConfig::new();
-    evil_sc.auth_modes = vec![mode];
     let evil_id = Identity::from_secret(&provider(), Secret::from_slice(&[66; 32])).unwrap();
-    let evil_auth = match mode {
-        AuthMode::None => ClientAuth::None,
-        AuthMode::ServerSignature => {
-            evil_sc.identity = Some(evil_id.public());
-            ClientAuth::ServerSignature {
-                pinned: identity().public(),
-            }
-        }
-        AuthMode::Psk => {
-            evil_sc.psk = Some(Secret::from_slice(&[1; 32]));
-            ClientAuth::Psk(Secret::from_slice(&[1; 32]))
-        }
-        AuthMode::Password => {
-            evil_sc.password = Some(Secret::from_slice(b"guess"));
-            ClientAuth::Password(Secret::from_slice(b"guess"))
-        }
-    };
+    // It signs with its own key, while its client half pins the real one.
+    let (evil_auth, evil_sc) = auth_configs(
+        mode,
+        evil_id.public(),
+        identity().public(),
+        &[1; 32],
+        b"guess",
+    );
     let mut evil = World::new(ClientConfig::new(evil_auth), evil_sc);
     if mode == AuthMode::ServerSignature {
         evil.signer = Some(BatchSigner::new(
@@ -535,29 +516,29 @@ fn truncation_is_told_apart_from_a_clean_close() {
 
 #[test]
 fn replayed_and_reordered_records_are_rejected() {
+    /// A fresh established pair (kept alive for the caller), and the client's records of
+    /// "one" then "two", not yet delivered.
+    fn two_records(w: &mut World) -> (Connection, Connection, Vec<u8>, Vec<u8>) {
+        let (mut c, mut s) = w.connect();
+        w.pump(&mut c, &mut s);
+        c.send(b"one").unwrap();
+        let mut first = Vec::new();
+        c.take_output(&mut first);
+        c.send(b"two").unwrap();
+        let mut second = Vec::new();
+        c.take_output(&mut second);
+        (c, s, first, second)
+    }
+
     let mut w = World::with_auth(AuthMode::None);
-    let (mut c, mut s) = w.connect();
-    w.pump(&mut c, &mut s);
-    c.send(b"one").unwrap();
-    let mut first = Vec::new();
-    c.take_output(&mut first);
-    c.send(b"two").unwrap();
-    let mut second = Vec::new();
-    c.take_output(&mut second);
+    let (_c, mut s, first, _) = two_records(&mut w);
     s.handle_input(w.now, &first).unwrap();
     assert!(matches!(
         s.handle_input(w.now, &first),
         Err(ChannelError::Record(_))
     ));
 
-    let (mut c, mut s) = w.connect();
-    w.pump(&mut c, &mut s);
-    c.send(b"one").unwrap();
-    let mut first = Vec::new();
-    c.take_output(&mut first);
-    c.send(b"two").unwrap();
-    let mut second = Vec::new();
-    c.take_output(&mut second);
+    let (_c, mut s, _, second) = two_records(&mut w);
     assert!(matches!(
         s.handle_input(w.now, &second),
         Err(ChannelError::Record(_))

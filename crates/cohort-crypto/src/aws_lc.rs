@@ -2,7 +2,7 @@
 //! and RustCrypto `rsa` only to generate RSA primes with e = 3.
 
 use crate::provider::*;
-use crate::Secret;
+use crate::secret::Secret;
 use aws_lc_rs::encoding::{AsBigEndian, AsDer};
 use aws_lc_rs::signature::KeyPair;
 use aws_lc_rs::{aead, agreement, digest, hkdf, hmac, kem, rand, signature};

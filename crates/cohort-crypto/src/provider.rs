@@ -1,6 +1,8 @@
-//! The provider struct and the small traits its backends implement.
+//! The provider struct and the small traits its backends implement. Owns the algorithm
+//! names, the traits and [`CryptoProvider`] itself; it must not name a backend (the default
+//! provider is chosen in the crate root, above both this module and `aws_lc`).
 
-use crate::Secret;
+use crate::secret::Secret;
 use std::fmt;
 
 /// Nonce length of every AEAD the provider offers.
@@ -214,12 +216,6 @@ pub struct CryptoProvider {
 }
 
 impl CryptoProvider {
-    /// The default backend: aws-lc-rs, with RustCrypto `aes` and `blake3` where aws-lc-rs has
-    /// no matching API.
-    pub fn default_provider() -> CryptoProvider {
-        crate::aws_lc::PROVIDER
-    }
-
     /// The KEM for `algorithm`, if this provider has it.
     pub fn kem(&self, algorithm: KemAlgorithm) -> Option<&'static dyn KemFactory> {
         self.kems

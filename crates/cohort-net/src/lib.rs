@@ -1,39 +1,4 @@
-//! The tokio driver: runs any sans-IO [`Machine`] over a real UDP socket. The simulator
-//! (`cohort-sim`) runs the same machines in virtual time; this runs them in real time.
-//!
-//! ```text
-//!   UdpSocket ──recv_from──▶ handle_datagram(now, from, bytes) ─┐
-//!   sleep_until(deadline) ─▶ handle_timeout(now)                 ├─▶ Machine
-//!   Command (mpsc) ────────▶ f(&mut machine, now)               ─┘
-//!                                                                 │ after each input:
-//!   UdpSocket ◀──send_to─── poll_transmit   (until None)          │
-//!   events (mpsc) ◀──────── poll_event      (until None)        ◀─┘
-//!   next deadline ◀──────── poll_timeout
-//! ```
-//!
-//! `now` is the time since the driver started, as a [`Timestamp`]. The driver stops when the
-//! command channel closes and hands the machine back.
-//!
-//! # Example
-//! ```no_run
-//! use cohort_core::Machine;
-//!
-//! async fn serve<M>(machine: M) -> std::io::Result<M>
-//! where
-//!     M: Machine + Send + 'static,
-//!     M::Event: Send + std::fmt::Debug + 'static,
-//! {
-//!     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
-//!     let cohort_net::Driver { commands, mut events, task } = cohort_net::spawn(machine, socket);
-//!     // Application commands run against the machine inside the driver.
-//!     let _ = commands.send(Box::new(|_machine: &mut M, _now| {})).await;
-//!     if let Some(event) = events.recv().await {
-//!         println!("{event:?}");
-//!     }
-//!     drop(commands); // closing the command channel stops the driver
-//!     task.await.map_err(std::io::Error::other)?
-//! }
-//! ```
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
 pub mod stream;

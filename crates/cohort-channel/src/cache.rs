@@ -1,0 +1,286 @@
+//! The state the long-lived endpoints share with their connections: a client's ephemeral key
+//! pair and session tickets ([`ClientInner`]), a server's resumption cache and nonce generator
+//! ([`ServerInner`]). Owns the caches and their expiry rules. Used by `connection` (which
+//! takes and stores entries during a handshake) and wrapped by `endpoint` (which hands out
+//! connections); must not reach up into either.
+
+use crate::config::{ClientConfig, ServerConfig};
+use crate::outcome::{AuthResult, ChannelError};
+use crate::suite::{AuthMode, KemSuite};
+use cohort_core::Timestamp;
+use cohort_crypto::{CryptoProvider, Secret};
+use rand_chacha::ChaCha20Rng;
+use rand_core::{RngCore, SeedableRng};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Locks, recovering from a poisoned lock (the caches stay consistent at every step).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A client's ephemeral KEM key pair. Shared by the connections that use it.
+#[derive(Clone)]
+pub(crate) struct KeyShare {
+    pub suite: KemSuite,
+    pub secret: Arc<Secret>,
+    pub public: Arc<Vec<u8>>,
+}
+
+/// The cached key pair, reused for `ephemeral_lifetime`.
+struct Ephemeral {
+    share: KeyShare,
+    created: Timestamp,
+}
+
+/// What a client keeps to resume a session: the next-session key, named by its
+/// resumption ID.
+pub(crate) struct Ticket {
+    pub resume_id: [u8; 32],
+    pub next: Secret,
+    pub auth: AuthResult,
+    created: Timestamp,
+}
+
+/// A client's configuration and caches, shared by the `Client` handle and its connections.
+pub(crate) struct ClientInner {
+    pub provider: CryptoProvider,
+    pub config: ClientConfig,
+    ephemeral: Mutex<Option<Ephemeral>>,
+    tickets: Mutex<HashMap<String, Ticket>>,
+}
+
+/// Client tickets older than this are not offered (the server's lifetime may be shorter).
+const CLIENT_TICKET_LIFETIME_NANOS: u64 = 3600 * 1_000_000_000;
+
+impl ClientInner {
+    /// Empty caches for `config`.
+    pub(crate) fn new(provider: CryptoProvider, config: ClientConfig) -> Self {
+        ClientInner {
+            provider,
+            config,
+            ephemeral: Mutex::new(None),
+            tickets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether a ticket for `server_name` is cached.
+    pub(crate) fn has_ticket(&self, server_name: &str) -> bool {
+        lock(&self.tickets).contains_key(server_name)
+    }
+
+    /// Erases tickets older than an hour and an ephemeral key pair past its lifetime.
+    pub(crate) fn expire(&self, now: Timestamp) {
+        lock(&self.tickets).retain(|_, t| {
+            now.saturating_duration_since(t.created).as_nanos()
+                < u128::from(CLIENT_TICKET_LIFETIME_NANOS)
+        });
+        let lifetime = self.config.ephemeral_lifetime;
+        let mut slot = lock(&self.ephemeral);
+        if slot
+            .as_ref()
+            .is_some_and(|e| now.saturating_duration_since(e.created) >= lifetime)
+        {
+            *slot = None;
+        }
+    }
+
+    /// Forgets every ticket and the ephemeral key pair.
+    pub(crate) fn clear_caches(&self) {
+        lock(&self.tickets).clear();
+        *lock(&self.ephemeral) = None;
+    }
+
+    /// The ephemeral key pair for the preferred suite: the cached one if still fresh, else
+    /// a new one (the expensive step for RSA, done by the client as tcpcrypt intends).
+    pub(crate) fn ephemeral(&self, now: Timestamp) -> Result<KeyShare, ChannelError> {
+        let suite = *self
+            .config
+            .kems
+            .first()
+            .ok_or(ChannelError::NoCommonSuite)?;
+        let lifetime = self.config.ephemeral_lifetime;
+        let mut slot = lock(&self.ephemeral);
+        if let Some(e) = slot.as_ref() {
+            if e.share.suite == suite && now.saturating_duration_since(e.created) < lifetime {
+                return Ok(e.share.clone());
+            }
+        }
+        let kem = self
+            .provider
+            .kem(suite.algorithm())
+            .ok_or(ChannelError::NoCommonSuite)?;
+        let (secret, public) = kem.generate().map_err(|_| ChannelError::Crypto)?;
+        let share = KeyShare {
+            suite,
+            secret: Arc::new(secret),
+            public: Arc::new(public),
+        };
+        if !lifetime.is_zero() {
+            *slot = Some(Ephemeral {
+                share: share.clone(),
+                created: now,
+            });
+        }
+        Ok(share)
+    }
+
+    /// Takes (single use) the ticket for `server_name` if it suits the configured mode.
+    pub(crate) fn take_ticket(&self, now: Timestamp, server_name: &str) -> Option<Ticket> {
+        if !self.config.resumption {
+            return None;
+        }
+        let t = lock(&self.tickets).remove(server_name)?;
+        let fresh = now.saturating_duration_since(t.created).as_nanos()
+            < u128::from(CLIENT_TICKET_LIFETIME_NANOS);
+        (fresh && t.auth.mode == self.config.auth.mode()).then_some(t)
+    }
+
+    /// Caches the ticket for `server_name` (if resumption is on).
+    pub(crate) fn store_ticket(
+        &self,
+        now: Timestamp,
+        server_name: &str,
+        resume_id: [u8; 32],
+        next: Secret,
+        auth: AuthResult,
+    ) {
+        if self.config.resumption {
+            let t = Ticket {
+                resume_id,
+                next,
+                auth,
+                created: now,
+            };
+            lock(&self.tickets).insert(server_name.to_owned(), t);
+        }
+    }
+}
+
+/// A server's cached session.
+pub(crate) struct CachedSession {
+    pub next: Secret,
+    pub auth: AuthResult,
+    created: Timestamp,
+}
+
+#[derive(Default)]
+struct ResumptionCache {
+    entries: HashMap<[u8; 32], CachedSession>,
+    order: VecDeque<([u8; 32], Timestamp)>,
+}
+
+/// A server's configuration, resumption cache and nonce generator, shared by the `Server`
+/// handle and its connections.
+pub(crate) struct ServerInner {
+    pub provider: CryptoProvider,
+    pub config: ServerConfig,
+    cache: Mutex<ResumptionCache>,
+    /// Server nonces: ChaCha20 keyed once from the provider's randomness. Asking the
+    /// operating system per connection costs more than the rest of a resumption.
+    nonces: Mutex<ChaCha20Rng>,
+}
+
+impl ServerInner {
+    /// An empty cache for `config`, nonces from ChaCha20 keyed with `seed`.
+    pub(crate) fn new(provider: CryptoProvider, config: ServerConfig, seed: [u8; 32]) -> Self {
+        ServerInner {
+            provider,
+            config,
+            cache: Mutex::new(ResumptionCache::default()),
+            nonces: Mutex::new(ChaCha20Rng::from_seed(seed)),
+        }
+    }
+
+    /// A fresh server nonce.
+    pub(crate) fn nonce(&self) -> [u8; 32] {
+        let mut n = [0u8; 32];
+        lock(&self.nonces).fill_bytes(&mut n);
+        n
+    }
+
+    /// How many sessions are cached.
+    pub(crate) fn cached_sessions(&self) -> usize {
+        lock(&self.cache).entries.len()
+    }
+
+    /// Erases every cached session older than the configured lifetime.
+    pub(crate) fn expire_sessions(&self, now: Timestamp) {
+        let mut cache = lock(&self.cache);
+        self.expire(&mut cache, now);
+    }
+
+    /// Removes and returns the cached session `resume_id` if it exists, is fresh, and was
+    /// authenticated with `mode`. A session is resumable once: its key is erased on use.
+    pub(crate) fn take_session(
+        &self,
+        now: Timestamp,
+        resume_id: &[u8; 32],
+        mode: AuthMode,
+    ) -> Option<CachedSession> {
+        let mut cache = lock(&self.cache);
+        self.expire(&mut cache, now);
+        let entry = cache.entries.remove(resume_id)?;
+        // Checked here too, not only by `expire`, which relies on insertion order.
+        let fresh = now.saturating_duration_since(entry.created) < self.config.resumption_lifetime;
+        (fresh && entry.auth.mode == mode).then_some(entry)
+    }
+
+    /// Caches a session for resumption, evicting the oldest beyond the capacity.
+    pub(crate) fn store_session(
+        &self,
+        now: Timestamp,
+        resume_id: [u8; 32],
+        next: Secret,
+        auth: AuthResult,
+    ) {
+        let cap = self.config.resumption_capacity;
+        if cap == 0 {
+            return;
+        }
+        let mut cache = lock(&self.cache);
+        self.expire(&mut cache, now);
+        while cache.entries.len() >= cap {
+            match cache.order.pop_front() {
+                Some((id, _)) => {
+                    cache.entries.remove(&id);
+                }
+                None => break,
+            }
+        }
+        if cache.order.len() >= cap.saturating_mul(2) {
+            // Drop the ids of sessions already resumed, so `order` stays bounded.
+            let ResumptionCache { entries, order } = &mut *cache;
+            order.retain(|(id, _)| entries.contains_key(id));
+        }
+        cache.order.push_back((resume_id, now));
+        cache.entries.insert(
+            resume_id,
+            CachedSession {
+                next,
+                auth,
+                created: now,
+            },
+        );
+    }
+
+    fn expire(&self, cache: &mut ResumptionCache, now: Timestamp) {
+        let lifetime = self.config.resumption_lifetime;
+        // `order` may hold ids already taken; skip them. Entries are in insertion order.
+        while let Some(&(id, created)) = cache.order.front() {
+            let stale = now.saturating_duration_since(created) >= lifetime;
+            let gone = !cache.entries.contains_key(&id);
+            if !(stale || gone) {
+                break;
+            }
+            cache.order.pop_front();
+            if stale {
+                if let Some(e) = cache.entries.get(&id) {
+                    if e.created == created {
+                        cache.entries.remove(&id);
+                    }
+                }
+            }
+        }
+    }
+}
