@@ -7,6 +7,7 @@ mod channels;
 pub mod config;
 pub mod event;
 pub mod exchange;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod id;
