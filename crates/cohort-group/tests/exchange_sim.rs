@@ -8,7 +8,7 @@ mod support;
 
 use cohort_group::exchange::GOSSIP_KIND;
 use cohort_group::{Channel, GroupEvent, MemberId, RemovalReason};
-use cohort_sim::{sweep, DelayRule, DuplicateRule, Loss, ReorderRule, SimFailure};
+use cohort_sim::{split_by_coin, sweep, SimFailure, StandardFaults};
 use rand_core::RngCore;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -470,13 +470,13 @@ fn trust_run(seed: u64) -> Result<(), SimFailure> {
         c.trust = trust_for[i].iter().map(|j| ids[*j]).collect();
     });
     let mut rng = g.sim.fork_rng();
-    let loss = g.sim.add_rule(Loss(0.03));
-    let dup = g.sim.add_rule(DuplicateRule(0.03));
-    let reorder = g.sim.add_rule(ReorderRule(0.03));
-    let delay = g.sim.add_rule(DelayRule(
-        0.03,
-        Duration::from_millis(1)..Duration::from_millis(30),
-    ));
+    let faults = StandardFaults {
+        delay: 0.03,
+        delay_range: Duration::from_millis(1)..Duration::from_millis(30),
+        tamper: 0.0,
+        ..StandardFaults::light()
+    }
+    .add_to(&mut g.sim);
     g.start_all();
     g.run_for(Duration::from_secs(3))?;
     for round in 0..40u64 {
@@ -489,24 +489,15 @@ fn trust_run(seed: u64) -> Result<(), SimFailure> {
             adversary(&mut g, &mut rng);
         }
         if round % 10 == 2 {
-            let mut sides: (Vec<_>, Vec<_>) = (Vec::new(), Vec::new());
-            for i in 0..n {
-                if rng.next_u32() % 2 == 0 {
-                    sides.0.push(g.nodes[i]);
-                } else {
-                    sides.1.push(g.nodes[i]);
-                }
-            }
-            g.sim.partition(&[&sides.0, &sides.1]);
+            let (a, b) = split_by_coin(&mut rng, &g.nodes[..n]);
+            g.sim.partition(&[&a, &b]);
         }
         if round % 10 == 7 {
             g.sim.heal();
         }
         g.run_for(Duration::from_millis(40 + u64::from(rng.next_u32() % 60)))?;
     }
-    for r in [loss, dup, reorder, delay] {
-        g.sim.remove_rule(r);
-    }
+    faults.remove(&mut g.sim);
     g.sim.heal();
     // Quiet: give merges time (redirected joiners found alone after 5 suspicion timeouts,
     // then gossip and Exchange).

@@ -7,7 +7,7 @@
 mod support;
 
 use cohort_group::{Channel, GroupEvent, RekeyMethod};
-use cohort_sim::{sweep, DelayRule, DuplicateRule, Loss, ReorderRule, SimFailure, TamperRule};
+use cohort_sim::{split_prefix, sweep, SimFailure, StandardFaults};
 use rand_core::RngCore;
 use std::time::Duration;
 use support::{adversary, Group};
@@ -220,14 +220,7 @@ fn random_run(seed: u64) -> Result<(), SimFailure> {
         }
     });
     let mut rng = g.sim.fork_rng();
-    let loss = g.sim.add_rule(Loss(0.05));
-    let dup = g.sim.add_rule(DuplicateRule(0.05));
-    let reorder = g.sim.add_rule(ReorderRule(0.05));
-    let delay = g.sim.add_rule(DelayRule(
-        0.05,
-        Duration::from_millis(1)..Duration::from_millis(40),
-    ));
-    let tamper = g.sim.add_rule(TamperRule(0.02));
+    let faults = StandardFaults::heavy().add_to(&mut g.sim);
     g.start_all();
     g.run_for(Duration::from_secs(3))?;
     let mut crashes = 0;
@@ -248,11 +241,8 @@ fn random_run(seed: u64) -> Result<(), SimFailure> {
         }
         // A partition now and then, healed a few rounds later.
         if round % 13 == 4 && rng.next_u32() % 2 == 0 {
-            let cut = 1 + (rng.next_u32() % 4) as usize;
-            let (a, b): (Vec<_>, Vec<_>) = (0..5).partition(|i| *i < cut);
-            let na: Vec<_> = a.iter().map(|i| g.nodes[*i]).collect();
-            let nb: Vec<_> = b.iter().map(|i| g.nodes[*i]).collect();
-            g.sim.partition(&[&na, &nb]);
+            let (a, b) = split_prefix(&mut rng, &g.nodes[..5], 4);
+            g.sim.partition(&[&a, &b]);
         }
         if round % 13 == 10 {
             g.sim.heal();
@@ -264,9 +254,7 @@ fn random_run(seed: u64) -> Result<(), SimFailure> {
         }
         g.run_for(Duration::from_millis(25 + u64::from(rng.next_u32() % 50)))?;
     }
-    for r in [loss, dup, reorder, delay, tamper] {
-        g.sim.remove_rule(r);
-    }
+    faults.remove(&mut g.sim);
     g.sim.heal();
     let live: Vec<usize> = (0..5).filter(|i| !g.crashed.contains(i)).collect();
     // Members that were expelled (for lagging) are not expected back without a join.

@@ -13,7 +13,7 @@ use cohort_group::{
     AuthMode, Channel, GroupConfig, GroupEvent, GroupMember, MemberId, RemovalReason,
 };
 use cohort_kdc::{Kdc, PrincipalKey, PrincipalName, Registry};
-use cohort_sim::{sweep, DuplicateRule, Loss, NodeId, ReorderRule, Sim, SimConfig, SimFailure};
+use cohort_sim::{split_prefix, sweep, NodeId, Sim, SimConfig, SimFailure, StandardFaults};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use std::collections::{BTreeSet, VecDeque};
@@ -417,9 +417,12 @@ fn kdc_run(seed: u64) -> Result<(), SimFailure> {
     let n = 5;
     let mut g = KdcGroup::new(seed, n, &[]);
     let mut rng = g.sim.fork_rng();
-    let loss = g.sim.add_rule(Loss(0.03));
-    let dup = g.sim.add_rule(DuplicateRule(0.03));
-    let reorder = g.sim.add_rule(ReorderRule(0.03));
+    let faults = StandardFaults {
+        delay: 0.0,
+        tamper: 0.0,
+        ..StandardFaults::light()
+    }
+    .add_to(&mut g.sim);
     for i in 0..n {
         let contacts: Vec<usize> = (0..n).filter(|j| *j != i).collect();
         g.start(i, &contacts);
@@ -440,9 +443,7 @@ fn kdc_run(seed: u64) -> Result<(), SimFailure> {
             left.insert(who);
         }
         if round % 10 == 3 {
-            let cut = 1 + (rng.next_u32() % 3) as usize;
-            let a: Vec<NodeId> = g.nodes[..cut].to_vec();
-            let mut b: Vec<NodeId> = g.nodes[cut..].to_vec();
+            let (a, mut b) = split_prefix(&mut rng, &g.nodes[..n], 3);
             b.push(g.kdc);
             g.sim.partition(&[&a, &b]);
         }
@@ -470,9 +471,7 @@ fn kdc_run(seed: u64) -> Result<(), SimFailure> {
         }
         g.run_for(Duration::from_millis(50 + u64::from(rng.next_u32() % 50)))?;
     }
-    for r in [loss, dup, reorder] {
-        g.sim.remove_rule(r);
-    }
+    faults.remove(&mut g.sim);
     g.sim.heal();
     let live: Vec<usize> = (0..n).filter(|i| !left.contains(i)).collect();
     g.wait(&live, BOUND * 2)?;
