@@ -1,7 +1,14 @@
-//! TODO-OWNS
+//! View changes: wanting one (joiners, removals, rekey, merge), coordinating it (Flush,
+//! FlushOk, fetching missing positions so every survivor delivers the same set), taking
+//! part in one, and restarting without the silent.
+//!
+//! Owns: `ViewChange` (the proposal, the coordinator's or participant's flush, the
+//! Install being announced, what the next change is to do). It hands the key phase to
+//! `key_tree.rs` (tree rekey) and the Install to `install.rs`; it may not install a view.
 
 use super::install::Announce;
 use super::reliable::OrderedMsg;
+use super::timers::interval;
 use super::GroupMember;
 use crate::config::AuthMode;
 use crate::event::{Drop, RemovalReason};
@@ -299,7 +306,7 @@ impl GroupMember {
         let Some(c) = self.view_change.coordinator.as_mut() else {
             return;
         };
-        c.resend_at = now.saturating_add(self.config.flush_timeout / 4);
+        c.resend_at = now.saturating_add(interval::flush_resend(&self.config));
         let msg = Msg::Flush {
             proposal: c.proposal,
             survivors: c.survivors.clone(),
@@ -430,7 +437,7 @@ impl GroupMember {
                 if have_all {
                     self.finish_participant_install(now, install);
                 } else if f.last_nak.is_none_or(|t| {
-                    now.saturating_duration_since(t) >= self.config.heartbeat_interval / 2
+                    now.saturating_duration_since(t) >= interval::fetch_retry(&self.config)
                 }) {
                     f.last_nak = Some(now);
                     let coord = f.coordinator;
@@ -485,7 +492,7 @@ impl GroupMember {
                         if now >= c.resend_at {
                             if let Some(c) = self.view_change.coordinator.as_mut() {
                                 c.resend_at =
-                                    now.saturating_add(self.config.heartbeat_interval / 2);
+                                    now.saturating_add(interval::fetch_retry(&self.config));
                             }
                             if let Some(m) = self.member_at(from) {
                                 self.send_msg(
@@ -511,7 +518,7 @@ impl GroupMember {
                     self.send_install(now);
                 } else if now >= c.resend_at {
                     if let Some(c) = self.view_change.coordinator.as_mut() {
-                        c.resend_at = now.saturating_add(self.config.flush_timeout / 4);
+                        c.resend_at = now.saturating_add(interval::flush_resend(&self.config));
                     }
                     for (id, addr) in missing {
                         self.send_pair(now, addr, Some(id), &PairMsg::Ping);

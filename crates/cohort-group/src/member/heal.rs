@@ -1,4 +1,10 @@
-//! TODO-OWNS
+//! Healing partitions: the leader gossips its Id to known members of other components;
+//! when two leaders find each other they run the Exchange (a ticket carries one
+//! component's key to the other) and the smaller component merges into the larger.
+//!
+//! Owns: `Heal` (gossip timers and budget, local Ids, answered addresses, the held ticket
+//! key, exchanged key fingerprints). It may not install a view: a merge is a view change
+//! asked of `flush.rs`.
 
 use super::flush::Change;
 use super::GroupMember;

@@ -1,4 +1,9 @@
-//! TODO-OWNS
+//! Heartbeats: what members tell the leader (delivered positions, load, failures) and the
+//! leader tells members (positions given), the stable point, gear feedback to the
+//! controller, and removing members that lag too far behind.
+//!
+//! Owns: `Liveness` (when the leader was last heard, the next heartbeat). Suspicion of the
+//! silent is decided by the tick (`timers.rs`) from what this file records.
 
 use super::GroupMember;
 use crate::event::RemovalReason;

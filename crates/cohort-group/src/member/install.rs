@@ -1,8 +1,14 @@
-//! TODO-OWNS
+//! Installing a view: the coordinator builds, signs and announces the Install (with the
+//! key wrapped for every member, or the same key), participants check it, and every member
+//! installs the view and its key, keeping the old view's keys for the grace period.
+//!
+//! Owns: the Install being resent (`Announce`, inside `ViewChange`), and writes the shared
+//! view, rank, keys, group key and old views: it is the only file that replaces them.
 
 use super::flush::Change;
 use super::join::Joining;
 use super::reliable::Sequencer;
+use super::timers::interval;
 use super::{GroupMember, OldView};
 use crate::config::RekeyMethod;
 use crate::event::{Drop, GroupEvent, RemovalReason};
@@ -273,7 +279,7 @@ impl GroupMember {
             install: install.clone(),
             welcome_key: Some(welcome_key),
             unacked,
-            resend_at: now.saturating_add(self.config.flush_timeout / 4),
+            resend_at: now.saturating_add(interval::flush_resend(&self.config)),
             until: now.saturating_add(self.config.key_grace),
         });
         let _ = old_view;

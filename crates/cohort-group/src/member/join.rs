@@ -1,4 +1,10 @@
-//! TODO-OWNS
+//! Joining and admission: asking contacts until a Welcome arrives or founding the group
+//! alone, and at the leader, deciding which joiners may come in (they hold the key, or in
+//! KDC mode they presented a valid token: LSGC messages 4 and 5).
+//!
+//! Owns: `Joining` (while this member joins) and `Admission` (key holders, grants,
+//! presented tokens). It may not change the view: an admitted joiner is handed to the view
+//! change (`view_change.joiners_wanted`).
 
 use super::install::{fits_one_datagram, install_copy_for};
 use super::{GroupMember, MAX_VIEW_MEMBERS};

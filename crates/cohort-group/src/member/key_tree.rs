@@ -1,6 +1,12 @@
-//! TODO-OWNS
+//! The tree rekey (Ensemble): the leader sends the new key down a tree of pair channels,
+//! acknowledgements climb back, and the key is installed with the next view.
+//!
+//! Owns: `KeyTree` (a key received for a proposal, children still to acknowledge, the
+//! acknowledgement sent up). It may not install anything: the coordinator's flush goes on
+//! once the tree has acknowledged.
 
 use super::flush::Phase;
+use super::timers::interval;
 use super::GroupMember;
 use crate::config::RekeyMethod;
 use crate::event::Drop;
@@ -125,7 +131,7 @@ impl GroupMember {
         let Some(c) = self.view_change.coordinator.as_mut() else {
             return;
         };
-        c.resend_at = now.saturating_add(self.config.flush_timeout / 4);
+        c.resend_at = now.saturating_add(interval::flush_resend(&self.config));
         let Some(key) = c.new_key.as_ref() else {
             return;
         };
@@ -225,7 +231,7 @@ impl GroupMember {
             parent_id: peer,
             children: children.iter().map(|(c, _)| c.id).collect(),
             holders,
-            deadline: now.saturating_add(self.config.flush_timeout / 2),
+            deadline: now.saturating_add(interval::tree_ack_wait(&self.config)),
         });
         self.progress_tree(now, false);
     }

@@ -1,22 +1,29 @@
-//! The group member state machine: membership, the sequencer, the flush that makes view
-//! changes virtually synchronous, and key installation. See the crate README for the
-//! protocol walk-through.
+//! The group member state machine: one [`GroupMember`] behind the `Machine` interface,
+//! with one file per concern. See the crate README for the protocol walk-through.
+//!
+//! `GroupMember` (this file) keeps what every concern shares: who this member is, its
+//! config, the installed view with its rank and keys, the kept old views, the pair
+//! channels, and the output queues (`out`, `events`, `counters`). Each concern owns its
+//! own state in a struct of its own and is handed the rest through `self`:
 //!
 //! ```text
-//!  app: send / rekey / leave                         poll_event: View, Deliver, Rekeyed...
-//!        │                                                   ^
-//!        v                                                   │
-//!  ┌──────────────── GroupMember ─────────────────────────────┴──────────┐
-//!  │ reliable: pending ─Submit─> leader (sequencer) ─Ordered─> all: log │
-//!  │           ─> deliver in order;  gaps ─Nak─> leader                 │
-//!  │ unreliable: ─Unreliable─> every member                             │
-//!  │ membership: heartbeats; suspicion; Flush ─> FlushOk ─> Install     │
-//!  │ keys: ViewKeys per view (gears), GroupKey per epoch, PairTable     │
-//!  └──────┬───────────────────────────────────────────────┬────────────┘
-//!         │ protected group packets (gears, view key)       │ pair channel (joins,
-//!         v                                                 v  key shares)
-//!                                 UDP
+//!  datagram ─> mod.rs (Machine) ─> receive.rs: header, keys, dispatch
+//!                 │                   │ Submit/Orders/Ordered/Nak   ─> reliable.rs  (Reliable)
+//!                 │                   │ Heartbeat                   ─> heartbeat.rs (Liveness)
+//!                 │                   │ Flush/FlushOk/KeyShare/Ack  ─> flush.rs (ViewChange),
+//!                 │                   │                                key_tree.rs (KeyTree)
+//!                 │                   │ Install                     ─> install.rs
+//!                 │                   │ gossip (Id, ticket)         ─> heal.rs (Heal)
+//!                 │                   └ pair: Join/Welcome/Grant/Present ─> join.rs
+//!                 │                                                       (Joining, Admission)
+//!  timeout ─> timers.rs: the tick, each concern's deadlines (interval::*)
+//!  app ─> mod.rs: send, rekey, leave; trust.rs: set_trust
+//!  every concern ─> output.rs: seal under the view's keys ─> out ─> poll_transmit
 //! ```
+//!
+//! A view change runs one way through the files: `flush.rs` (want, coordinate, Flush,
+//! FlushOk, fetch) ─> `key_tree.rs` (tree rekey only) ─> `install.rs` (Install, install
+//! the view and key) ─> `reliable.rs` starts the new view's channel.
 
 use crate::channels::Pairs;
 use crate::config::{AuthMode, ConfigError, ConfigField, GroupConfig, Protection};
@@ -517,46 +524,7 @@ impl Machine for GroupMember {
     }
 
     fn poll_timeout(&self) -> Option<Timestamp> {
-        let mut t: Option<Timestamp> = self.pairs.poll_timeout();
-        let mut consider = |x: Timestamp| {
-            t = Some(t.map_or(x, |y| y.min(x)));
-        };
-        if let Some(j) = self.joining.as_ref() {
-            consider(j.next_try);
-        }
-        if self.view.is_some() && !self.expelled {
-            consider(self.liveness.next_heartbeat);
-            if self.rank == 0 {
-                consider(self.heal.next_gossip);
-            }
-            if self.rank != 0
-                && self.reliable.known_end > self.reliable.delivered
-                && self.view_change.flushing.is_none()
-                && self.view_change.coordinator.is_none()
-            {
-                // A NAK retry (on_tick sends one, which moves last_nak on).
-                let retry = self.config.heartbeat_interval / 8;
-                consider(
-                    self.reliable
-                        .last_nak
-                        .map_or(self.liveness.next_heartbeat, |t| t.saturating_add(retry)),
-                );
-            }
-            if let Some(c) = self.view_change.coordinator.as_ref() {
-                consider(c.deadline);
-                consider(c.resend_at);
-            }
-        }
-        if let Some(a) = self.view_change.announce.as_ref() {
-            consider(a.resend_at);
-        }
-        if let Some(tw) = self.tree.tree_wait.as_ref() {
-            consider(tw.deadline);
-        }
-        for o in &self.old_views {
-            consider(o.expires);
-        }
-        t
+        self.next_timeout()
     }
 
     fn poll_event(&mut self) -> Option<GroupEvent> {

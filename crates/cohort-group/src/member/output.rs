@@ -1,4 +1,8 @@
-//! TODO-OWNS
+//! What goes out on the group channel: sealing a message under the view's keys with the
+//! gear the controller chose, addressed to one rank or to all, and queueing the packet.
+//!
+//! Owns: nothing of its own; it writes only `GroupMember::out` and the encoding scratch
+//! buffer. It may not decide what to send: every other concern calls it.
 
 use super::GroupMember;
 use crate::id::{MemberId, ViewId};

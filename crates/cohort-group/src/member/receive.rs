@@ -1,4 +1,10 @@
-//! TODO-OWNS
+//! The receive path: a datagram's header, the keys that open it, and the dispatch of the
+//! message inside to the concern that owns it. Pair-channel messages (joins, key shares,
+//! tickets) are dispatched here too.
+//!
+//! Owns: the `Insecure` reports (`insecure_reported`). It opens packets with the current
+//! or a kept old view's keys and counts what it drops; it may not change protocol state
+//! itself, only call the owning concern's `on_*` handler.
 
 use super::flush::Phase;
 use super::output::BROADCAST;

@@ -1,7 +1,14 @@
-//! TODO-OWNS
+//! The reliable totally ordered channel within one view: this member's own undelivered
+//! messages, the sequencer at the leader (ordering, relaying the sender's sealed bytes),
+//! the log, delivery in order, NAKs for gaps and the flow window.
+//!
+//! Owns: `Reliable` (log, delivery counters, pending messages, the sequencer, relayed and
+//! awaited submissions). It may not start or end a view change; the flush reads its log
+//! and `install_view` resets it for the next view.
 
 use super::flush::Phase;
 use super::output::BROADCAST;
+use super::timers::interval;
 use super::GroupMember;
 use crate::event::{Channel, Drop, GroupEvent};
 use crate::wire::Msg;
@@ -130,7 +137,7 @@ impl GroupMember {
         let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) else {
             return;
         };
-        let resend = self.config.heartbeat_interval / 2;
+        let resend = interval::submit_resend(&self.config);
         let due: Vec<(u64, Vec<u8>)> = self
             .reliable
             .pending
@@ -491,11 +498,11 @@ impl GroupMember {
         if self.is_leader() {
             return;
         }
-        let half = self.config.heartbeat_interval / 8;
+        let retry = interval::nak_retry(&self.config);
         if self
             .reliable
             .last_nak
-            .is_some_and(|t| now.saturating_duration_since(t) < half)
+            .is_some_and(|t| now.saturating_duration_since(t) < retry)
         {
             return;
         }

@@ -1,4 +1,9 @@
-//! TODO-OWNS
+//! Time: every interval derived from the configured timers (`interval`), the tick that
+//! drives each concern's deadlines (heartbeats, NAK retries, gossip, suspicion, flush and
+//! tree deadlines, leader takeover), and the earliest deadline for `poll_timeout`.
+//!
+//! Owns: no state; each deadline lives with the concern that arms it. It may not send
+//! anything itself except by calling the owning concern.
 
 use super::flush::Change;
 use super::install::{fits_one_datagram, install_copy_for};
@@ -10,6 +15,40 @@ use cohort_core::Timestamp;
 use rand_core::RngCore;
 use std::time::Duration;
 
+/// Every interval the member derives from its configured timers, defined once; the
+/// files that arm a deadline and `next_timeout` that waits for it use the same function.
+pub(super) mod interval {
+    use crate::config::GroupConfig;
+    use std::time::Duration;
+
+    /// How often a member NAKs a gap again while it lasts.
+    pub fn nak_retry(config: &GroupConfig) -> Duration {
+        config.heartbeat_interval / 8
+    }
+
+    /// How long an own reliable message waits before it is submitted again. Resends go
+    /// out with the heartbeat tick, so in effect a message is resent once per heartbeat.
+    pub fn submit_resend(config: &GroupConfig) -> Duration {
+        config.heartbeat_interval / 2
+    }
+
+    /// How often a flushing participant, or a coordinator fetching positions, asks a
+    /// survivor again for positions it lacks.
+    pub fn fetch_retry(config: &GroupConfig) -> Duration {
+        config.heartbeat_interval / 2
+    }
+
+    /// How often a coordinator resends Flush, key shares or the Install while it waits.
+    pub fn flush_resend(config: &GroupConfig) -> Duration {
+        config.flush_timeout / 4
+    }
+
+    /// How long a tree node waits for its children's key acknowledgements.
+    pub fn tree_ack_wait(config: &GroupConfig) -> Duration {
+        config.flush_timeout / 2
+    }
+}
+
 impl GroupMember {
     pub(super) fn on_tick(&mut self, now: Timestamp) {
         self.old_views.retain(|o| o.expires > now);
@@ -19,7 +58,7 @@ impl GroupMember {
             } else if now >= a.resend_at {
                 let a = self.view_change.announce.take();
                 if let Some(mut a) = a {
-                    a.resend_at = now.saturating_add(self.config.flush_timeout / 4);
+                    a.resend_at = now.saturating_add(interval::flush_resend(&self.config));
                     let old = self.old_views.last().map(|o| o.view.id);
                     let whole_fits = fits_one_datagram(&a.install);
                     for (m, joiner) in a.unacked.clone() {
@@ -154,5 +193,49 @@ impl GroupMember {
                 );
             }
         }
+    }
+
+    /// The earliest deadline of any concern: what `on_tick` must be called for next.
+    pub(super) fn next_timeout(&self) -> Option<Timestamp> {
+        let mut t: Option<Timestamp> = self.pairs.poll_timeout();
+        let mut consider = |x: Timestamp| {
+            t = Some(t.map_or(x, |y| y.min(x)));
+        };
+        if let Some(j) = self.joining.as_ref() {
+            consider(j.next_try);
+        }
+        if self.view.is_some() && !self.expelled {
+            consider(self.liveness.next_heartbeat);
+            if self.rank == 0 {
+                consider(self.heal.next_gossip);
+            }
+            if self.rank != 0
+                && self.reliable.known_end > self.reliable.delivered
+                && self.view_change.flushing.is_none()
+                && self.view_change.coordinator.is_none()
+            {
+                // A NAK retry (on_tick sends one, which moves last_nak on).
+                let retry = interval::nak_retry(&self.config);
+                consider(
+                    self.reliable
+                        .last_nak
+                        .map_or(self.liveness.next_heartbeat, |t| t.saturating_add(retry)),
+                );
+            }
+            if let Some(c) = self.view_change.coordinator.as_ref() {
+                consider(c.deadline);
+                consider(c.resend_at);
+            }
+        }
+        if let Some(a) = self.view_change.announce.as_ref() {
+            consider(a.resend_at);
+        }
+        if let Some(tw) = self.tree.tree_wait.as_ref() {
+            consider(tw.deadline);
+        }
+        for o in &self.old_views {
+            consider(o.expires);
+        }
+        t
     }
 }

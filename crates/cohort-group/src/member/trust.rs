@@ -1,4 +1,8 @@
-//! TODO-OWNS
+//! The trust policy and leaving: replacing the trusted principals (and removing members
+//! no longer trusted), going alone, and leaving the group.
+//!
+//! Owns: no state of its own beyond the config's trust list; it asks the view change for
+//! removals and drops pair channels.
 
 use super::GroupMember;
 use crate::config::AuthMode;
