@@ -1,8 +1,4 @@
-//! Secure process groups: Ensemble's secure stack and LSGC's two channels, as one sans-IO
-//! core.
-//!
-//! A [`GroupMember`] is a [`Machine`](cohort_core::Machine): the tokio driver in
-//! `cohort-net` and the simulator in `cohort-sim` drive the same code.
+#![doc = include_str!("../README.md")]
 mod channels;
 pub mod config;
 pub mod event;
