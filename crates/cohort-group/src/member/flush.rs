@@ -12,7 +12,7 @@ use super::timers::interval;
 use super::GroupMember;
 use crate::config::AuthMode;
 use crate::event::{Drop, RemovalReason};
-use crate::id::{Member, MemberId, ViewId};
+use crate::id::{Member, MemberId, View, ViewId};
 use crate::keys::GroupKey;
 use crate::wire::{Install, Msg, PairMsg};
 use cohort_core::Timestamp;
@@ -83,6 +83,33 @@ pub(super) struct Change {
     pub(super) exchange: Option<(GroupKey, MemberId, SocketAddr)>,
 }
 
+impl Change {
+    /// A change to `view` that leaves out `removed` (every other member survives), lets
+    /// nobody in and keeps the key; the caller sets whatever else it is to do.
+    pub(super) fn removing(
+        view: &View,
+        removed: Vec<(MemberId, RemovalReason)>,
+        started: Timestamp,
+    ) -> Change {
+        let survivors = (0..view.members.len() as u16)
+            .filter(|r| {
+                !removed
+                    .iter()
+                    .any(|(m, _)| view.members[usize::from(*r)].id == *m)
+            })
+            .collect();
+        Change {
+            survivors,
+            joiners: Vec::new(),
+            removed,
+            rekey: false,
+            started,
+            merge_into: None,
+            exchange: None,
+        }
+    }
+}
+
 /// A view change this member coordinates.
 pub(super) struct Coordinator {
     pub(super) proposal: ViewId,
@@ -135,19 +162,12 @@ impl GroupMember {
             let Some(view) = self.view.as_ref() else {
                 return;
             };
-            let survivors: Vec<u16> = (0..view.members.len() as u16).collect();
-            self.start_coordinating(
-                now,
-                Change {
-                    survivors,
-                    joiners: Vec::new(),
-                    removed: Vec::new(),
-                    rekey: true,
-                    started: now,
-                    merge_into: None,
-                    exchange: Some((key, from, from_addr)),
-                },
-            );
+            let change = Change {
+                rekey: true,
+                exchange: Some((key, from, from_addr)),
+                ..Change::removing(view, Vec::new(), now)
+            };
+            self.start_coordinating(now, change);
             return;
         }
         let period_due = self
@@ -179,13 +199,6 @@ impl GroupMember {
             view.rank_of(&m.id)
                 .is_none_or(|r| self.incarnations.get(r) != Some(inc))
         });
-        let survivors: Vec<u16> = (0..view.members.len() as u16)
-            .filter(|r| {
-                !removed
-                    .iter()
-                    .any(|(m, _)| view.members[usize::from(*r)].id == *m)
-            })
-            .collect();
         // Joiners that proved they hold the key (a component merging after an Exchange) do
         // not call for a fresh one.
         let membership_changes = !removed.is_empty()
@@ -202,18 +215,12 @@ impl GroupMember {
             || untrusted
             || (membership_changes && self.config.rekey_policy.on_membership_change);
         let started = self.view_change.rekey_wanted.take().unwrap_or(now);
-        self.start_coordinating(
-            now,
-            Change {
-                survivors,
-                joiners,
-                removed,
-                rekey,
-                started,
-                merge_into: None,
-                exchange: None,
-            },
-        );
+        let change = Change {
+            joiners,
+            rekey,
+            ..Change::removing(&view, removed, started)
+        };
+        self.start_coordinating(now, change);
     }
 
     pub(super) fn start_coordinating(&mut self, now: Timestamp, change: Change) {

@@ -158,8 +158,21 @@ impl GroupMember {
         }
     }
 
+    /// Whether the gossip datagram's signature verifies, spending one check of the gossip
+    /// budget; a bad signature is counted, an exhausted budget checks nothing.
+    fn signature_verified(&mut self, now: Timestamp, data: &[u8], parsed: &Parsed) -> bool {
+        if !self.spend_verification(now) {
+            return false;
+        }
+        if !exchange::signature_ok(&self.provider, data, parsed) {
+            self.counters.count(Drop::AuthFailed);
+            return false;
+        }
+        true
+    }
+
     /// Takes one signature check from the gossip budget (32 per suspicion timeout).
-    pub(super) fn spend_verification(&mut self, now: Timestamp) -> bool {
+    fn spend_verification(&mut self, now: Timestamp) -> bool {
         if now.saturating_duration_since(self.heal.gossip_budget_at) >= self.config.suspect_timeout
         {
             self.heal.gossip_budget_at = now;
@@ -236,19 +249,11 @@ impl GroupMember {
                     leader: id.principal,
                     into: id.addr,
                 });
-                let survivors: Vec<u16> = (0..view.members.len() as u16).collect();
-                self.start_coordinating(
-                    now,
-                    Change {
-                        survivors,
-                        joiners: Vec::new(),
-                        removed: Vec::new(),
-                        rekey: false,
-                        started: now,
-                        merge_into: Some(id.addr),
-                        exchange: None,
-                    },
-                );
+                let change = Change {
+                    merge_into: Some(id.addr),
+                    ..Change::removing(&view, Vec::new(), now)
+                };
+                self.start_coordinating(now, change);
             } else if self.gossip_throttle(now, id.addr, true) {
                 // Tell the smaller one now rather than at our next gossip.
                 if let Some(own) = self.encode_own_id() {
@@ -296,11 +301,7 @@ impl GroupMember {
             }
             return;
         }
-        if !self.spend_verification(now) {
-            return;
-        }
-        if !exchange::signature_ok(&self.provider, data, parsed) {
-            self.counters.count(Drop::AuthFailed);
+        if !self.signature_verified(now, data, parsed) {
             return;
         }
         if self.id < id.principal {
@@ -354,11 +355,7 @@ impl GroupMember {
             self.counters.count(Drop::Replayed);
             return;
         };
-        if !self.spend_verification(now) {
-            return;
-        }
-        if !exchange::signature_ok(&self.provider, data, parsed) {
-            self.counters.count(Drop::AuthFailed);
+        if !self.signature_verified(now, data, parsed) {
             return;
         }
         let Some(key) = exchange::open_ticket(

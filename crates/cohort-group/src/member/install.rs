@@ -350,27 +350,11 @@ impl GroupMember {
                         .iter()
                         .map(|m| (m.id, RemovalReason::Suspected))
                         .collect();
-                    let survivors: Vec<u16> = (0..view.members.len() as u16)
-                        .filter(|r| {
-                            !install
-                                .members
-                                .iter()
-                                .any(|m| m.id == view.members[usize::from(*r)].id)
-                        })
-                        .collect();
-                    let rekey = self.config.rekey_policy.on_membership_change;
-                    self.start_coordinating(
-                        now,
-                        Change {
-                            survivors,
-                            joiners: Vec::new(),
-                            removed: gone,
-                            rekey,
-                            started: now,
-                            merge_into: None,
-                            exchange: None,
-                        },
-                    );
+                    let change = Change {
+                        rekey: self.config.rekey_policy.on_membership_change,
+                        ..Change::removing(&view, gone, now)
+                    };
+                    self.start_coordinating(now, change);
                 }
             }
             return;

@@ -169,28 +169,19 @@ impl GroupMember {
                     .flushing
                     .as_ref()
                     .map_or(0, |f| f.coordinator);
-                let survivors: Vec<u16> = (0..view.members.len() as u16)
-                    .filter(|r| *r != 0 && *r != followed)
-                    .collect();
                 let mut removed = vec![(view.members[0].id, RemovalReason::Suspected)];
                 if followed != 0 {
                     if let Some(m) = view.members.get(usize::from(followed)) {
                         removed.push((m.id, RemovalReason::Suspected));
                     }
                 }
-                let rekey = self.config.rekey_policy.on_membership_change;
-                self.start_coordinating(
-                    now,
-                    Change {
-                        survivors,
-                        joiners: Vec::new(),
-                        removed,
-                        rekey,
-                        started: now,
-                        merge_into: None,
-                        exchange: None,
-                    },
-                );
+                // Every other member survives: the leader and that coordinator are the
+                // ones left out.
+                let change = Change {
+                    rekey: self.config.rekey_policy.on_membership_change,
+                    ..Change::removing(&view, removed, now)
+                };
+                self.start_coordinating(now, change);
             }
         }
     }
