@@ -47,6 +47,32 @@ pub fn parse_addr(key: &str, text: &str) -> Result<SocketAddr, ConfigError> {
         .map_err(|e| err(key, format!("not an IP:PORT address ({text:?}): {e}")))
 }
 
+/// The address to bind and to be reached at: `flag` (the command line's `--listen`) over
+/// the file's `listen`; an unspecified IP (`0.0.0.0`) is refused, since the address is also
+/// what `others` use to reach this `node`.
+pub fn listen_addr(
+    flag: Option<SocketAddr>,
+    file: Option<&str>,
+    others: &str,
+    node: &str,
+) -> Result<SocketAddr, ConfigError> {
+    let listen = match (flag, file) {
+        (Some(addr), _) => addr,
+        (None, Some(text)) => parse_addr("listen", text)?,
+        (None, None) => return Err(err("listen", "missing (or give --listen)")),
+    };
+    if listen.ip().is_unspecified() {
+        return Err(err(
+            "listen",
+            format!(
+                "{} is not an address {others} can reach: give this {node}'s own IP",
+                listen.ip()
+            ),
+        ));
+    }
+    Ok(listen)
+}
+
 /// Deserializes a config file's `text` into its typed form `T` (a `#[serde(deny_unknown_fields)]`
 /// struct), with the key at fault named as the file writes it (`peers[0]`, `peer[1].via`,
 /// `tun.mtu`). A file that is not TOML at all comes back with an empty key.

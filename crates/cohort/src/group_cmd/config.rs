@@ -30,7 +30,9 @@
 //! what the values mean and builds the [`MemberSetup`].
 
 pub use crate::config_file::ConfigError;
-use crate::config_file::{err, from_toml, parse_addr, read_config, read_identity, Number, Whole};
+use crate::config_file::{
+    err, from_toml, listen_addr, parse_addr, read_config, read_identity, Number, Whole,
+};
 use cohort_crypto::CryptoProvider;
 use cohort_gears::{GearId, GearKind};
 use cohort_group::kdc_pair::KdcCredentials;
@@ -194,20 +196,7 @@ impl GroupFile {
         };
         let group = required("group", &self.group)?;
 
-        let listen = match (listen, &self.listen) {
-            (Some(addr), _) => addr,
-            (None, Some(text)) => parse_addr("listen", text)?,
-            (None, None) => return Err(err("listen", "missing (or give --listen)")),
-        };
-        if listen.ip().is_unspecified() {
-            return Err(err(
-                "listen",
-                format!(
-                    "{} is not an address peers can reach: give this member's own IP",
-                    listen.ip()
-                ),
-            ));
-        }
+        let listen = listen_addr(listen, self.listen.as_deref(), "peers", "member")?;
         let peers = self
             .peers
             .iter()
