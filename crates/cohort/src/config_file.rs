@@ -1,5 +1,10 @@
-//! What `cohort group run` and `cohort hop run` share in reading their TOML configs: the
-//! error that names the key at fault, reading an identity file, parsing an address.
+//! What the TOML config readers (`group run`, `hop run`, `kdc`) share: reading the file,
+//! deserializing it with serde into a command's typed struct with the key at fault named
+//! ([`from_toml`]), the number types whose errors read well ([`Whole`], [`Number`]), the
+//! error that names the key, identity files, addresses and the `listen` rule.
+//!
+//! Owns only what every reader needs; which keys a file has and what they mean stay in
+//! each command's `config` module.
 
 use cohort_channel::identity::Identity;
 use cohort_crypto::CryptoProvider;
@@ -239,6 +244,35 @@ pub fn read_config<T>(
 
 /// Largest configuration file read (a config is a few hundred bytes).
 const MAX_CONFIG_LEN: u64 = 1 << 20;
+
+/// What the config readers' unit tests share: a temporary folder with an identity file.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // reason: test code; a panic is the failure report
+pub mod test_support {
+    use cohort_channel::identity::Identity;
+    use cohort_crypto::CryptoProvider;
+    use std::path::PathBuf;
+
+    /// A temporary folder, removed when dropped.
+    pub struct Dir(pub PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A fresh folder `cohort-{tag}-{pid}` in the temporary directory, holding a new
+    /// identity file named `key_file`; returns it and the identity's public key.
+    pub fn dir_with_key(tag: &str, key_file: &str) -> (Dir, String) {
+        let provider = CryptoProvider::default_provider();
+        let dir = std::env::temp_dir().join(format!("cohort-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let id = Identity::generate(&provider).unwrap();
+        std::fs::write(dir.join(key_file), id.to_file_text().as_bytes()).unwrap();
+        (Dir(dir), id.public().to_string())
+    }
+}
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // reason: test code; a panic is the failure report

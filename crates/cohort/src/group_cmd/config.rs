@@ -379,25 +379,11 @@ fn validation_error(e: cohort_group::ConfigError) -> ConfigError {
 #[allow(clippy::unwrap_used)] // reason: test code; a panic is the failure report
 mod tests {
     use super::*;
-    use cohort_channel::identity::Identity;
-    use std::path::PathBuf;
-
-    struct Dir(PathBuf);
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::config_file::test_support::Dir;
 
     /// A temporary directory holding `alice.key`; returns it and alice's public key.
     fn dir_with_key(name: &str) -> (Dir, String) {
-        let provider = CryptoProvider::default_provider();
-        let dir = std::env::temp_dir().join(format!("cohort-gcfg-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let id = Identity::generate(&provider).unwrap();
-        std::fs::write(dir.join("alice.key"), id.to_file_text().as_bytes()).unwrap();
-        (Dir(dir), id.public().to_string())
+        crate::config_file::test_support::dir_with_key(&format!("gcfg-{name}"), "alice.key")
     }
 
     fn parse_in(dir: &Dir, text: &str) -> Result<MemberSetup, ConfigError> {

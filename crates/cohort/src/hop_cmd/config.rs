@@ -644,21 +644,11 @@ fn parse_key(key: &str, text: &str) -> Result<PublicKey, ConfigError> {
 mod tests {
     use super::*;
 
-    struct Dir(PathBuf);
+    use crate::config_file::test_support::Dir;
 
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
+    /// A temporary directory holding `a.key`; returns it and a's public key.
     fn dir_with_key(name: &str) -> (Dir, String) {
-        let provider = CryptoProvider::default_provider();
-        let dir = std::env::temp_dir().join(format!("cohort-hcfg-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let id = Identity::generate(&provider).unwrap();
-        std::fs::write(dir.join("a.key"), id.to_file_text().as_bytes()).unwrap();
-        (Dir(dir), id.public().to_string())
+        crate::config_file::test_support::dir_with_key(&format!("hcfg-{name}"), "a.key")
     }
 
     fn parse_with(dir: &Dir, text: &str, o: &Overrides) -> Result<HopSetup, ConfigError> {
