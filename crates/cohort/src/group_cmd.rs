@@ -15,7 +15,7 @@ pub mod config;
 pub mod json;
 pub mod shell;
 
-use crate::stdin_lines;
+use crate::jsonl;
 use crate::UsageError;
 use clap::{Args, Subcommand};
 use cohort_core::Timestamp;
@@ -23,7 +23,6 @@ use cohort_crypto::CryptoProvider;
 use cohort_group::{DropCounters, GroupEvent, GroupMember, MemberId, RemovalReason};
 use serde_json::Value;
 use shell::{Shell, ShellEvent};
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -91,9 +90,7 @@ fn run_member(args: &RunArgs) -> Result<(), UsageError> {
 
 /// Writes one JSON line and flushes it. A closed stdout means nobody listens: exit.
 fn emit(value: &Value) {
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    if writeln!(out, "{value}").and_then(|()| out.flush()).is_err() {
+    if jsonl::write_line(value).is_err() {
         std::process::exit(0);
     }
 }
@@ -109,14 +106,14 @@ fn command(
     match commands.try_send(Box::new(f)) {
         Ok(()) => true,
         Err(mpsc::error::TrySendError::Full(_)) => {
-            emit(&json::error(
+            emit(&jsonl::error(
                 Some(cmd),
                 "busy: the member's command queue is full",
             ));
             false
         }
         Err(mpsc::error::TrySendError::Closed(_)) => {
-            emit(&json::error(Some(cmd), "the member has stopped"));
+            emit(&jsonl::error(Some(cmd), "the member has stopped"));
             false
         }
     }
@@ -147,7 +144,7 @@ async fn serve(
         s.member_mut().start(now, &peers)
     });
 
-    let mut stdin = stdin_lines::spawn(MAX_LINE);
+    let mut stdin = jsonl::commands(MAX_LINE, json::parse_command);
     let mut stdin_open = true;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_dropped = DropCounters::default();
@@ -175,7 +172,7 @@ async fn serve(
                         break;
                     }
                 }
-                Some(ShellEvent::SendFailed(error)) => emit(&json::error(Some("send"), &error)),
+                Some(ShellEvent::SendFailed(error)) => emit(&jsonl::error(Some("send"), &error)),
                 Some(ShellEvent::Status(status, queued)) => {
                     let mut line = json::status(&status);
                     line["queued"] = queued.into();
@@ -191,8 +188,7 @@ async fn serve(
                 None => break,
             },
             input = stdin.recv(), if stdin_open => match input {
-                Some(stdin_lines::Input::Line(line)) if line.trim().is_empty() => {}
-                Some(stdin_lines::Input::Line(line)) => match json::parse_command(&line) {
+                Some(line) => match line {
                     Ok(json::Command::Send { channel, data }) => {
                         command(&commands, "send", move |s, now| s.send(now, channel, data));
                     }
@@ -224,10 +220,9 @@ async fn serve(
                             m.set_trust(now, trust);
                         });
                     }
-                    Err(e) => emit(&e.to_json()),
+                    Err(line) => emit(&line),
                 },
-                Some(stdin_lines::Input::Bad(problem)) => emit(&json::error(None, &problem)),
-                Some(stdin_lines::Input::Eof) | None => {
+                None => {
                     stdin_open = false;
                     if exit_on_eof {
                         leave(&commands, &mut leave_deadline);

@@ -21,16 +21,16 @@
 //!
 //! Any other key is an error, and every error names its key.
 
-use crate::config_file::{err, parse_addr, ConfigError};
+use crate::config_file::{err, from_toml, parse_addr, read_config, ConfigError, Whole};
 use crate::keygen_cmd::{create_new, replace};
 use crate::UsageError;
 use clap::{Args, Subcommand};
 use cohort_crypto::CryptoProvider;
 use cohort_kdc::{Kdc, KeyFile, PrincipalKey, PrincipalName, Registry, RegistryError};
+use serde::Deserialize;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use toml::{Table, Value};
 
 /// `cohort kdc ...`
 #[derive(Subcommand)]
@@ -87,70 +87,60 @@ pub struct KdcSetup {
     pub replay_cache: usize,
 }
 
-const KEYS: &[&str] = &["listen", "database", "replay_cache"];
+/// The KDC's config file as written, typed but not yet checked (see
+/// [`KdcFile::validate`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KdcFile {
+    /// The KDC's UDP `IP:PORT` (required).
+    pub listen: Option<String>,
+    /// The database file, relative to the config file (required).
+    pub database: Option<String>,
+    /// How many recent requests are remembered (default
+    /// [`cohort_kdc::DEFAULT_REPLAY_CAPACITY`]).
+    pub replay_cache: Option<Whole>,
+}
+
 /// Largest replay cache accepted (about 64 MiB).
 const MAX_REPLAY_CACHE: u64 = 1 << 20;
 
 /// Reads and parses the configuration file at `path`.
 pub fn load(path: &Path) -> Result<KdcSetup, ConfigError> {
-    let shown = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|e| err(&shown, format!("cannot read: {e}")))?;
-    let base = path.parent().unwrap_or(Path::new("."));
-    parse(&text, base).map_err(|e| {
-        if e.key.is_empty() {
-            err(shown, e.problem)
-        } else {
-            e
-        }
-    })
+    read_config(path, parse)
 }
 
 /// Parses a configuration's text; `database` is relative to `base`. A file-level problem
 /// (bad TOML) comes back with an empty key.
 pub fn parse(text: &str, base: &Path) -> Result<KdcSetup, ConfigError> {
-    let table: Table =
-        toml::from_str(text).map_err(|e| err("", format!("not valid TOML: {}", e.message())))?;
-    if let Some(key) = table.keys().find(|k| !KEYS.contains(&k.as_str())) {
-        return Err(err(
-            key.as_str(),
-            format!("unknown key (expected one of: {})", KEYS.join(", ")),
-        ));
+    from_toml::<KdcFile>(text)?.validate(base)
+}
+
+impl KdcFile {
+    /// Checks the values and applies the default; `database` is relative to `base`.
+    pub fn validate(self, base: &Path) -> Result<KdcSetup, ConfigError> {
+        let listen = self.listen.ok_or_else(|| err("listen", "missing"))?;
+        let listen = parse_addr("listen", &listen)?;
+        let database = match self.database.as_deref() {
+            None => return Err(err("database", "missing")),
+            Some("") => return Err(err("database", "must not be empty")),
+            Some(path) => base.join(path),
+        };
+        let replay_cache = match self.replay_cache {
+            None => cohort_kdc::DEFAULT_REPLAY_CAPACITY,
+            Some(Whole(n)) if n <= MAX_REPLAY_CACHE => n as usize,
+            Some(Whole(n)) => {
+                return Err(err(
+                    "replay_cache",
+                    format!("must be 0 to {MAX_REPLAY_CACHE} ({n})"),
+                ))
+            }
+        };
+        Ok(KdcSetup {
+            listen,
+            database,
+            replay_cache,
+        })
     }
-    let string = |key: &str| match table.get(key) {
-        None => Err(err(key, "missing")),
-        Some(Value::String(s)) => Ok(s.as_str()),
-        Some(other) => Err(err(
-            key,
-            format!("expected a string, found {}", other.type_str()),
-        )),
-    };
-    let listen = parse_addr("listen", string("listen")?)?;
-    let database = match string("database")? {
-        "" => return Err(err("database", "must not be empty")),
-        path => base.join(path),
-    };
-    let replay_cache = match table.get("replay_cache") {
-        None => cohort_kdc::DEFAULT_REPLAY_CAPACITY,
-        Some(Value::Integer(n)) if (0..=MAX_REPLAY_CACHE as i64).contains(n) => *n as usize,
-        Some(Value::Integer(n)) => {
-            return Err(err(
-                "replay_cache",
-                format!("must be 0 to {MAX_REPLAY_CACHE} ({n})"),
-            ))
-        }
-        Some(other) => {
-            return Err(err(
-                "replay_cache",
-                format!("expected an integer, found {}", other.type_str()),
-            ))
-        }
-    };
-    Ok(KdcSetup {
-        listen,
-        database,
-        replay_cache,
-    })
 }
 
 /// Reads the database for `serve`: a missing or broken one is a configuration error that

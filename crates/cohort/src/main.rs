@@ -19,9 +19,9 @@ mod demo_hop;
 mod gears_cmd;
 mod group_cmd;
 mod hop_cmd;
+mod jsonl;
 mod kdc_cmd;
 mod keygen_cmd;
-mod stdin_lines;
 mod tunnel_cmd;
 
 use clap::{Parser, Subcommand};

@@ -24,19 +24,25 @@
 //! `suspect_ms`, `flush_ms`, `key_grace_ms`, `backlog`, `send_window`, `max_message_len`,
 //! and for MAC gears `floor_bits` (default: the weakest listed gear's bound) and
 //! `dual_tags` (default false). Any other key is an error, and every error names its key.
+//!
+//! Reading is two steps: serde deserializes the text into a [`GroupFile`] (unknown keys and
+//! wrong types are toml's errors, with the key named), then [`GroupFile::validate`] checks
+//! what the values mean and builds the [`MemberSetup`].
 
 pub use crate::config_file::ConfigError;
-use crate::config_file::{err, parse_addr, read_identity};
+use crate::config_file::{
+    err, from_toml, listen_addr, parse_addr, read_config, read_identity, Number, Whole,
+};
 use cohort_crypto::CryptoProvider;
 use cohort_gears::{GearId, GearKind};
 use cohort_group::kdc_pair::KdcCredentials;
 pub use cohort_group::Credentials;
 use cohort_group::{AuthMode, GroupConfig, MemberId, Protection, RekeyMethod};
 use cohort_kdc::KeyFile;
+use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
-use toml::{Table, Value};
 
 /// Everything needed to start one member.
 pub struct MemberSetup {
@@ -50,35 +56,61 @@ pub struct MemberSetup {
     pub peers: Vec<SocketAddr>,
 }
 
-/// Every key the file may hold.
-const KEYS: &[&str] = &[
-    "identity",
-    "auth",
-    "principal_key",
-    "kdc",
-    "trust_any_registered",
-    "group",
-    "listen",
-    "peers",
-    "trust",
-    "gear",
-    "rekey",
-    "tree_degree",
-    "rekey_on_membership_change",
-    "rekey_period_secs",
-    "heartbeat_ms",
-    "suspect_ms",
-    "flush_ms",
-    "key_grace_ms",
-    "backlog",
-    "send_window",
-    "max_message_len",
-    "floor_bits",
-    "dual_tags",
-];
-
-/// Largest configuration file read (a config is a few hundred bytes).
-const MAX_CONFIG_LEN: u64 = 1 << 20;
+/// A group member's config file as written: every key it may hold, typed but not yet
+/// checked (see [`GroupFile::validate`]). Absent keys are `None` (or empty lists); the
+/// defaults are applied by validation, so a library API can take this struct as it is.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupFile {
+    /// The identity file (identity mode), relative to the config file.
+    pub identity: Option<String>,
+    /// `"identity"` (the default) or `"kdc"`.
+    pub auth: Option<String>,
+    /// The principal key file (KDC mode), relative to the config file.
+    pub principal_key: Option<String>,
+    /// The KDC's `IP:PORT` (KDC mode).
+    pub kdc: Option<String>,
+    /// Trust every principal the KDC knows (KDC mode).
+    pub trust_any_registered: Option<bool>,
+    /// The group's name.
+    pub group: Option<String>,
+    /// The member's `IP:PORT` (the command line's `--listen` overrides it).
+    pub listen: Option<String>,
+    /// Contacts, `IP:PORT` each.
+    #[serde(default)]
+    pub peers: Vec<String>,
+    /// Member ids allowed in.
+    #[serde(default)]
+    pub trust: Vec<String>,
+    /// The gear choice (see [`parse_gear`]); default `aes-128-gcm`.
+    pub gear: Option<String>,
+    /// `"one-message"` (the default) or `"tree"`.
+    pub rekey: Option<String>,
+    /// The key tree's degree (`rekey = "tree"` only; default 4).
+    pub tree_degree: Option<Whole>,
+    /// Rekey when the membership changes.
+    pub rekey_on_membership_change: Option<bool>,
+    /// Rekey period in seconds (0: never).
+    pub rekey_period_secs: Option<Number>,
+    /// Heartbeat interval.
+    pub heartbeat_ms: Option<Whole>,
+    /// Silence after which a member is suspected.
+    pub suspect_ms: Option<Whole>,
+    /// How long a flush may take.
+    pub flush_ms: Option<Whole>,
+    /// How long an old key is still accepted.
+    pub key_grace_ms: Option<Whole>,
+    /// Most messages held back.
+    pub backlog: Option<Whole>,
+    /// Reliable send window.
+    pub send_window: Option<Whole>,
+    /// Largest message.
+    pub max_message_len: Option<Whole>,
+    /// MAC gears only: the forgery bound's floor (default: the weakest listed gear's).
+    pub floor_bits: Option<Number>,
+    /// MAC gears only: send two tags while the gear changes.
+    pub dual_tags: Option<bool>,
+}
 
 /// Reads and parses the file at `path`; `listen` (from the command line) overrides the
 /// file's `listen`.
@@ -87,21 +119,7 @@ pub fn load(
     path: &Path,
     listen: Option<SocketAddr>,
 ) -> Result<MemberSetup, ConfigError> {
-    let shown = path.display().to_string();
-    let meta = std::fs::metadata(path).map_err(|e| err(&shown, format!("cannot read: {e}")))?;
-    if meta.len() > MAX_CONFIG_LEN {
-        return Err(err(&shown, "larger than 1 MiB: not a config file"));
-    }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| err(&shown, format!("cannot read: {e}")))?;
-    let base = path.parent().unwrap_or(Path::new("."));
-    parse(provider, &text, base, listen).map_err(|e| {
-        if e.key.is_empty() {
-            err(shown, e.problem)
-        } else {
-            e
-        }
-    })
+    read_config(path, |text, base| parse(provider, text, base, listen))
 }
 
 /// Parses a configuration's text; relative paths are relative to `base`. A file-level
@@ -112,187 +130,191 @@ pub fn parse(
     base: &Path,
     listen: Option<SocketAddr>,
 ) -> Result<MemberSetup, ConfigError> {
-    let table: Table =
-        toml::from_str(text).map_err(|e| err("", format!("not valid TOML: {}", e.message())))?;
-    let mut keys: Vec<&String> = table.keys().collect();
-    keys.sort();
-    if let Some(unknown) = keys.iter().find(|k| !KEYS.contains(&k.as_str())) {
-        return Err(err(
-            unknown.as_str(),
-            format!("unknown key (known keys: {})", KEYS.join(", ")),
-        ));
-    }
-    let fields = Fields(&table);
+    from_toml::<GroupFile>(text)?.validate(provider, base, listen)
+}
 
-    let auth = match fields.str("auth")? {
-        None | Some("identity") => AuthMode::IdentityKeys,
-        Some("kdc") => AuthMode::Kdc,
-        Some(other) => {
-            return Err(err(
-                "auth",
-                format!("unknown mode {other:?} (identity or kdc)"),
-            ))
+impl GroupFile {
+    /// Checks what the values mean, applies the defaults, reads the key files (relative to
+    /// `base`) and builds the setup; `listen` (from the command line) overrides the file's.
+    pub fn validate(
+        self,
+        provider: &CryptoProvider,
+        base: &Path,
+        listen: Option<SocketAddr>,
+    ) -> Result<MemberSetup, ConfigError> {
+        let auth = match self.auth.as_deref() {
+            None | Some("identity") => AuthMode::IdentityKeys,
+            Some("kdc") => AuthMode::Kdc,
+            Some(other) => {
+                return Err(err(
+                    "auth",
+                    format!("unknown mode {other:?} (identity or kdc)"),
+                ))
+            }
+        };
+        let credentials = match auth {
+            AuthMode::IdentityKeys => {
+                for (key, present) in [
+                    ("principal_key", self.principal_key.is_some()),
+                    ("kdc", self.kdc.is_some()),
+                    ("trust_any_registered", self.trust_any_registered.is_some()),
+                ] {
+                    if present {
+                        return Err(err(key, "only with auth = \"kdc\""));
+                    }
+                }
+                let identity_path = base.join(required("identity", &self.identity)?);
+                Credentials::Identity(read_identity(provider, &identity_path)?)
+            }
+            AuthMode::Kdc => {
+                if self.identity.is_some() {
+                    return Err(err(
+                        "identity",
+                        "not with auth = \"kdc\" (KDC mode uses principal_key)",
+                    ));
+                }
+                let path = base.join(required("principal_key", &self.principal_key)?);
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    err(
+                        "principal_key",
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                let file = KeyFile::parse(&text).map_err(|e| {
+                    err(
+                        "principal_key",
+                        format!("{} is not a principal key file: {e}", path.display()),
+                    )
+                })?;
+                let kdc = parse_addr("kdc", required("kdc", &self.kdc)?)?;
+                Credentials::Kdc(KdcCredentials {
+                    name: file.name,
+                    key: file.key,
+                    kdc,
+                })
+            }
+        };
+        let group = required("group", &self.group)?;
+
+        let listen = listen_addr(listen, self.listen.as_deref(), "peers", "member")?;
+        let peers = self
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(i, text)| parse_addr(&format!("peers[{i}]"), text))
+            .collect::<Result<Vec<_>, _>>()?;
+        let trust = self
+            .trust
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                text.parse::<MemberId>().map_err(|e| {
+                    err(
+                        format!("trust[{i}]"),
+                        format!("not a member id (ed25519:<hex> or kdc:<name>): {e}"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+
+        let mut config = GroupConfig::new(group, trust);
+        config.auth = auth;
+        if let Some(any) = self.trust_any_registered {
+            config.trust_any_registered = any;
         }
-    };
-    let credentials = match auth {
-        AuthMode::IdentityKeys => {
-            for key in ["principal_key", "kdc", "trust_any_registered"] {
-                if table.contains_key(key) {
-                    return Err(err(key, "only with auth = \"kdc\""));
+        let gear = self.gear.as_deref().unwrap_or("aes-128-gcm");
+        config.protection = parse_gear(gear).map_err(|e| err("gear", e))?;
+        if let Protection::Authenticate {
+            floor_bits,
+            dual_tags,
+            ..
+        } = &mut config.protection
+        {
+            if let Some(bits) = self.floor_bits {
+                *floor_bits = bits.non_negative("floor_bits")?;
+            }
+            if let Some(dual) = self.dual_tags {
+                *dual_tags = dual;
+            }
+        } else {
+            for (key, present) in [
+                ("floor_bits", self.floor_bits.is_some()),
+                ("dual_tags", self.dual_tags.is_some()),
+            ] {
+                if present {
+                    return Err(err(key, "only for MAC gears (gear names MAC gears)"));
                 }
             }
-            let identity_path = base.join(fields.required_str("identity")?);
-            Credentials::Identity(read_identity(provider, &identity_path)?)
         }
-        AuthMode::Kdc => {
-            if table.contains_key("identity") {
+
+        config.rekey_method = match self.rekey.as_deref() {
+            None | Some("one-message") => {
+                if self.tree_degree.is_some() {
+                    return Err(err("tree_degree", "only with rekey = \"tree\""));
+                }
+                RekeyMethod::OneMessage
+            }
+            Some("tree") => RekeyMethod::Tree {
+                degree: usize::try_from(self.tree_degree.map_or(4, |d| d.0))
+                    .map_err(|_| err("tree_degree", "too large"))?,
+            },
+            Some(other) => {
                 return Err(err(
-                    "identity",
-                    "not with auth = \"kdc\" (KDC mode uses principal_key)",
-                ));
+                    "rekey",
+                    format!("unknown method {other:?} (one-message or tree)"),
+                ))
             }
-            let path = base.join(fields.required_str("principal_key")?);
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                err(
-                    "principal_key",
-                    format!("cannot read {}: {e}", path.display()),
-                )
-            })?;
-            let file = KeyFile::parse(&text).map_err(|e| {
-                err(
-                    "principal_key",
-                    format!("{} is not a principal key file: {e}", path.display()),
-                )
-            })?;
-            let kdc = parse_addr("kdc", fields.required_str("kdc")?)?;
-            Credentials::Kdc(KdcCredentials {
-                name: file.name,
-                key: file.key,
-                kdc,
-            })
-        }
-    };
-    let group = fields.required_str("group")?;
-
-    let listen = match (listen, fields.str("listen")?) {
-        (Some(addr), _) => addr,
-        (None, Some(text)) => parse_addr("listen", text)?,
-        (None, None) => return Err(err("listen", "missing (or give --listen)")),
-    };
-    if listen.ip().is_unspecified() {
-        return Err(err(
-            "listen",
-            format!(
-                "{} is not an address peers can reach: give this member's own IP",
-                listen.ip()
-            ),
-        ));
-    }
-    let peers = fields
-        .str_list("peers")?
-        .into_iter()
-        .enumerate()
-        .map(|(i, text)| parse_addr(&format!("peers[{i}]"), text))
-        .collect::<Result<Vec<_>, _>>()?;
-    let trust = fields
-        .str_list("trust")?
-        .into_iter()
-        .enumerate()
-        .map(|(i, text)| {
-            text.parse::<MemberId>().map_err(|e| {
-                err(
-                    format!("trust[{i}]"),
-                    format!("not a member id (ed25519:<hex> or kdc:<name>): {e}"),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-
-    let mut config = GroupConfig::new(group, trust);
-    config.auth = auth;
-    if let Some(any) = fields.bool("trust_any_registered")? {
-        config.trust_any_registered = any;
-    }
-    let gear = fields.str("gear")?.unwrap_or("aes-128-gcm");
-    config.protection = parse_gear(gear).map_err(|e| err("gear", e))?;
-    if let Protection::Authenticate {
-        floor_bits,
-        dual_tags,
-        ..
-    } = &mut config.protection
-    {
-        if let Some(bits) = fields.number("floor_bits")? {
-            *floor_bits = bits;
-        }
-        if let Some(dual) = fields.bool("dual_tags")? {
-            *dual_tags = dual;
-        }
-    } else {
-        for key in ["floor_bits", "dual_tags"] {
-            if table.contains_key(key) {
-                return Err(err(key, "only for MAC gears (gear names MAC gears)"));
-            }
-        }
-    }
-
-    let degree = fields.uint("tree_degree")?;
-    config.rekey_method = match fields.str("rekey")? {
-        None | Some("one-message") => {
-            if degree.is_some() {
-                return Err(err("tree_degree", "only with rekey = \"tree\""));
-            }
-            RekeyMethod::OneMessage
-        }
-        Some("tree") => RekeyMethod::Tree {
-            degree: usize::try_from(degree.unwrap_or(4))
-                .map_err(|_| err("tree_degree", "too large"))?,
-        },
-        Some(other) => {
-            return Err(err(
-                "rekey",
-                format!("unknown method {other:?} (one-message or tree)"),
-            ))
-        }
-    };
-    if let Some(on) = fields.bool("rekey_on_membership_change")? {
-        config.rekey_policy.on_membership_change = on;
-    }
-    if let Some(secs) = fields.number("rekey_period_secs")? {
-        config.rekey_policy.period = if secs == 0.0 {
-            None
-        } else {
-            Some(
-                Duration::try_from_secs_f64(secs)
-                    .map_err(|_| err("rekey_period_secs", "not a usable number of seconds"))?,
-            )
         };
-    }
-    for (key, slot) in [
-        ("heartbeat_ms", &mut config.heartbeat_interval),
-        ("suspect_ms", &mut config.suspect_timeout),
-        ("flush_ms", &mut config.flush_timeout),
-        ("key_grace_ms", &mut config.key_grace),
-    ] {
-        if let Some(ms) = fields.uint(key)? {
-            *slot = Duration::from_millis(ms);
+        if let Some(on) = self.rekey_on_membership_change {
+            config.rekey_policy.on_membership_change = on;
         }
-    }
-    for (key, slot) in [
-        ("backlog", &mut config.backlog_limit),
-        ("send_window", &mut config.send_window),
-        ("max_message_len", &mut config.max_message_len),
-    ] {
-        if let Some(n) = fields.uint(key)? {
-            *slot = usize::try_from(n).map_err(|_| err(key, "too large"))?;
+        if let Some(secs) = self.rekey_period_secs {
+            let secs = secs.non_negative("rekey_period_secs")?;
+            config.rekey_policy.period = if secs == 0.0 {
+                None
+            } else {
+                Some(
+                    Duration::try_from_secs_f64(secs)
+                        .map_err(|_| err("rekey_period_secs", "not a usable number of seconds"))?,
+                )
+            };
         }
+        for (ms, slot) in [
+            (self.heartbeat_ms, &mut config.heartbeat_interval),
+            (self.suspect_ms, &mut config.suspect_timeout),
+            (self.flush_ms, &mut config.flush_timeout),
+            (self.key_grace_ms, &mut config.key_grace),
+        ] {
+            if let Some(ms) = ms {
+                *slot = ms.millis();
+            }
+        }
+        for (key, n, slot) in [
+            ("backlog", self.backlog, &mut config.backlog_limit),
+            ("send_window", self.send_window, &mut config.send_window),
+            (
+                "max_message_len",
+                self.max_message_len,
+                &mut config.max_message_len,
+            ),
+        ] {
+            if let Some(n) = n {
+                *slot = usize::try_from(n.0).map_err(|_| err(key, "too large"))?;
+            }
+        }
+        config.validate().map_err(validation_error)?;
+        Ok(MemberSetup {
+            credentials,
+            config,
+            listen,
+            peers,
+        })
     }
-    config.validate().map_err(validation_error)?;
-    Ok(MemberSetup {
-        credentials,
-        config,
-        listen,
-        peers,
-    })
+}
+
+/// A key the file must hold.
+fn required<'a>(key: &str, value: &'a Option<String>) -> Result<&'a str, ConfigError> {
+    value.as_deref().ok_or_else(|| err(key, "missing"))
 }
 
 /// Parses a gear choice: an AEAD gear name (encrypt), `none` (no protection at all), a MAC
@@ -353,115 +375,15 @@ fn validation_error(e: cohort_group::ConfigError) -> ConfigError {
     err(key, e.problem)
 }
 
-/// Typed access to the table; every error names the key.
-struct Fields<'a>(&'a Table);
-
-impl Fields<'_> {
-    fn str(&self, key: &str) -> Result<Option<&str>, ConfigError> {
-        match self.0.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => Err(err(
-                key,
-                format!("must be a string, not {}", other.type_str()),
-            )),
-        }
-    }
-
-    fn required_str(&self, key: &str) -> Result<&str, ConfigError> {
-        self.str(key)?.ok_or_else(|| err(key, "missing"))
-    }
-
-    fn str_list(&self, key: &str) -> Result<Vec<&str>, ConfigError> {
-        match self.0.get(key) {
-            None => Ok(Vec::new()),
-            Some(Value::Array(items)) => items
-                .iter()
-                .enumerate()
-                .map(|(i, v)| match v {
-                    Value::String(s) => Ok(s.as_str()),
-                    other => Err(err(
-                        format!("{key}[{i}]"),
-                        format!("must be a string, not {}", other.type_str()),
-                    )),
-                })
-                .collect(),
-            Some(other) => Err(err(
-                key,
-                format!("must be a list of strings, not {}", other.type_str()),
-            )),
-        }
-    }
-
-    fn bool(&self, key: &str) -> Result<Option<bool>, ConfigError> {
-        match self.0.get(key) {
-            None => Ok(None),
-            Some(Value::Boolean(b)) => Ok(Some(*b)),
-            Some(other) => Err(err(
-                key,
-                format!("must be true or false, not {}", other.type_str()),
-            )),
-        }
-    }
-
-    fn uint(&self, key: &str) -> Result<Option<u64>, ConfigError> {
-        match self.0.get(key) {
-            None => Ok(None),
-            Some(Value::Integer(n)) => u64::try_from(*n)
-                .map(Some)
-                .map_err(|_| err(key, format!("must not be negative ({n})"))),
-            Some(other) => Err(err(
-                key,
-                format!("must be a whole number, not {}", other.type_str()),
-            )),
-        }
-    }
-
-    fn number(&self, key: &str) -> Result<Option<f64>, ConfigError> {
-        let n = match self.0.get(key) {
-            None => return Ok(None),
-            Some(Value::Integer(n)) => *n as f64,
-            Some(Value::Float(x)) => *x,
-            Some(other) => {
-                return Err(err(
-                    key,
-                    format!("must be a number, not {}", other.type_str()),
-                ))
-            }
-        };
-        if !n.is_finite() || n < 0.0 {
-            return Err(err(
-                key,
-                format!("must be a finite number, at least 0 ({n})"),
-            ));
-        }
-        Ok(Some(n))
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // reason: test code; a panic is the failure report
 mod tests {
     use super::*;
-    use cohort_channel::identity::Identity;
-    use std::path::PathBuf;
-
-    struct Dir(PathBuf);
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::config_file::test_support::Dir;
 
     /// A temporary directory holding `alice.key`; returns it and alice's public key.
     fn dir_with_key(name: &str) -> (Dir, String) {
-        let provider = CryptoProvider::default_provider();
-        let dir = std::env::temp_dir().join(format!("cohort-gcfg-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let id = Identity::generate(&provider).unwrap();
-        std::fs::write(dir.join("alice.key"), id.to_file_text().as_bytes()).unwrap();
-        (Dir(dir), id.public().to_string())
+        crate::config_file::test_support::dir_with_key(&format!("gcfg-{name}"), "alice.key")
     }
 
     fn parse_in(dir: &Dir, text: &str) -> Result<MemberSetup, ConfigError> {

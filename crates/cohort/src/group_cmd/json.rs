@@ -1,6 +1,8 @@
 //! The JSON lines `cohort group run` speaks: events out on standard output, commands in on
 //! standard input. Payloads travel in standard base64 (with padding).
 
+pub use crate::jsonl::CommandError;
+use crate::jsonl::{self, CommandLine};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use cohort_group::{Channel, DropCounters, GroupEvent, MemberId, Status, View};
@@ -107,11 +109,7 @@ pub fn event(event: &GroupEvent) -> Value {
 
 /// Dropped-packet counters as an object of `name: count`.
 pub fn counters(counters: &DropCounters) -> Value {
-    let map: Map<String, Value> = counters
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    Value::Object(map)
+    jsonl::counts(counters.iter())
 }
 
 /// The answer to a `status` command.
@@ -140,11 +138,6 @@ pub fn dropped(dropped: &DropCounters) -> Value {
     Value::Object(map)
 }
 
-/// An error answering a command (`cmd` is `None` when the line was not a command at all).
-pub fn error(cmd: Option<&str>, error: &str) -> Value {
-    json!({"event": "error", "cmd": cmd, "error": error})
-}
-
 /// A command read from standard input.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -170,88 +163,44 @@ pub enum Command {
     },
 }
 
-/// Why a line is not a command: the command's name when it was known, and the problem.
-#[derive(Debug, PartialEq, Eq)]
-pub struct CommandError {
-    /// The `cmd` field, if the line had a string one.
-    pub cmd: Option<String>,
-    /// What is wrong.
-    pub error: String,
-}
-
-impl CommandError {
-    /// The error line for it.
-    pub fn to_json(&self) -> Value {
-        error(self.cmd.as_deref(), &self.error)
-    }
-}
-
 /// Parses one input line.
 pub fn parse_command(line: &str) -> Result<Command, CommandError> {
-    let fail = |cmd: Option<&str>, error: String| CommandError {
-        cmd: cmd.map(str::to_string),
-        error,
+    let line = CommandLine::parse(line)?;
+    let allowed: Option<&[&str]> = match line.cmd.as_str() {
+        "send" => Some(&["cmd", "channel", "data"]),
+        "rekey" | "leave" | "status" => Some(&["cmd"]),
+        "trust" => Some(&["cmd", "add", "remove"]),
+        _ => None,
     };
-    let value: Value =
-        serde_json::from_str(line).map_err(|e| fail(None, format!("not JSON: {e}")))?;
-    let Value::Object(map) = value else {
-        return Err(fail(None, "a command is a JSON object".into()));
-    };
-    let cmd = match map.get("cmd") {
-        Some(Value::String(s)) => s.as_str(),
-        Some(_) => return Err(fail(None, "\"cmd\" must be a string".into())),
-        None => return Err(fail(None, "missing \"cmd\"".into())),
-    };
-    let allowed: &[&str] = match cmd {
-        "send" => &["cmd", "channel", "data"],
-        "rekey" | "leave" | "status" => &["cmd"],
-        "trust" => &["cmd", "add", "remove"],
-        other => {
-            return Err(fail(
-                Some(other),
-                "unknown command (send, rekey, leave, status, trust)".into(),
-            ))
-        }
-    };
-    if let Some(extra) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(fail(Some(cmd), format!("unknown field {extra:?}")));
-    }
-    match cmd {
+    line.allow(allowed, "send, rekey, leave, status, trust")?;
+    let fields = &line.fields;
+    match line.cmd.as_str() {
         "send" => {
-            let channel = match map.get("channel").and_then(Value::as_str) {
-                Some("reliable") | None => Channel::Reliable,
-                Some("unreliable") => Channel::Unreliable,
-                Some(other) => {
-                    return Err(fail(
-                        Some(cmd),
-                        format!("unknown channel {other:?} (reliable or unreliable)"),
-                    ))
-                }
+            let channel = match fields.get("channel") {
+                None => Channel::Reliable,
+                Some(Value::String(s)) => match s.as_str() {
+                    "reliable" => Channel::Reliable,
+                    "unreliable" => Channel::Unreliable,
+                    other => {
+                        return Err(line.fail(format!(
+                            "unknown channel {other:?} (reliable or unreliable)"
+                        )))
+                    }
+                },
+                Some(_) => return Err(line.fail("\"channel\" must be a string")),
             };
-            if map.get("channel").is_some_and(|c| !c.is_string()) {
-                return Err(fail(Some(cmd), "\"channel\" must be a string".into()));
-            }
-            let data = map
-                .get("data")
-                .and_then(Value::as_str)
-                .ok_or_else(|| fail(Some(cmd), "\"data\" must be a base64 string".into()))?;
-            let data = BASE64
-                .decode(data)
-                .map_err(|e| fail(Some(cmd), format!("\"data\" is not base64: {e}")))?;
+            let data = fields.base64("data").map_err(|e| line.fail(e))?;
             Ok(Command::Send { channel, data })
         }
         "rekey" => Ok(Command::Rekey),
         "leave" => Ok(Command::Leave),
         "trust" => {
             let list = |field: &str| -> Result<Vec<MemberId>, CommandError> {
-                let Some(v) = map.get(field) else {
+                let Some(v) = fields.get(field) else {
                     return Ok(Vec::new());
                 };
                 let Some(items) = v.as_array() else {
-                    return Err(fail(
-                        Some(cmd),
-                        format!("\"{field}\" must be a list of member ids"),
-                    ));
+                    return Err(line.fail(format!("\"{field}\" must be a list of member ids")));
                 };
                 items
                     .iter()
@@ -259,13 +208,10 @@ pub fn parse_command(line: &str) -> Result<Command, CommandError> {
                         item.as_str()
                             .and_then(|t| t.parse::<MemberId>().ok())
                             .ok_or_else(|| {
-                                fail(
-                                    Some(cmd),
-                                    format!(
-                                        "\"{field}\": {item} is not a member id \
-                                         (ed25519:<hex> or kdc:<name>)"
-                                    ),
-                                )
+                                line.fail(format!(
+                                    "\"{field}\": {item} is not a member id \
+                                     (ed25519:<hex> or kdc:<name>)"
+                                ))
                             })
                     })
                     .collect()

@@ -37,15 +37,21 @@
 //! hop `via` (endpoints without a route are sent to directly).
 //!
 //! Any other key is an error, and every error names its key (`peer[1].via`).
+//!
+//! Reading is two steps: serde deserializes the text into a [`HopFile`] (unknown keys and
+//! wrong types are toml's errors, with the key named), then [`HopFile::validate`] checks
+//! what the values mean for the role and builds the [`HopSetup`].
 
 pub use crate::config_file::ConfigError;
-use crate::config_file::{err, parse_addr, read_identity};
+use crate::config_file::{
+    err, from_toml, listen_addr, parse_addr, read_config, read_identity, Whole,
+};
 use cohort_channel::identity::{Identity, PublicKey};
 use cohort_crypto::CryptoProvider;
+use serde::Deserialize;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use toml::{Table, Value};
 
 pub use cohort_hop::{ChainStorage, Mode};
 
@@ -159,24 +165,89 @@ pub const MIN_TUN_MTU: u16 = 576;
 /// Largest accepted per-peer association count.
 pub const MAX_ASSOCIATIONS: u16 = 64;
 
-const COMMON_KEYS: &[&str] = &[
+/// A node's config file as written: every key either role may hold, typed but not yet
+/// checked (see [`HopFile::validate`], which also refuses endpoint keys in a relay's file).
+/// Absent keys are `None` (or empty lists); validation applies the defaults, so a library
+/// API can take this struct as it is.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HopFile {
+    /// `"endpoint"` or `"relay"`.
+    pub role: Option<String>,
+    /// The identity file (required for endpoints), relative to the config file.
+    pub identity: Option<String>,
+    /// The node's overlay `IP:PORT` (`--listen` overrides it).
+    pub listen: Option<String>,
+    /// The control socket's path (default: the config file's path with `.sock`).
+    pub ctl: Option<String>,
+    /// Public keys allowed in (each peer's `trust` is added).
+    #[serde(default)]
+    pub trust: Vec<String>,
+    /// User-space delay on everything sent (`--delay-ms` overrides it).
+    pub delay_ms: Option<Whole>,
+    /// The `[[peer]]` tables: peers (endpoint) or routes (relay).
+    #[serde(default)]
+    pub peer: Vec<PeerFile>,
+    /// Endpoint: `"stdio"` (the default) or `"tun"`.
+    pub app: Option<String>,
+    /// Endpoint: the peers' default mode (`--mode` overrides it).
+    pub mode: Option<String>,
+    /// Endpoint: the peers' default association count (`--associations` overrides it).
+    pub associations: Option<Whole>,
+    /// Endpoint: signature rounds per chain.
+    pub chain_rounds: Option<Whole>,
+    /// Endpoint: how chains are stored (see [`parse_storage`]).
+    pub storage: Option<String>,
+    /// Endpoint: ask for authenticated delivery reports.
+    pub delivery_reports: Option<bool>,
+    /// Endpoint: most messages queued per association.
+    pub max_queue: Option<Whole>,
+    /// Endpoint: retransmission interval.
+    pub retransmit_ms: Option<Whole>,
+    /// Endpoint: retransmissions before giving up.
+    pub max_retries: Option<Whole>,
+    /// Endpoint with `app = "tun"`: the TUN device.
+    pub tun: Option<TunFile>,
+}
+
+/// One `[[peer]]` table as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerFile {
+    /// The peer endpoint's overlay `IP:PORT` (required).
+    pub address: Option<String>,
+    /// Endpoint: the first relay; relay: the next hop (required for a relay).
+    pub via: Option<String>,
+    /// Endpoint: this peer's mode.
+    pub mode: Option<String>,
+    /// Endpoint: this peer's association count.
+    pub associations: Option<Whole>,
+    /// A public key added to the trust list.
+    pub trust: Option<String>,
+    /// Endpoint: start the handshake (default true).
+    pub connect: Option<bool>,
+}
+
+/// The `[tun]` table as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunFile {
+    /// Interface name (default `cohort0`).
+    pub name: Option<String>,
+    /// `ADDRESS/PREFIX` of this end of the tunnel (required).
+    pub address: Option<String>,
+    /// Device MTU (default [`DEFAULT_TUN_MTU`]).
+    pub mtu: Option<Whole>,
+    /// Firewall mark for cohort's own UDP socket.
+    pub fwmark: Option<Whole>,
+}
+
+/// The keys a relay's file may hold.
+const RELAY_KEYS: &[&str] = &[
     "role", "identity", "listen", "ctl", "trust", "delay_ms", "peer",
 ];
-const ENDPOINT_KEYS: &[&str] = &[
-    "app",
-    "mode",
-    "associations",
-    "chain_rounds",
-    "storage",
-    "delivery_reports",
-    "max_queue",
-    "retransmit_ms",
-    "max_retries",
-    "tun",
-];
-const ENDPOINT_PEER_KEYS: &[&str] = &["address", "via", "mode", "associations", "trust", "connect"];
+/// The keys a relay's route may hold.
 const RELAY_PEER_KEYS: &[&str] = &["address", "via", "trust"];
-const TUN_KEYS: &[&str] = &["name", "address", "mtu", "fwmark"];
 
 /// Reads and parses the file at `path`; `ctl` defaults to the file's path with `.sock`.
 pub fn load(
@@ -184,17 +255,9 @@ pub fn load(
     path: &Path,
     overrides: &Overrides,
 ) -> Result<HopSetup, ConfigError> {
-    let shown = path.display().to_string();
-    let text =
-        std::fs::read_to_string(path).map_err(|e| err(&shown, format!("cannot read: {e}")))?;
-    let base = path.parent().unwrap_or(Path::new("."));
     let default_ctl = path.with_extension("sock");
-    parse(provider, &text, base, &default_ctl, overrides).map_err(|e| {
-        if e.key.is_empty() {
-            err(shown, e.problem)
-        } else {
-            e
-        }
+    read_config(path, |text, base| {
+        parse(provider, text, base, &default_ctl, overrides)
     })
 }
 
@@ -207,148 +270,199 @@ pub fn parse(
     default_ctl: &Path,
     overrides: &Overrides,
 ) -> Result<HopSetup, ConfigError> {
-    let table: Table =
-        toml::from_str(text).map_err(|e| err("", format!("not valid TOML: {}", e.message())))?;
-    let fields = Fields::new(&table, "");
-    let endpoint = match fields.str("role")? {
-        Some("endpoint") => true,
-        Some("relay") => false,
-        Some(other) => {
-            return Err(err(
-                "role",
-                format!("unknown role {other:?} (endpoint or relay)"),
-            ))
-        }
-        None => return Err(err("role", "missing (endpoint or relay)")),
-    };
-    let allowed: Vec<&str> = if endpoint {
-        COMMON_KEYS.iter().chain(ENDPOINT_KEYS).copied().collect()
-    } else {
-        COMMON_KEYS.to_vec()
-    };
-    fields.only(&allowed, if endpoint { "" } else { " for a relay" })?;
+    from_toml::<HopFile>(text)?.validate(provider, base, default_ctl, overrides)
+}
 
-    let identity = match fields.str("identity")? {
-        Some(file) => Some(read_identity(provider, &base.join(file))?),
-        None if endpoint => return Err(err("identity", "missing (an endpoint signs its anchors)")),
-        None => None,
-    };
-    let listen = match (overrides.listen, fields.str("listen")?) {
-        (Some(addr), _) => addr,
-        (None, Some(text)) => parse_addr("listen", text)?,
-        (None, None) => return Err(err("listen", "missing (or give --listen)")),
-    };
-    if listen.ip().is_unspecified() {
-        return Err(err(
-            "listen",
-            format!(
-                "{} is not an address others can reach: give this node's own IP",
-                listen.ip()
-            ),
-        ));
+/// The first of `present` (key, is it there) that is there, as an unknown key of a relay.
+fn relay_refuses(present: &[(&str, bool)], what: &str, known: &[&str]) -> Result<(), ConfigError> {
+    let mut there: Vec<&str> = present
+        .iter()
+        .filter(|(_, p)| *p)
+        .map(|(k, _)| *k)
+        .collect();
+    there.sort_unstable();
+    match there.first() {
+        Some(key) => Err(err(
+            *key,
+            format!("unknown key for {what} (known keys: {})", known.join(", ")),
+        )),
+        None => Ok(()),
     }
-    let ctl = match (&overrides.ctl, fields.str("ctl")?) {
-        (Some(path), _) => path.clone(),
-        (None, Some("")) => return Err(err("ctl", "must not be empty")),
-        (None, Some(path)) => base.join(path),
-        (None, None) => default_ctl.to_path_buf(),
-    };
-    let mut trust = fields
-        .str_list("trust")?
-        .into_iter()
-        .enumerate()
-        .map(|(i, text)| parse_key(&format!("trust[{i}]"), text))
-        .collect::<Result<Vec<_>, _>>()?;
-    let delay_ms = match overrides.delay_ms {
-        Some(ms) => ms,
-        None => fields.uint("delay_ms")?.unwrap_or(0),
-    };
-    if delay_ms > 10_000 {
-        return Err(err("delay_ms", format!("at most 10000 ms ({delay_ms})")));
-    }
+}
 
-    let default_mode = match &overrides.mode {
-        Some(text) => parse_mode(text).map_err(|e| err("--mode", e))?,
-        None if endpoint => match fields.str("mode")? {
-            Some(text) => parse_mode(text).map_err(|e| err("mode", e))?,
-            None => Mode::M { batch: 32 },
-        },
-        None => Mode::N,
-    };
-    let default_associations = match overrides.associations {
-        Some(n) => check_associations("--associations", u64::from(n))?,
-        None if endpoint => match fields.uint("associations")? {
-            Some(n) => check_associations("associations", n)?,
-            None => 1,
-        },
-        None => 1,
-    };
-
-    let mut peers = Vec::new();
-    for (i, peer) in fields.tables("peer")?.into_iter().enumerate() {
-        let prefix = format!("peer[{i}].");
-        let f = Fields::new(peer, &prefix);
-        if endpoint {
-            f.only(ENDPOINT_PEER_KEYS, "")?;
-        } else {
-            f.only(RELAY_PEER_KEYS, " for a relay's route")?;
-        }
-        let key = |k: &str| format!("{prefix}{k}");
-        let address = parse_addr(&key("address"), f.required_str("address")?)?;
-        let via = f
-            .str("via")?
-            .map(|text| parse_addr(&key("via"), text))
-            .transpose()?;
-        if !endpoint && via.is_none() {
-            return Err(err(key("via"), "missing (a route names its next hop)"));
-        }
-        if peers.iter().any(|p: &PeerSetup| p.address == address) {
-            return Err(err(key("address"), format!("{address} is listed twice")));
-        }
-        if address == listen || via == Some(listen) {
-            return Err(err(key("address"), "this node's own address"));
-        }
-        let mode = match (&overrides.mode, f.str("mode")?) {
-            (None, Some(text)) => parse_mode(text).map_err(|e| err(key("mode"), e))?,
-            _ => default_mode,
-        };
-        let associations = match (overrides.associations, f.uint("associations")?) {
-            (None, Some(n)) => check_associations(&key("associations"), n)?,
-            _ => default_associations,
-        };
-        if let Some(text) = f.str("trust")? {
-            let k = parse_key(&key("trust"), text)?;
-            if !trust.contains(&k) {
-                trust.push(k);
+impl HopFile {
+    /// Checks what the values mean for the role, applies the defaults and the command
+    /// line's `overrides`, reads the identity file (relative to `base`) and builds the
+    /// setup; the control socket is `default_ctl` unless the file or a flag says otherwise.
+    pub fn validate(
+        self,
+        provider: &CryptoProvider,
+        base: &Path,
+        default_ctl: &Path,
+        overrides: &Overrides,
+    ) -> Result<HopSetup, ConfigError> {
+        let endpoint = match self.role.as_deref() {
+            Some("endpoint") => true,
+            Some("relay") => false,
+            Some(other) => {
+                return Err(err(
+                    "role",
+                    format!("unknown role {other:?} (endpoint or relay)"),
+                ))
             }
+            None => return Err(err("role", "missing (endpoint or relay)")),
+        };
+        if !endpoint {
+            relay_refuses(
+                &[
+                    ("app", self.app.is_some()),
+                    ("mode", self.mode.is_some()),
+                    ("associations", self.associations.is_some()),
+                    ("chain_rounds", self.chain_rounds.is_some()),
+                    ("storage", self.storage.is_some()),
+                    ("delivery_reports", self.delivery_reports.is_some()),
+                    ("max_queue", self.max_queue.is_some()),
+                    ("retransmit_ms", self.retransmit_ms.is_some()),
+                    ("max_retries", self.max_retries.is_some()),
+                    ("tun", self.tun.is_some()),
+                ],
+                "a relay",
+                RELAY_KEYS,
+            )?;
         }
-        let connect = f.bool("connect")?.unwrap_or(true);
-        peers.push(PeerSetup {
-            address,
-            via,
-            mode,
-            associations,
-            connect,
-        });
+
+        let identity = match &self.identity {
+            Some(file) => Some(read_identity(provider, &base.join(file))?),
+            None if endpoint => {
+                return Err(err("identity", "missing (an endpoint signs its anchors)"))
+            }
+            None => None,
+        };
+        let listen = listen_addr(overrides.listen, self.listen.as_deref(), "others", "node")?;
+        let ctl = match (&overrides.ctl, self.ctl.as_deref()) {
+            (Some(path), _) => path.clone(),
+            (None, Some("")) => return Err(err("ctl", "must not be empty")),
+            (None, Some(path)) => base.join(path),
+            (None, None) => default_ctl.to_path_buf(),
+        };
+        let mut trust = self
+            .trust
+            .iter()
+            .enumerate()
+            .map(|(i, text)| parse_key(&format!("trust[{i}]"), text))
+            .collect::<Result<Vec<_>, _>>()?;
+        let delay_ms = match overrides.delay_ms {
+            Some(ms) => ms,
+            None => self.delay_ms.map_or(0, |ms| ms.0),
+        };
+        if delay_ms > 10_000 {
+            return Err(err("delay_ms", format!("at most 10000 ms ({delay_ms})")));
+        }
+
+        let default_mode = match &overrides.mode {
+            Some(text) => parse_mode(text).map_err(|e| err("--mode", e))?,
+            None if endpoint => match &self.mode {
+                Some(text) => parse_mode(text).map_err(|e| err("mode", e))?,
+                None => Mode::M { batch: 32 },
+            },
+            None => Mode::N,
+        };
+        let default_associations = match overrides.associations {
+            Some(n) => check_associations("--associations", u64::from(n))?,
+            None => match self.associations {
+                Some(n) => check_associations("associations", n.0)?,
+                None => 1,
+            },
+        };
+
+        let mut peers = Vec::new();
+        for (i, peer) in self.peer.iter().enumerate() {
+            let key = |k: &str| format!("peer[{i}].{k}");
+            if !endpoint {
+                relay_refuses(
+                    &[
+                        (&key("mode"), peer.mode.is_some()),
+                        (&key("associations"), peer.associations.is_some()),
+                        (&key("connect"), peer.connect.is_some()),
+                    ],
+                    "a relay's route",
+                    RELAY_PEER_KEYS,
+                )?;
+            }
+            let address = peer
+                .address
+                .as_deref()
+                .ok_or_else(|| err(key("address"), "missing"))?;
+            let address = parse_addr(&key("address"), address)?;
+            let via = peer
+                .via
+                .as_deref()
+                .map(|text| parse_addr(&key("via"), text))
+                .transpose()?;
+            if !endpoint && via.is_none() {
+                return Err(err(key("via"), "missing (a route names its next hop)"));
+            }
+            if peers.iter().any(|p: &PeerSetup| p.address == address) {
+                return Err(err(key("address"), format!("{address} is listed twice")));
+            }
+            if address == listen || via == Some(listen) {
+                return Err(err(key("address"), "this node's own address"));
+            }
+            let mode = match (&overrides.mode, &peer.mode) {
+                (None, Some(text)) => parse_mode(text).map_err(|e| err(key("mode"), e))?,
+                _ => default_mode,
+            };
+            let associations = match (overrides.associations, peer.associations) {
+                (None, Some(n)) => check_associations(&key("associations"), n.0)?,
+                _ => default_associations,
+            };
+            if let Some(text) = &peer.trust {
+                let k = parse_key(&key("trust"), text)?;
+                if !trust.contains(&k) {
+                    trust.push(k);
+                }
+            }
+            peers.push(PeerSetup {
+                address,
+                via,
+                mode,
+                associations,
+                connect: peer.connect.unwrap_or(true),
+            });
+        }
+
+        let role = if endpoint {
+            Role::Endpoint(self.endpoint(listen, &peers)?)
+        } else {
+            Role::Relay
+        };
+        Ok(HopSetup {
+            role,
+            identity,
+            listen,
+            ctl,
+            trust,
+            delay: Duration::from_millis(delay_ms),
+            peers,
+        })
     }
 
-    let role = if endpoint {
-        let app = match fields.str("app")? {
+    /// The endpoint-only settings, checked against the node's `listen` and `peers`.
+    fn endpoint(
+        &self,
+        listen: SocketAddr,
+        peers: &[PeerSetup],
+    ) -> Result<EndpointSetup, ConfigError> {
+        let app = match self.app.as_deref() {
             None | Some("stdio") => {
-                if table.contains_key("tun") {
+                if self.tun.is_some() {
                     return Err(err("tun", "only with app = \"tun\""));
                 }
                 App::Stdio
             }
             Some("tun") => {
-                let tun = match table.get("tun") {
-                    Some(Value::Table(t)) => parse_tun(t)?,
-                    Some(other) => {
-                        return Err(err(
-                            "tun",
-                            format!("must be a table, not {}", other.type_str()),
-                        ))
-                    }
+                let tun = match &self.tun {
+                    Some(t) => t.validate()?,
                     None => return Err(err("tun", "missing (app = \"tun\" needs a [tun] table)")),
                 };
                 if peers.len() != 1 {
@@ -391,50 +505,40 @@ pub fn parse(
             }
             Some(other) => return Err(err("app", format!("unknown app {other:?} (stdio or tun)"))),
         };
-        let chain_rounds = match fields.uint("chain_rounds")? {
+        let chain_rounds = match self.chain_rounds.map(|n| n.0) {
             None => None,
             Some(n) if (2..=1 << 24).contains(&n) => u32::try_from(n).ok(),
             Some(n) => return Err(err("chain_rounds", format!("must be 2..=16777216 ({n})"))),
         };
-        let storage = fields
-            .str("storage")?
+        let storage = self
+            .storage
+            .as_deref()
             .map(|t| parse_storage(t).map_err(|e| err("storage", e)))
             .transpose()?;
-        let max_queue = match fields.uint("max_queue")? {
+        let max_queue = match self.max_queue.map(|n| n.0) {
             Some(0) => return Err(err("max_queue", "must be at least 1")),
             Some(n) => Some(usize::try_from(n).map_err(|_| err("max_queue", "too large"))?),
             None => None,
         };
-        let retransmit = match fields.uint("retransmit_ms")? {
-            Some(0) => return Err(err("retransmit_ms", "must be at least 1")),
-            Some(ms) => Some(Duration::from_millis(ms)),
+        let retransmit = match self.retransmit_ms {
+            Some(Whole(0)) => return Err(err("retransmit_ms", "must be at least 1")),
+            Some(ms) => Some(ms.millis()),
             None => None,
         };
-        let max_retries = fields
-            .uint("max_retries")?
-            .map(|n| u32::try_from(n).map_err(|_| err("max_retries", "too large")))
+        let max_retries = self
+            .max_retries
+            .map(|n| u32::try_from(n.0).map_err(|_| err("max_retries", "too large")))
             .transpose()?;
-        Role::Endpoint(EndpointSetup {
+        Ok(EndpointSetup {
             app,
             chain_rounds,
             storage,
-            delivery_reports: fields.bool("delivery_reports")?,
+            delivery_reports: self.delivery_reports,
             max_queue,
             retransmit,
             max_retries,
         })
-    } else {
-        Role::Relay
-    };
-    Ok(HopSetup {
-        role,
-        identity,
-        listen,
-        ctl,
-        trust,
-        delay: Duration::from_millis(delay_ms),
-        peers,
-    })
+    }
 }
 
 /// Parses a mode as written: `none`, `n`, `c[:K]`, `m[:K]`.
@@ -447,66 +551,70 @@ pub fn parse_storage(text: &str) -> Result<ChainStorage, String> {
     text.trim().parse::<ChainStorage>()
 }
 
-fn parse_tun(table: &Table) -> Result<TunSetup, ConfigError> {
-    let f = Fields::new(table, "tun.");
-    f.only(TUN_KEYS, "")?;
-    let name = f.str("name")?.unwrap_or("cohort0").to_string();
-    // IFNAMSIZ is 16 with the terminating NUL.
-    if name.is_empty()
-        || name.len() > 15
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-    {
-        return Err(err(
-            "tun.name",
-            format!("{name:?} is not an interface name (1-15 of A-Z a-z 0-9 - _ .)"),
-        ));
-    }
-    let text = f.required_str("address")?;
-    let (addr, prefix) = text.split_once('/').ok_or_else(|| {
-        err(
-            "tun.address",
-            format!("{text:?} is not ADDRESS/PREFIX (e.g. 10.200.0.1/24)"),
-        )
-    })?;
-    let address: Ipv4Addr = addr.parse().map_err(|e| {
-        err(
-            "tun.address",
-            format!("{addr:?} is not an IPv4 address: {e}"),
-        )
-    })?;
-    let prefix: u8 = match prefix.parse() {
-        Ok(p) if (8..=30).contains(&p) => p,
-        _ => {
+impl TunFile {
+    /// Checks the `[tun]` table and applies its defaults.
+    pub fn validate(&self) -> Result<TunSetup, ConfigError> {
+        let name = self.name.as_deref().unwrap_or("cohort0").to_string();
+        // IFNAMSIZ is 16 with the terminating NUL.
+        if name.is_empty()
+            || name.len() > 15
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        {
             return Err(err(
+                "tun.name",
+                format!("{name:?} is not an interface name (1-15 of A-Z a-z 0-9 - _ .)"),
+            ));
+        }
+        let text = self
+            .address
+            .as_deref()
+            .ok_or_else(|| err("tun.address", "missing"))?;
+        let (addr, prefix) = text.split_once('/').ok_or_else(|| {
+            err(
                 "tun.address",
-                format!("prefix length must be 8..=30 ({prefix:?})"),
-            ))
-        }
-    };
-    let mtu = match f.uint("mtu")? {
-        None => DEFAULT_TUN_MTU,
-        Some(n) if (u64::from(MIN_TUN_MTU)..=9000).contains(&n) => n as u16,
-        Some(n) => {
-            return Err(err(
-                "tun.mtu",
-                format!("must be {MIN_TUN_MTU}..=9000 ({n})"),
-            ))
-        }
-    };
-    let fwmark = match f.uint("fwmark")? {
-        None => None,
-        Some(n) if (1..=u64::from(u32::MAX)).contains(&n) => Some(n as u32),
-        Some(n) => return Err(err("tun.fwmark", format!("must be 1..={} ({n})", u32::MAX))),
-    };
-    Ok(TunSetup {
-        name,
-        address,
-        prefix,
-        mtu,
-        fwmark,
-    })
+                format!("{text:?} is not ADDRESS/PREFIX (e.g. 10.200.0.1/24)"),
+            )
+        })?;
+        let address: Ipv4Addr = addr.parse().map_err(|e| {
+            err(
+                "tun.address",
+                format!("{addr:?} is not an IPv4 address: {e}"),
+            )
+        })?;
+        let prefix: u8 = match prefix.parse() {
+            Ok(p) if (8..=30).contains(&p) => p,
+            _ => {
+                return Err(err(
+                    "tun.address",
+                    format!("prefix length must be 8..=30 ({prefix:?})"),
+                ))
+            }
+        };
+        let mtu = match self.mtu.map(|n| n.0) {
+            None => DEFAULT_TUN_MTU,
+            Some(n) if (u64::from(MIN_TUN_MTU)..=9000).contains(&n) => n as u16,
+            Some(n) => {
+                return Err(err(
+                    "tun.mtu",
+                    format!("must be {MIN_TUN_MTU}..=9000 ({n})"),
+                ))
+            }
+        };
+        let fwmark = match self.fwmark.map(|n| n.0) {
+            None => None,
+            Some(n) if (1..=u64::from(u32::MAX)).contains(&n) => Some(n as u32),
+            Some(n) => return Err(err("tun.fwmark", format!("must be 1..={} ({n})", u32::MAX))),
+        };
+        Ok(TunSetup {
+            name,
+            address,
+            prefix,
+            mtu,
+            fwmark,
+        })
+    }
 }
 
 fn in_subnet(ip: std::net::IpAddr, net: Ipv4Addr, prefix: u8) -> bool {
@@ -531,136 +639,16 @@ fn parse_key(key: &str, text: &str) -> Result<PublicKey, ConfigError> {
         .map_err(|e| err(key, format!("not an ed25519 public key: {e}")))
 }
 
-/// Typed access to one table; every error names the key with the table's prefix.
-struct Fields<'a> {
-    table: &'a Table,
-    prefix: &'a str,
-}
-
-impl<'a> Fields<'a> {
-    fn new(table: &'a Table, prefix: &'a str) -> Self {
-        Fields { table, prefix }
-    }
-
-    fn key(&self, key: &str) -> String {
-        format!("{}{key}", self.prefix)
-    }
-
-    /// Every key of the table must be in `allowed`.
-    fn only(&self, allowed: &[&str], context: &str) -> Result<(), ConfigError> {
-        let mut keys: Vec<&String> = self.table.keys().collect();
-        keys.sort();
-        match keys.iter().find(|k| !allowed.contains(&k.as_str())) {
-            Some(unknown) => Err(err(
-                self.key(unknown),
-                format!("unknown key{context} (known keys: {})", allowed.join(", ")),
-            )),
-            None => Ok(()),
-        }
-    }
-
-    fn str(&self, key: &str) -> Result<Option<&'a str>, ConfigError> {
-        match self.table.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => Err(err(
-                self.key(key),
-                format!("must be a string, not {}", other.type_str()),
-            )),
-        }
-    }
-
-    fn required_str(&self, key: &str) -> Result<&'a str, ConfigError> {
-        self.str(key)?.ok_or_else(|| err(self.key(key), "missing"))
-    }
-
-    fn str_list(&self, key: &str) -> Result<Vec<&'a str>, ConfigError> {
-        match self.table.get(key) {
-            None => Ok(Vec::new()),
-            Some(Value::Array(items)) => items
-                .iter()
-                .enumerate()
-                .map(|(i, v)| match v {
-                    Value::String(s) => Ok(s.as_str()),
-                    other => Err(err(
-                        format!("{}[{i}]", self.key(key)),
-                        format!("must be a string, not {}", other.type_str()),
-                    )),
-                })
-                .collect(),
-            Some(other) => Err(err(
-                self.key(key),
-                format!("must be a list of strings, not {}", other.type_str()),
-            )),
-        }
-    }
-
-    fn tables(&self, key: &str) -> Result<Vec<&'a Table>, ConfigError> {
-        match self.table.get(key) {
-            None => Ok(Vec::new()),
-            Some(Value::Array(items)) => items
-                .iter()
-                .enumerate()
-                .map(|(i, v)| match v {
-                    Value::Table(t) => Ok(t),
-                    other => Err(err(
-                        format!("{}[{i}]", self.key(key)),
-                        format!("must be a table, not {}", other.type_str()),
-                    )),
-                })
-                .collect(),
-            Some(other) => Err(err(
-                self.key(key),
-                format!("must be [[{key}]] tables, not {}", other.type_str()),
-            )),
-        }
-    }
-
-    fn bool(&self, key: &str) -> Result<Option<bool>, ConfigError> {
-        match self.table.get(key) {
-            None => Ok(None),
-            Some(Value::Boolean(b)) => Ok(Some(*b)),
-            Some(other) => Err(err(
-                self.key(key),
-                format!("must be true or false, not {}", other.type_str()),
-            )),
-        }
-    }
-
-    fn uint(&self, key: &str) -> Result<Option<u64>, ConfigError> {
-        match self.table.get(key) {
-            None => Ok(None),
-            Some(Value::Integer(n)) => u64::try_from(*n)
-                .map(Some)
-                .map_err(|_| err(self.key(key), format!("must not be negative ({n})"))),
-            Some(other) => Err(err(
-                self.key(key),
-                format!("must be a whole number, not {}", other.type_str()),
-            )),
-        }
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // reason: test code; a panic is the failure report
 mod tests {
     use super::*;
 
-    struct Dir(PathBuf);
+    use crate::config_file::test_support::Dir;
 
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
+    /// A temporary directory holding `a.key`; returns it and a's public key.
     fn dir_with_key(name: &str) -> (Dir, String) {
-        let provider = CryptoProvider::default_provider();
-        let dir = std::env::temp_dir().join(format!("cohort-hcfg-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let id = Identity::generate(&provider).unwrap();
-        std::fs::write(dir.join("a.key"), id.to_file_text().as_bytes()).unwrap();
-        (Dir(dir), id.public().to_string())
+        crate::config_file::test_support::dir_with_key(&format!("hcfg-{name}"), "a.key")
     }
 
     fn parse_with(dir: &Dir, text: &str, o: &Overrides) -> Result<HopSetup, ConfigError> {

@@ -12,6 +12,7 @@
 //! object; a refused request answers `{"error":"..."}`. The socket file is created with mode
 //! 0600 (only its owner may control the daemon) and removed when the daemon stops.
 
+use crate::jsonl::Fields;
 use crate::UsageError;
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
@@ -129,11 +130,8 @@ async fn answer(
 
 /// Parses one request line.
 pub fn parse_request(line: &str) -> Result<Request, String> {
-    let value: Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
-    let Value::Object(map) = value else {
-        return Err("a request is a JSON object".into());
-    };
-    let cmd = map
+    let fields = Fields::object(line, "request")?;
+    let cmd = fields
         .get("cmd")
         .and_then(Value::as_str)
         .ok_or("missing \"cmd\"")?;
@@ -143,29 +141,16 @@ pub fn parse_request(line: &str) -> Result<Request, String> {
         "close" => &["cmd", "peer", "assoc"],
         other => return Err(format!("unknown command {other:?} (status, open, close)")),
     };
-    if let Some(extra) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(format!("unknown field {extra:?}"));
-    }
-    let peer = match map.get("peer") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(
-            s.parse::<SocketAddr>()
-                .map_err(|e| format!("\"peer\" is not IP:PORT ({s:?}): {e}"))?,
-        ),
-        Some(_) => return Err("\"peer\" must be a string".into()),
-    };
+    fields.only(allowed)?;
+    let peer = fields.opt_addr("peer")?;
     match cmd {
         "status" => Ok(Request::Status),
         "open" => {
-            let mode = match map.get("mode") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) => Some(s.clone()),
-                Some(_) => return Err("\"mode\" must be a string".into()),
-            };
+            let mode = fields.opt_str("mode")?.map(str::to_string);
             Ok(Request::Open { peer, mode })
         }
         _ => {
-            let assoc = map
+            let assoc = fields
                 .get("assoc")
                 .and_then(Value::as_u64)
                 .ok_or("\"assoc\" must be a whole number")?;

@@ -11,10 +11,12 @@
 //! [,"mode":"m:32"]}`, `{"cmd":"close","assoc":N[,"peer":..]}`, `{"cmd":"status"}`.
 //! `peer` may be left out when the endpoint has exactly one peer.
 
+pub use crate::jsonl::CommandError;
+use crate::jsonl::{self, CommandLine};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use cohort_hop::{EndpointEvent, EndpointStatus, HopCounters, RelayEvent, RelayStatus};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::net::SocketAddr;
 
 /// One line for one endpoint event.
@@ -109,11 +111,7 @@ fn dir(outgoing: bool) -> &'static str {
 
 /// Counters as an object of `name: count`.
 pub fn counters(counters: &HopCounters) -> Value {
-    let map: Map<String, Value> = counters
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    Value::Object(map)
+    jsonl::counts(counters.iter())
 }
 
 /// An endpoint's status: scalar fields, `peers`, a flat `associations` list (one row per
@@ -193,11 +191,6 @@ pub fn started(role: &str, listen: SocketAddr, key: Option<String>, ctl: &str) -
     json!({"event": "started", "role": role, "listen": listen.to_string(), "key": key, "ctl": ctl})
 }
 
-/// An error answering a command (`cmd` is `None` when the line was not a command).
-pub fn error(cmd: Option<&str>, error: &str) -> Value {
-    json!({"event": "error", "cmd": cmd, "error": error})
-}
-
 /// A command read from standard input.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -228,92 +221,42 @@ pub enum Command {
     Status,
 }
 
-/// Why a line is not a command: the command's name when it was known, and the problem.
-#[derive(Debug, PartialEq, Eq)]
-pub struct CommandError {
-    /// The `cmd` field, if the line had a string one.
-    pub cmd: Option<String>,
-    /// What is wrong.
-    pub error: String,
-}
-
-impl CommandError {
-    /// The error line for it.
-    pub fn to_json(&self) -> Value {
-        error(self.cmd.as_deref(), &self.error)
-    }
-}
-
 /// Parses one input line.
 pub fn parse_command(line: &str) -> Result<Command, CommandError> {
-    let fail = |cmd: Option<&str>, error: String| CommandError {
-        cmd: cmd.map(str::to_string),
-        error,
+    let line = CommandLine::parse(line)?;
+    let allowed: Option<&[&str]> = match line.cmd.as_str() {
+        "send" => Some(&["cmd", "peer", "assoc", "data"]),
+        "open" => Some(&["cmd", "peer", "mode"]),
+        "close" => Some(&["cmd", "peer", "assoc"]),
+        "status" => Some(&["cmd"]),
+        _ => None,
     };
-    let value: Value =
-        serde_json::from_str(line).map_err(|e| fail(None, format!("not JSON: {e}")))?;
-    let Value::Object(map) = value else {
-        return Err(fail(None, "a command is a JSON object".into()));
-    };
-    let cmd = match map.get("cmd") {
-        Some(Value::String(s)) => s.as_str(),
-        Some(_) => return Err(fail(None, "\"cmd\" must be a string".into())),
-        None => return Err(fail(None, "missing \"cmd\"".into())),
-    };
-    let allowed: &[&str] = match cmd {
-        "send" => &["cmd", "peer", "assoc", "data"],
-        "open" => &["cmd", "peer", "mode"],
-        "close" => &["cmd", "peer", "assoc"],
-        "status" => &["cmd"],
-        other => {
-            return Err(fail(
-                Some(other),
-                "unknown command (send, open, close, status)".into(),
-            ))
-        }
-    };
-    if let Some(extra) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(fail(Some(cmd), format!("unknown field {extra:?}")));
-    }
-    let peer = match map.get("peer") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(
-            s.parse::<SocketAddr>()
-                .map_err(|e| fail(Some(cmd), format!("\"peer\" is not IP:PORT ({s:?}): {e}")))?,
-        ),
-        Some(_) => return Err(fail(Some(cmd), "\"peer\" must be a string".into())),
-    };
-    let assoc = match map.get("assoc") {
+    line.allow(allowed, "send, open, close, status")?;
+    let fields = &line.fields;
+    let peer = fields.opt_addr("peer").map_err(|e| line.fail(e))?;
+    let assoc = match fields.get("assoc") {
         None | Some(Value::Null) => None,
         Some(v) => Some(
             v.as_u64()
                 .and_then(|n| u16::try_from(n).ok())
                 .filter(|&n| n >= 1)
-                .ok_or_else(|| fail(Some(cmd), "\"assoc\" must be 1..=32767".into()))?,
+                .ok_or_else(|| line.fail("\"assoc\" must be 1..=32767"))?,
         ),
     };
-    match cmd {
+    match line.cmd.as_str() {
         "send" => {
-            let data = map
-                .get("data")
-                .and_then(Value::as_str)
-                .ok_or_else(|| fail(Some(cmd), "\"data\" must be a base64 string".into()))?;
-            let data = BASE64
-                .decode(data)
-                .map_err(|e| fail(Some(cmd), format!("\"data\" is not base64: {e}")))?;
+            let data = fields.base64("data").map_err(|e| line.fail(e))?;
             Ok(Command::Send { peer, assoc, data })
         }
         "open" => {
-            let mode = match map.get("mode") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) => Some(s.clone()),
-                Some(_) => return Err(fail(Some(cmd), "\"mode\" must be a string".into())),
-            };
-            Ok(Command::Open { peer, mode })
+            let mode = fields.opt_str("mode").map_err(|e| line.fail(e))?;
+            Ok(Command::Open {
+                peer,
+                mode: mode.map(str::to_string),
+            })
         }
         "close" => {
-            let assoc =
-                assoc.ok_or_else(|| fail(Some(cmd), "\"assoc\" must be 1..=32767".into()))?;
+            let assoc = assoc.ok_or_else(|| line.fail("\"assoc\" must be 1..=32767"))?;
             Ok(Command::Close { peer, assoc })
         }
         _ => Ok(Command::Status),

@@ -23,7 +23,7 @@ use super::json;
 use super::tun::{is_ip_packet, TunDevice};
 use super::RunArgs;
 use crate::group_cmd::os_seed;
-use crate::stdin_lines::{self, Input};
+use crate::jsonl;
 use crate::UsageError;
 use cohort_core::{Machine, Timestamp};
 use cohort_crypto::CryptoProvider;
@@ -32,7 +32,6 @@ use cohort_hop::{
 };
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
-use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::UdpSocket;
@@ -72,7 +71,7 @@ enum Wake {
     Tun(std::io::Result<usize>),
     Timeout,
     DelayDue,
-    Stdin(Option<Input>),
+    Stdin(Option<Result<json::Command, Value>>),
     Ctl(Option<CtlRequest>),
     Tick,
     Stop,
@@ -226,7 +225,7 @@ async fn serve(
         }
     }
 
-    let mut stdin = stdin_lines::spawn(MAX_LINE);
+    let mut stdin = jsonl::commands(MAX_LINE, json::parse_command);
     let mut stdin_open = true;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_counters = *d.counters();
@@ -294,13 +293,9 @@ async fn serve(
                 d.retry_connects(now);
             }
             Wake::DelayDue => d.flush_delayed().await,
-            Wake::Stdin(Some(Input::Line(line))) if line.trim().is_empty() => {}
-            Wake::Stdin(Some(Input::Line(line))) => match json::parse_command(&line) {
-                Ok(command) => d.command(command),
-                Err(e) => emit(&e.to_json()),
-            },
-            Wake::Stdin(Some(Input::Bad(problem))) => emit(&json::error(None, &problem)),
-            Wake::Stdin(Some(Input::Eof) | None) => {
+            Wake::Stdin(Some(Ok(command))) => d.command(command),
+            Wake::Stdin(Some(Err(line))) => emit(&line),
+            Wake::Stdin(None) => {
                 stdin_open = false;
                 if exit_on_eof {
                     break;
@@ -443,7 +438,7 @@ impl Daemon {
                 json!({"opening": assoc, "peer": peer.to_string(), "mode": mode.to_string()})
             }
             Err(err) => {
-                let line = json::error(Some("open"), &format!("{peer}: {err}"));
+                let line = jsonl::error(Some("open"), &format!("{peer}: {err}"));
                 emit(&line);
                 json!({"error": format!("{peer}: {err}")})
             }
@@ -562,7 +557,7 @@ impl Daemon {
                 .map_err(|e| ("close", e)),
         };
         if let Err((cmd, e)) = result {
-            emit(&json::error(Some(cmd), &e));
+            emit(&jsonl::error(Some(cmd), &e));
         }
     }
 
@@ -686,7 +681,5 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// Writes one JSON line and flushes it. A closed stdout means nobody listens: the node goes
 /// on (a TUN endpoint or a relay is useful without anyone reading its lines).
 fn emit(value: &Value) {
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let _ = writeln!(out, "{value}").and_then(|()| out.flush());
+    let _ = jsonl::write_line(value);
 }
