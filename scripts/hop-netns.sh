@@ -34,8 +34,11 @@
 # failure. Only addresses inside the namespaces it creates carry traffic; everything is
 # removed on exit.
 set -euo pipefail
+LIB="$(cd "$(dirname "$0")" && pwd)/lib"
 # shellcheck source=lib/netns.sh
-. "$(cd "$(dirname "$0")" && pwd)/lib/netns.sh"
+. "$LIB/netns.sh"
+# shellcheck source=lib/hop-netns.sh
+. "$LIB/hop-netns.sh"
 
 netns_init "network namespaces, TUN devices" "$@"
 need_tool iperf3 "iperf3 not found (Debian: apt-get install iperf3)"
@@ -52,12 +55,7 @@ dump() {
 
 TAG=$$
 NS_A=hop-a-$TAG; NS_R=hop-r-$TAG; NS_B=hop-b-$TAG; NS_F=hop-f-$TAG
-netns_add "$NS_A" "$NS_R" "$NS_B" "$NS_F"
-for ns in "$NS_A" "$NS_R" "$NS_B" "$NS_F"; do
-  # IPv6 off: no router solicitations or MLD reports wander into the tunnels, so the
-  # counters below see only the test's own traffic.
-  ip netns exec "$ns" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6'
-done
+hop_netns "$NS_A" "$NS_R" "$NS_B" "$NS_F"
 netns_veth "$NS_A" ha$TAG 10.77.1.1/24 "$NS_R" hra$TAG 10.77.1.2/24
 netns_veth "$NS_B" hb$TAG 10.77.2.2/24 "$NS_R" hrb$TAG 10.77.2.1/24
 netns_veth "$NS_F" hf$TAG 10.77.3.2/24 "$NS_R" hrf$TAG 10.77.3.1/24
@@ -66,37 +64,9 @@ ip -n "$NS_B" route add 10.77.1.0/24 via 10.77.2.1
 ip -n "$NS_F" route add 10.77.1.0/24 via 10.77.3.1
 [ "$(ip netns exec "$NS_R" cat /proc/sys/net/ipv4/ip_forward)" = 0 ] || die "R forwards IP"
 
-cat >"$WORK/q.py" <<'EOF'
-import json, sys
-def get(v, path):
-    for part in path.split("."):
-        v = v[int(part)] if isinstance(v, list) else v.get(part)
-        if v is None:
-            return None
-    return v
-cmd = sys.argv[1]
-v = json.load(sys.stdin)
-if cmd == "get":            # get PATH: one value (0 if missing)
-    x = get(v, sys.argv[2]); print(0 if x is None else x)
-elif cmd == "open_out":     # open outgoing data associations
-    print(sum(1 for a in v.get("associations", []) if a["dir"] == "out" and a["assoc"] != 0 and a["open"]))
-elif cmd == "dropped":      # the relay's drop counters, summed
-    c = v["counters"]
-    print(sum(c.get(k, 0) for k in ("malformed", "unknown", "forged", "replayed", "stale", "unverifiable", "bad_cookie", "untrusted", "no_room")))
-elif cmd == "rate":         # iperf3 -J: receiver Mbit/s
-    print("%.1f" % (v["end"]["sum_received"]["bits_per_second"] / 1e6))
-EOF
-q() { python3 "$WORK/q.py" "$@"; }
 ctl() { "$COHORT" hop ctl --socket "$WORK/$1.sock" --json status; }
 
-KA=$("$COHORT" keygen --out "$WORK/a.key")
-KB=$("$COHORT" keygen --out "$WORK/b.key")
-cat >"$WORK/r.toml" <<EOF
-role = "relay"
-listen = "10.77.1.2:7500"
-trust = ["$KA", "$KB"]
-ctl = "r.sock"
-EOF
+hop_keys_and_relay 10.77.1.2:7500 'ctl = "r.sock"'
 cat >"$WORK/a.toml" <<EOF
 role = "endpoint"
 identity = "a.key"
