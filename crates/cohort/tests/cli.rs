@@ -263,14 +263,17 @@ fn gears_tag_reads_the_key_from_a_file() {
 
 #[cfg(unix)]
 mod keygen {
-    use super::support::{arg, cohort, mode, tempdir, text};
+    use super::support::{arg, cohort, exits_2, mode, tempdir, text};
     use cohort_channel::identity::Identity;
     use cohort_crypto::CryptoProvider;
     use std::os::unix::fs::PermissionsExt;
     use std::path::{Path, PathBuf};
 
-    fn scratch(name: &str) -> PathBuf {
-        tempdir(&format!("keygen-{name}"))
+    /// A fresh scratch directory and the key path `server.id` in it.
+    fn scratch(name: &str) -> (PathBuf, PathBuf) {
+        let dir = tempdir(&format!("keygen-{name}"));
+        let path = dir.join("server.id");
+        (dir, path)
     }
 
     fn loaded_key(path: &Path) -> String {
@@ -293,8 +296,7 @@ mod keygen {
 
     #[test]
     fn writes_an_owner_only_file_and_prints_its_public_key() {
-        let dir = scratch("new");
-        let path = dir.join("server.id");
+        let (dir, path) = scratch("new");
         let printed = keygen(&path, &[]);
         assert!(
             printed.starts_with("ed25519:") && printed.len() == 8 + 64,
@@ -309,14 +311,12 @@ mod keygen {
 
     #[test]
     fn refuses_to_overwrite_without_force() {
-        let dir = scratch("refuse");
-        let path = dir.join("server.id");
+        let (dir, path) = scratch("refuse");
         let first = keygen(&path, &[]);
         let before = std::fs::read(&path).unwrap();
         let out = cohort(&["keygen", "--out", arg(&path)]);
-        assert_eq!(out.status.code(), Some(2));
+        let stderr = exits_2(&out);
         assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
-        let stderr = text(&out.stderr);
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(stderr.contains("already exists"), "{stderr}");
         assert!(stderr.contains("--force"), "{stderr}");
@@ -327,8 +327,7 @@ mod keygen {
 
     #[test]
     fn force_replaces_the_key_and_the_permissions() {
-        let dir = scratch("force");
-        let path = dir.join("server.id");
+        let (dir, path) = scratch("force");
         let first = keygen(&path, &[]);
         let second = keygen(&path, &["--force"]);
         assert_ne!(first, second);
@@ -351,7 +350,7 @@ mod keygen {
 
     #[test]
     fn an_unwritable_path_is_a_one_line_error() {
-        let dir = scratch("missing");
+        let (dir, _) = scratch("missing");
         let path = dir.join("no-such-dir").join("server.id");
         for extra in [&[][..], &["--force"][..]] {
             let out = cohort(&[&["keygen", "--out", arg(&path)], extra].concat());

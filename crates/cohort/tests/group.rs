@@ -9,9 +9,11 @@ mod support;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use serde_json::{json, Value};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use support::{keygen, refused, refused_config, tempdir, Daemon, WAIT};
+use support::{
+    assert_config_error, assert_missing_config, assert_refused, keygen, tempdir, Daemon, WAIT,
+};
 
 /// `cohort group run`.
 const GROUP_RUN: &[&str] = &["group", "run"];
@@ -79,6 +81,23 @@ impl Member {
     }
 }
 
+/// Alice, then bob (who knows alice's address), then carol (who knows both), all trusting
+/// all three, in a fresh scratch directory `name`: the directory and the three.
+fn alice_bob_and_carol(name: &str) -> (PathBuf, [Member; 3]) {
+    let dir = tempdir(name);
+    let names = ["alice", "bob", "carol"];
+    let trust: Vec<String> = names.iter().map(|n| keygen(&dir, n)).collect();
+    let alice = Member::start(&dir, "alice", &[], &trust);
+    let bob = Member::start(&dir, "bob", std::slice::from_ref(&alice.listen), &trust);
+    let carol = Member::start(
+        &dir,
+        "carol",
+        &[alice.listen.clone(), bob.listen.clone()],
+        &trust,
+    );
+    (dir, [alice, bob, carol])
+}
+
 /// Waits until every member has installed the same view of `n` members with a key epoch
 /// above `epoch`; returns it.
 fn converge(members: &mut [&mut Member], n: usize, epoch: i64) -> Value {
@@ -126,12 +145,7 @@ fn bad_configs_exit_2_naming_the_key() {
             "heartbeat_ms: must be a whole number",
         ),
     ] {
-        let stderr = refused_config(&dir, GROUP_RUN, &format!("{base}{extra}\n"));
-        assert!(
-            stderr.contains(&format!("config error: {key}")),
-            "{extra}: {stderr}"
-        );
-        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert_config_error(&dir, GROUP_RUN, &format!("{base}{extra}\n"), key);
     }
     for (text, key) in [
         (
@@ -143,27 +157,15 @@ fn bad_configs_exit_2_naming_the_key() {
         ("identity = \"alice.key\"\n".to_string(), "group: missing"),
         ("this is not toml".to_string(), "not valid TOML"),
     ] {
-        let stderr = refused_config(&dir, GROUP_RUN, &text);
-        assert!(stderr.contains(key), "{text}: {stderr}");
+        assert_refused(&dir, GROUP_RUN, &text, key);
     }
-    let stderr = refused(GROUP_RUN, &dir.join("nowhere.toml"));
-    assert!(stderr.contains("nowhere.toml: cannot read"), "{stderr}");
+    assert_missing_config(&dir, GROUP_RUN);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn three_members_form_a_group_talk_rekey_survive_a_kill_and_leave() {
-    let dir = tempdir("group-three");
-    let names = ["alice", "bob", "carol"];
-    let trust: Vec<String> = names.iter().map(|n| keygen(&dir, n)).collect();
-    let mut alice = Member::start(&dir, "alice", &[], &trust);
-    let mut bob = Member::start(&dir, "bob", &[alice.listen.clone()], &trust);
-    let mut carol = Member::start(
-        &dir,
-        "carol",
-        &[alice.listen.clone(), bob.listen.clone()],
-        &trust,
-    );
+    let (dir, [mut alice, mut bob, mut carol]) = alice_bob_and_carol("group-three");
 
     // One view of 3, the same at all three.
     let view = converge(&mut [&mut alice, &mut bob, &mut carol], 3, -1);
@@ -270,18 +272,7 @@ fn three_members_form_a_group_talk_rekey_survive_a_kill_and_leave() {
 
 #[test]
 fn a_leader_that_stops_trusting_a_member_removes_it() {
-    let dir = tempdir("group-trust");
-    let names = ["alice", "bob", "carol"];
-    let trust: Vec<String> = names.iter().map(|n| keygen(&dir, n)).collect();
-    let alice = Member::start(&dir, "alice", &[], &trust);
-    let bob = Member::start(&dir, "bob", std::slice::from_ref(&alice.listen), &trust);
-    let carol = Member::start(
-        &dir,
-        "carol",
-        &[alice.listen.clone(), bob.listen.clone()],
-        &trust,
-    );
-    let mut members = [alice, bob, carol];
+    let (dir, mut members) = alice_bob_and_carol("group-trust");
     let view = {
         let [a, b, c] = &mut members;
         converge(&mut [a, b, c], 3, -1)

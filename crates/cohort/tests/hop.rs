@@ -13,7 +13,10 @@ use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use support::{arg, cohort, keygen, refused, refused_config, tempdir, text, Daemon, WAIT};
+use support::{
+    arg, assert_config_error, assert_missing_config, assert_refused, cohort, exits_2, keygen,
+    tempdir, text, Daemon, WAIT,
+};
 
 /// `cohort hop run`.
 const HOP_RUN: &[&str] = &["hop", "run"];
@@ -108,12 +111,7 @@ fn bad_configs_exit_2_naming_the_key() {
             "tun.address: the tunnel subnet",
         ),
     ] {
-        let stderr = refused_config(&dir, HOP_RUN, &format!("{base}{extra}\n"));
-        assert!(
-            stderr.contains(&format!("config error: {key}")),
-            "{extra}: {stderr}"
-        );
-        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert_config_error(&dir, HOP_RUN, &format!("{base}{extra}\n"), key);
     }
     for (text, key) in [
         (
@@ -128,11 +126,9 @@ fn bad_configs_exit_2_naming_the_key() {
         ),
         ("this is not toml".to_string(), "not valid TOML"),
     ] {
-        let stderr = refused_config(&dir, HOP_RUN, &text);
-        assert!(stderr.contains(key), "{text}: {stderr}");
+        assert_refused(&dir, HOP_RUN, &text, key);
     }
-    let stderr = refused(HOP_RUN, &dir.join("nowhere.toml"));
-    assert!(stderr.contains("nowhere.toml: cannot read"), "{stderr}");
+    assert_missing_config(&dir, HOP_RUN);
     // A flag that overrides the file is checked like the file.
     std::fs::write(dir.join("ok.toml"), base).unwrap();
     let out = cohort(&[
@@ -143,8 +139,7 @@ fn bad_configs_exit_2_naming_the_key() {
         "--mode",
         "m:5000",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("--mode"));
+    assert!(exits_2(&out).contains("--mode"));
     // ctl without a daemon.
     let out = cohort(&[
         "hop",
@@ -153,8 +148,7 @@ fn bad_configs_exit_2_naming_the_key() {
         arg(&dir.join("none.sock")),
         "status",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("cannot reach the daemon"));
+    assert!(exits_2(&out).contains("cannot reach the daemon"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -284,8 +278,7 @@ fn two_endpoints_and_a_relay_talk_ctl_reports_and_forgeries_die_at_the_relay() {
         "--assoc",
         "999",
     ]);
-    assert_eq!(bad.status.code(), Some(2));
-    assert!(support::text(&bad.stderr).contains("no association 999"));
+    assert!(exits_2(&bad).contains("no association 999"));
 
     // Forgeries at the relay, for the live associations A reports: all dropped, and B
     // delivers none of them.

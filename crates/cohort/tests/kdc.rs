@@ -17,7 +17,10 @@ use std::path::Path;
 use std::process::Output;
 #[cfg(unix)]
 use support::mode;
-use support::{arg, cohort, refused, refused_config, tempdir, text, StderrWatch, WAIT};
+use support::{
+    arg, assert_missing_config, assert_refused, cohort, exits_2, refused_config, tempdir, text,
+    StderrWatch, WAIT,
+};
 
 /// `cohort kdc serve`.
 const KDC_SERVE: &[&str] = &["kdc", "serve"];
@@ -79,11 +82,9 @@ fn config_errors_name_the_key_and_exit_2() {
         ),
     ];
     for (config, says) in cases {
-        let err = refused_config(&dir, KDC_SERVE, config);
-        assert!(err.contains(says), "{config}: {err}");
+        assert_refused(&dir, KDC_SERVE, config, says);
     }
-    let err = refused(KDC_SERVE, &dir.join("nope.toml"));
-    assert!(err.contains("nope.toml: cannot read"), "{err}");
+    assert_missing_config(&dir, KDC_SERVE);
 
     // A database that is not one: the key and the line.
     std::fs::write(dir.join("junk.db"), "cohort-kdc-db v1\nalice nothex\n").unwrap();
@@ -132,24 +133,13 @@ fn add_principal_then_serve_pair_keys_over_udp() {
     assert!(db.contains(&*leader.key.to_hex()) && db.contains(&*alice.key.to_hex()));
 
     // No silent overwrite; a bad name is refused; --force re-keys.
-    let out = add_principal(&config, &keys, "alice", &[]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("already registered"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = add_principal(&config, &keys, "bad/name", &[]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("invalid principal name"));
+    let err = exits_2(&add_principal(&config, &keys, "alice", &[]));
+    assert!(err.contains("already registered"), "{err}");
+    let err = exits_2(&add_principal(&config, &keys, "bad/name", &[]));
+    assert!(err.contains("invalid principal name"), "{err}");
     std::fs::write(keys.join("carol.key"), "mine").unwrap();
-    let out = add_principal(&config, &keys, "carol", &[]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("already exists"),
-        "{}",
-        text(&out.stderr)
-    );
+    let err = exits_2(&add_principal(&config, &keys, "carol", &[]));
+    assert!(err.contains("already exists"), "{err}");
     assert_eq!(
         std::fs::read_to_string(keys.join("carol.key")).unwrap(),
         "mine"

@@ -35,8 +35,12 @@ fn tunnel_client(connect: &str, extra: &[&str], log: &Path) -> (Guard, u16) {
     (guard, port)
 }
 
-/// A real HTTP server serving `dir`, and its port.
-fn http_server(dir: &Path) -> (Guard, u16) {
+/// A real HTTP server serving `www/big.bin` in `dir`, `len` pseudo-random bytes: the bytes,
+/// the server and its port.
+fn http_server(dir: &Path, len: usize) -> (Vec<u8>, Guard, u16) {
+    let served = dir.join("www");
+    std::fs::create_dir_all(&served).unwrap();
+    let original = random_file(&served.join("big.bin"), len);
     need("python3");
     let port = free_port();
     let child = Command::new("python3")
@@ -47,14 +51,14 @@ fn http_server(dir: &Path) -> (Guard, u16) {
             "127.0.0.1",
             &port.to_string(),
         ])
-        .current_dir(dir)
+        .current_dir(&served)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let guard = Guard(child);
     wait_for_port(port);
-    (guard, port)
+    (original, guard, port)
 }
 
 /// Pseudo-random bytes (xorshift), so that no compression or pattern hides a bug.
@@ -94,10 +98,7 @@ fn session_ids(log: &str) -> Vec<String> {
 #[test]
 fn curl_fetches_a_file_through_the_tunnel_byte_for_byte() {
     let dir = tempdir("tunnel-fetch");
-    let served = dir.join("www");
-    std::fs::create_dir_all(&served).unwrap();
-    let original = random_file(&served.join("big.bin"), 8 << 20);
-    let (_http, http_port) = http_server(&served);
+    let (original, _http, http_port) = http_server(&dir, 8 << 20);
 
     // A server identity; the client pins its key (signature authentication).
     let key = dir.join("server.key");
@@ -167,10 +168,7 @@ fn curl_fetches_a_file_through_the_tunnel_byte_for_byte() {
 #[test]
 fn a_server_that_does_not_speak_cohort_is_refused_unless_plaintext_is_allowed() {
     let dir = tempdir("tunnel-refuse");
-    let served = dir.join("www");
-    std::fs::create_dir_all(&served).unwrap();
-    let original = random_file(&served.join("big.bin"), 2 << 20);
-    let (_http, http_port) = http_server(&served);
+    let (original, _http, http_port) = http_server(&dir, 2 << 20);
 
     // Pointed straight at the HTTP server: refuse.
     let log = dir.join("refusing.log");

@@ -4,9 +4,11 @@
 //! process's log read against a deadline, free ports, and killing on drop whatever a test
 //! started.
 //!
-//! Owns: how a test starts, feeds, watches and stops a process. Must not hold any test's
-//! expectations: what a line, a log or an exit status must say stays in the test that says
-//! it, and nothing here skips or softens a check. Each thing is done one way, here; a test
+//! Owns: how a test starts, feeds, watches and stops a process, and the few rules that
+//! several test files check alike (a user error exits with status 2; a config error is one
+//! line naming its key). Must not hold any one test's expectations: what a line, a log or
+//! an exit status must say stays in the test that says it, and nothing here skips or
+//! softens a check. Each thing is done one way, here; a test
 //! file that needs it again uses this module rather than a copy.
 #![allow(dead_code)] // each test file uses part of the kit
 
@@ -96,6 +98,14 @@ pub fn cohort_fed(args: &[&str], input: &[u8]) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// Asserts that a finished `cohort` refused what it was given as a user error (exit status
+/// 2); returns its stderr.
+pub fn exits_2(out: &Output) -> String {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
 /// Runs `cohort CMD --config CONFIG`, asserts that it exits with status 2 (a configuration
 /// error), and returns its stderr.
 pub fn refused(cmd: &[&str], config: &Path) -> String {
@@ -115,6 +125,29 @@ pub fn refused_config(dir: &Path, cmd: &[&str], config: &str) -> String {
     let path = dir.join("bad.toml");
     std::fs::write(&path, config).unwrap();
     refused(cmd, &path)
+}
+
+/// `cohort CMD` refuses `config` (written to `bad.toml` in `dir`) with exit status 2 and a
+/// stderr that contains `says`; returns that stderr.
+pub fn assert_refused(dir: &Path, cmd: &[&str], config: &str, says: &str) -> String {
+    let stderr = refused_config(dir, cmd, config);
+    assert!(stderr.contains(says), "{config}: {stderr}");
+    stderr
+}
+
+/// The rule every daemon's config reader keeps: `cohort CMD` refuses `config` (written to
+/// `bad.toml` in `dir`) with exit status 2 and one line of stderr that says `config error:
+/// KEY...`.
+pub fn assert_config_error(dir: &Path, cmd: &[&str], config: &str, key: &str) {
+    let stderr = assert_refused(dir, cmd, config, &format!("config error: {key}"));
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+}
+
+/// The rule for a config file that is not there: `cohort CMD --config <dir>/nowhere.toml`
+/// exits with status 2 and says `nowhere.toml: cannot read`.
+pub fn assert_missing_config(dir: &Path, cmd: &[&str]) {
+    let stderr = refused(cmd, &dir.join("nowhere.toml"));
+    assert!(stderr.contains("nowhere.toml: cannot read"), "{stderr}");
 }
 
 /// A loopback TCP port that was free a moment ago.
