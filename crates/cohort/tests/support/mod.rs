@@ -8,8 +8,8 @@
 //! several test files check alike (a user error exits with status 2; a config error is one
 //! line naming its key). Must not hold any one test's expectations: what a line, a log or
 //! an exit status must say stays in the test that says it, and nothing here skips or
-//! softens a check. Each thing is done one way, here; a test
-//! file that needs it again uses this module rather than a copy.
+//! softens a check. Each thing is done one way, here; a test file that needs it again uses
+//! this module rather than a copy.
 #![allow(dead_code)] // each test file uses part of the kit
 
 use cohort_channel::identity::Identity;
