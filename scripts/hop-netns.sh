@@ -26,96 +26,47 @@
 # 4. with policy routing as in the report's Figure 3 (unmarked traffic for B's real
 #    address into the tunnel, cohort's own socket marked), ping B's real address.
 #
+# The namespace skeleton (checks, start, failure dump, cleanup) is scripts/lib/netns.sh.
+#
 # Usage: scripts/hop-netns.sh PATH/TO/cohort
 # Needs root, `ip` (iproute2) with netns support, /dev/net/tun, python3, ping and iperf3 (it
 # fails loudly if any is missing, never skips). Prints PASS or FAIL; exits non-zero on
 # failure. Only addresses inside the namespaces it creates carry traffic; everything is
 # removed on exit.
 set -euo pipefail
+LIB="$(cd "$(dirname "$0")" && pwd)/lib"
+# shellcheck source=lib/netns.sh
+. "$LIB/netns.sh"
+# shellcheck source=lib/hop-netns.sh
+. "$LIB/hop-netns.sh"
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-[ $# -eq 1 ] || { echo "usage: $0 PATH/TO/cohort" >&2; exit 2; }
-[ -x "$1" ] || fail "$1 is not an executable"
-COHORT=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-[ "$(id -u)" -eq 0 ] || fail "needs root (network namespaces, TUN devices)"
-command -v ip >/dev/null || fail "ip (iproute2) not found"
-command -v python3 >/dev/null || fail "python3 not found"
-command -v iperf3 >/dev/null || fail "iperf3 not found (Debian: apt-get install iperf3)"
-command -v ping >/dev/null || fail "ping not found (Debian: apt-get install iputils-ping)"
+netns_init "network namespaces, TUN devices" "$@"
+need_tool iperf3 "iperf3 not found (Debian: apt-get install iperf3)"
+need_tool ping "ping not found (Debian: apt-get install iputils-ping)"
 [ -c /dev/net/tun ] || fail "/dev/net/tun is missing (no TUN support)"
+dump() {
+  local n
+  for n in a r b; do
+    dump_log "$WORK/$n.out" 10
+    dump_log "$WORK/$n.err"
+  done
+  dump_log "$WORK/capture.err"
+}
 
 TAG=$$
 NS_A=hop-a-$TAG; NS_R=hop-r-$TAG; NS_B=hop-b-$TAG; NS_F=hop-f-$TAG
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  for ns in "$NS_A" "$NS_R" "$NS_B" "$NS_F"; do ip netns del "$ns" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-dump() {
-  for n in a r b; do
-    echo "--- $n stdout (last 10 lines)"; tail -n 10 "$WORK/$n.out" 2>/dev/null || true
-    echo "--- $n stderr"; cat "$WORK/$n.err" 2>/dev/null || true
-  done
-}
-die() { echo "FAIL: $*" >&2; dump >&2; exit 1; }
-
-for ns in "$NS_A" "$NS_R" "$NS_B" "$NS_F"; do
-  ip netns add "$ns" || fail "cannot create network namespace $ns (ip netns unavailable?)"
-  ip -n "$ns" link set lo up
-  # IPv6 off: no router solicitations or MLD reports wander into the tunnels, so the
-  # counters below see only the test's own traffic.
-  ip netns exec "$ns" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6'
-done
-link() { # NS1 DEV1 ADDR1 NS2 DEV2 ADDR2
-  ip link add "$2" type veth peer name "$5" || fail "cannot create a veth pair"
-  ip link set "$2" netns "$1"; ip link set "$5" netns "$4"
-  ip -n "$1" addr add "$3" dev "$2"; ip -n "$4" addr add "$6" dev "$5"
-  ip -n "$1" link set "$2" up; ip -n "$4" link set "$5" up
-}
-link "$NS_A" ha$TAG 10.77.1.1/24 "$NS_R" hra$TAG 10.77.1.2/24
-link "$NS_B" hb$TAG 10.77.2.2/24 "$NS_R" hrb$TAG 10.77.2.1/24
-link "$NS_F" hf$TAG 10.77.3.2/24 "$NS_R" hrf$TAG 10.77.3.1/24
+hop_netns "$NS_A" "$NS_R" "$NS_B" "$NS_F"
+netns_veth "$NS_A" ha$TAG 10.77.1.1/24 "$NS_R" hra$TAG 10.77.1.2/24
+netns_veth "$NS_B" hb$TAG 10.77.2.2/24 "$NS_R" hrb$TAG 10.77.2.1/24
+netns_veth "$NS_F" hf$TAG 10.77.3.2/24 "$NS_R" hrf$TAG 10.77.3.1/24
 # B and F reach the relay's address (10.77.1.2) through R; nothing reaches A or B directly.
 ip -n "$NS_B" route add 10.77.1.0/24 via 10.77.2.1
 ip -n "$NS_F" route add 10.77.1.0/24 via 10.77.3.1
 [ "$(ip netns exec "$NS_R" cat /proc/sys/net/ipv4/ip_forward)" = 0 ] || die "R forwards IP"
 
-cat >"$WORK/q.py" <<'EOF'
-import json, sys
-def get(v, path):
-    for part in path.split("."):
-        v = v[int(part)] if isinstance(v, list) else v.get(part)
-        if v is None:
-            return None
-    return v
-cmd = sys.argv[1]
-v = json.load(sys.stdin)
-if cmd == "get":            # get PATH: one value (0 if missing)
-    x = get(v, sys.argv[2]); print(0 if x is None else x)
-elif cmd == "open_out":     # open outgoing data associations
-    print(sum(1 for a in v.get("associations", []) if a["dir"] == "out" and a["assoc"] != 0 and a["open"]))
-elif cmd == "dropped":      # the relay's drop counters, summed
-    c = v["counters"]
-    print(sum(c.get(k, 0) for k in ("malformed", "unknown", "forged", "replayed", "stale", "unverifiable", "bad_cookie", "untrusted", "no_room")))
-elif cmd == "rate":         # iperf3 -J: receiver Mbit/s
-    print("%.1f" % (v["end"]["sum_received"]["bits_per_second"] / 1e6))
-EOF
-q() { python3 "$WORK/q.py" "$@"; }
 ctl() { "$COHORT" hop ctl --socket "$WORK/$1.sock" --json status; }
 
-KA=$("$COHORT" keygen --out "$WORK/a.key")
-KB=$("$COHORT" keygen --out "$WORK/b.key")
-cat >"$WORK/r.toml" <<EOF
-role = "relay"
-listen = "10.77.1.2:7500"
-trust = ["$KA", "$KB"]
-ctl = "r.sock"
-EOF
+hop_keys_and_relay 10.77.1.2:7500 'ctl = "r.sock"'
 cat >"$WORK/a.toml" <<EOF
 role = "endpoint"
 identity = "a.key"
@@ -152,16 +103,8 @@ trust = "$KA"
 connect = false
 EOF
 start() { # NAME NS
-  ip netns exec "$2" "$COHORT" hop run --config "$WORK/$1.toml" </dev/null >"$WORK/$1.out" 2>"$WORK/$1.err" &
-  PIDS+=($!)
-}
-wait_for() { # SECONDS DESCRIPTION COMMAND...
-  local limit=$1 what=$2; shift 2
-  local end=$((SECONDS + limit))
-  until "$@"; do
-    [ $SECONDS -lt $end ] || die "no $what within ${limit}s"
-    sleep 0.2
-  done
+  netns_start "$1" "$2" /dev/null "$COHORT" hop run --config "$WORK/$1.toml"
+  watch_alive "$STARTED" "a node"
 }
 start r "$NS_R"
 wait_for 10 "relay start" test -S "$WORK/r.sock"
@@ -199,8 +142,8 @@ while len(got) < want and time.time() < end:
 with open(out, "w") as f:
     f.write("\n".join(got) + "\n")
 EOF
-ip netns exec "$NS_R" python3 "$WORK/capture.py" hra$TAG "$WORK/captured.hex" 40 8 &
-CAPTURE=$!
+netns_start capture "$NS_R" /dev/null python3 "$WORK/capture.py" hra$TAG "$WORK/captured.hex" 40 8
+CAPTURE=$STARTED
 sleep 0.5
 
 # 1. ping through the tunnel.
@@ -208,7 +151,7 @@ ip netns exec "$NS_A" ping -c 3 -i 0.2 -W 2 10.200.0.2 >"$WORK/ping.out" 2>&1 \
   || { cat "$WORK/ping.out" >&2; die "ping 10.200.0.2 through the tunnel failed"; }
 grep -E 'packets transmitted|rtt' "$WORK/ping.out"
 ip netns exec "$NS_A" ping -c 20 -i 0.05 -W 2 10.200.0.2 >/dev/null 2>&1 || true
-wait "$CAPTURE" || die "capturing at R failed"
+reap "$CAPTURE" || die "capturing at R failed"
 echo "observer at R captured $(grep -c . "$WORK/captured.hex") ALPHA datagrams from A"
 # Without the relay's own UDP socket there is no path: A cannot reach B's overlay address.
 if ip netns exec "$NS_A" ping -c 1 -W 1 10.77.2.2 >/dev/null 2>&1; then
@@ -216,8 +159,7 @@ if ip netns exec "$NS_A" ping -c 1 -W 1 10.77.2.2 >/dev/null 2>&1; then
 fi
 
 # 2. iperf3 A -> B through the tunnel.
-ip netns exec "$NS_B" iperf3 -s -1 -B 10.200.0.2 >"$WORK/iperf-s.out" 2>&1 &
-PIDS+=($!)
+netns_start iperf-s "$NS_B" /dev/null iperf3 -s -1 -B 10.200.0.2
 sleep 0.5
 ip netns exec "$NS_A" iperf3 -c 10.200.0.2 -t 3 -J >"$WORK/iperf.json" 2>"$WORK/iperf.err" \
   || { cat "$WORK/iperf.err" "$WORK/iperf.json" >&2; die "iperf3 through the tunnel failed"; }
@@ -277,5 +219,5 @@ ip -n "$NS_A" rule del not fwmark 1 table 100 pref 100
 
 # The path still works after the attack.
 ip netns exec "$NS_A" ping -c 2 -i 0.2 -W 2 10.200.0.2 >/dev/null 2>&1 || die "ping after the attack failed"
-for p in "${PIDS[@]:0:3}"; do kill -0 "$p" 2>/dev/null || die "a node exited"; done
+alive
 echo "PASS: hop-netns"

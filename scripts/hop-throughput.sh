@@ -14,13 +14,17 @@
 # Usage: scripts/hop-throughput.sh PATH/TO/cohort [SECONDS_PER_POINT] [DELAY_MS]
 # (defaults 2 s and 5 ms; a release build gives the meaningful numbers). Needs root, ip,
 # /dev/net/tun, python3 and iperf3; fails loudly without them. Only addresses inside the
-# namespaces it creates carry traffic; everything is removed on exit.
+# namespaces it creates carry traffic; everything is removed on exit. The namespace
+# skeleton is scripts/lib/netns.sh; the setup shared with hop-netns.sh is in
+# scripts/lib/hop-netns.sh.
 set -euo pipefail
+LIB="$(cd "$(dirname "$0")" && pwd)/lib"
+# shellcheck source=lib/netns.sh
+. "$LIB/netns.sh"
+# shellcheck source=lib/hop-netns.sh
+. "$LIB/hop-netns.sh"
 
-fail() { echo "FAIL: $*" >&2; exit 1; }
 [ $# -ge 1 ] || { echo "usage: $0 PATH/TO/cohort [SECONDS] [DELAY_MS]" >&2; exit 2; }
-[ -x "$1" ] || fail "$1 is not an executable"
-COHORT=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 SECS=${2:-2}
 DELAY=${3:-5}
 # HOP_MODES / HOP_ASSOCS / HOP_DELAYS narrow a run (e.g. HOP_MODES="none m:32").
@@ -29,47 +33,19 @@ DELAY=${3:-5}
 STREAMS=${HOP_STREAMS:-1}
 read -r -a MODES <<< "${HOP_MODES:-none n c:32 m:32}"
 read -r -a ASSOCS <<< "${HOP_ASSOCS:-1 2 4 8}"
-[ "$(id -u)" -eq 0 ] || fail "needs root (network namespaces, TUN devices)"
-command -v ip >/dev/null || fail "ip (iproute2) not found"
-command -v python3 >/dev/null || fail "python3 not found"
-command -v iperf3 >/dev/null || fail "iperf3 not found (Debian: apt-get install iperf3)"
+netns_init "network namespaces, TUN devices" "$1"
+need_tool iperf3 "iperf3 not found (Debian: apt-get install iperf3)"
 [ -c /dev/net/tun ] || fail "/dev/net/tun is missing (no TUN support)"
 
 TAG=$$
 NS_A=hopt-a-$TAG; NS_R=hopt-r-$TAG; NS_B=hopt-b-$TAG
-WORK=$(mktemp -d)
-PIDS=()
 A_PID=""; B_PID=""
-cleanup() {
-  for p in "${PIDS[@]}" $A_PID $B_PID; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  for ns in "$NS_A" "$NS_R" "$NS_B"; do ip netns del "$ns" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-for ns in "$NS_A" "$NS_R" "$NS_B"; do
-  ip netns add "$ns" || fail "cannot create network namespace $ns"
-  ip -n "$ns" link set lo up
-  ip netns exec "$ns" sh -c 'echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6'
-done
-link() {
-  ip link add "$2" type veth peer name "$5" || fail "cannot create a veth pair"
-  ip link set "$2" netns "$1"; ip link set "$5" netns "$4"
-  ip -n "$1" addr add "$3" dev "$2"; ip -n "$4" addr add "$6" dev "$5"
-  ip -n "$1" link set "$2" up; ip -n "$4" link set "$5" up
-}
-link "$NS_A" ta$TAG 10.78.1.1/24 "$NS_R" tra$TAG 10.78.1.2/24
-link "$NS_B" tb$TAG 10.78.2.2/24 "$NS_R" trb$TAG 10.78.2.1/24
+hop_netns "$NS_A" "$NS_R" "$NS_B"
+netns_veth "$NS_A" ta$TAG 10.78.1.1/24 "$NS_R" tra$TAG 10.78.1.2/24
+netns_veth "$NS_B" tb$TAG 10.78.2.2/24 "$NS_R" trb$TAG 10.78.2.1/24
 ip -n "$NS_B" route add 10.78.1.0/24 via 10.78.2.1
 
-KA=$("$COHORT" keygen --out "$WORK/a.key")
-KB=$("$COHORT" keygen --out "$WORK/b.key")
-cat >"$WORK/r.toml" <<EOF
-role = "relay"
-listen = "10.78.1.2:7500"
-trust = ["$KA", "$KB"]
-EOF
+hop_keys_and_relay 10.78.1.2:7500
 endpoint_config() { # NAME KEY LISTEN TUN_ADDR PEER CONNECT PEER_KEY
   cat >"$WORK/$1.toml" <<EOF
 role = "endpoint"
@@ -89,22 +65,13 @@ EOF
 endpoint_config a "$KA" 10.78.1.1:7500 10.200.0.1/24 10.78.2.2:7500 true "$KB"
 endpoint_config b "$KB" 10.78.2.2:7500 10.200.0.2/24 10.78.1.1:7500 false "$KA"
 
-ip netns exec "$NS_R" "$COHORT" hop run --config "$WORK/r.toml" </dev/null >"$WORK/r.out" 2>"$WORK/r.err" &
-PIDS+=($!)
+netns_start r "$NS_R" /dev/null "$COHORT" hop run --config "$WORK/r.toml"
 
-cat >"$WORK/q.py" <<'EOF'
-import json, sys
-v = json.load(sys.stdin)
-if sys.argv[1] == "open_out":
-    print(sum(1 for a in v.get("associations", []) if a["dir"] == "out" and a["assoc"] != 0 and a["open"]))
-elif sys.argv[1] == "rate":
-    print("%.1f" % (v["end"]["sum_received"]["bits_per_second"] / 1e6))
-EOF
-q() { python3 "$WORK/q.py" "$@"; }
 open_out() { "$COHORT" hop ctl --socket "$WORK/$1.sock" --json status 2>/dev/null | q open_out 2>/dev/null || echo 0; }
 
 stop_endpoints() {
-  for p in $A_PID $B_PID; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  local p
+  for p in $A_PID $B_PID; do stop_process "$p"; done
   A_PID=""; B_PID=""
 }
 
@@ -114,27 +81,26 @@ point() {
   local mode=$1 n=$2 delay=$3 end server
   RESULT=fail
   stop_endpoints
-  ip netns exec "$NS_B" "$COHORT" hop run --config "$WORK/b.toml" --mode "$mode" \
-    --associations "$n" --delay-ms "$delay" </dev/null >"$WORK/b.out" 2>"$WORK/b.err" &
-  B_PID=$!
+  netns_start b "$NS_B" /dev/null "$COHORT" hop run --config "$WORK/b.toml" --mode "$mode" \
+    --associations "$n" --delay-ms "$delay"
+  B_PID=$STARTED
   end=$((SECONDS + 10))
   until [ -S "$WORK/b.sock" ]; do [ $SECONDS -lt $end ] || return 0; sleep 0.1; done
-  ip netns exec "$NS_A" "$COHORT" hop run --config "$WORK/a.toml" --mode "$mode" \
-    --associations "$n" --delay-ms "$delay" </dev/null >"$WORK/a.out" 2>"$WORK/a.err" &
-  A_PID=$!
+  netns_start a "$NS_A" /dev/null "$COHORT" hop run --config "$WORK/a.toml" --mode "$mode" \
+    --associations "$n" --delay-ms "$delay"
+  A_PID=$STARTED
   end=$((SECONDS + 15))
   until [ "$(open_out a)" -ge "$n" ] && [ "$(open_out b)" -ge "$n" ]; do
     [ $SECONDS -lt $end ] || return 0
     sleep 0.1
   done
-  ip netns exec "$NS_B" iperf3 -s -1 -B 10.200.0.2 >/dev/null 2>&1 &
-  server=$!
+  netns_start iperf-s "$NS_B" /dev/null iperf3 -s -1 -B 10.200.0.2
+  server=$STARTED
   sleep 0.3
   if ip netns exec "$NS_A" timeout $((SECS + 15)) iperf3 -c 10.200.0.2 -t "$SECS" -P "$STREAMS" -J >"$WORK/iperf.json" 2>/dev/null; then
     RESULT=$(q rate <"$WORK/iperf.json" 2>/dev/null || echo fail)
   fi
-  kill "$server" 2>/dev/null || true
-  wait "$server" 2>/dev/null || true
+  stop_process "$server"
 }
 
 echo "iperf3 TCP ($STREAMS stream(s)) through the ALPHA tunnel A -> relay -> B, ${SECS}s per point, $(nproc) cores, $(basename "$COHORT") $("$COHORT" --version | cut -d' ' -f2)"

@@ -1,42 +1,20 @@
 //! The `cohort` binary, run as a user would.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod support;
 
-fn cohort(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run cohort");
-    if let Some(input) = stdin {
-        // A command that fails before reading its input (a usage error) may exit first; the
-        // write then meets a closed pipe, which is not what the test is about.
-        match child.stdin.take().unwrap().write_all(input) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-            result => result.unwrap(),
-        }
-    }
-    drop(child.stdin.take());
-    child.wait_with_output().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use std::process::Stdio;
+use support::{arg, cohort, cohort_fed, spawn, tempdir, text};
 
 #[test]
 fn gears_list_shows_every_gear() {
-    let out = cohort(&["gears", "list"], None);
+    let out = cohort(&["gears", "list"]);
     assert!(out.status.success());
     let stdout = text(&out.stdout);
     for g in cohort_gears::ALL_GEARS {
         assert!(stdout.contains(g.name), "{} missing", g.name);
     }
-    let out = cohort(&["gears", "list", "--json"], None);
+    let out = cohort(&["gears", "list", "--json"]);
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), cohort_gears::ALL_GEARS.len());
@@ -55,8 +33,7 @@ fn gears_tag_matches_rfc4418_from_file_and_stdin() {
     let key = hex::encode("abcdefghijklmnop");
     let nonce = hex::encode("bcdefghi");
     let message = "abc".repeat(500);
-    let dir = std::env::temp_dir().join(format!("cohort-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tempdir("cli");
     let file = dir.join("msg");
     std::fs::write(&file, &message).unwrap();
     for (gear, want) in [
@@ -75,10 +52,10 @@ fn gears_tag_matches_rfc4418_from_file_and_stdin() {
             "--nonce-hex",
             &nonce,
         ];
-        let from_file = cohort(&[&args[..], &[file.to_str().unwrap()]].concat(), None);
+        let from_file = cohort(&[&args[..], &[arg(&file)]].concat());
         assert!(from_file.status.success(), "{}", text(&from_file.stderr));
         assert_eq!(text(&from_file.stdout).trim(), want, "{gear} from a file");
-        let from_stdin = cohort(&[&args[..], &["-"]].concat(), Some(message.as_bytes()));
+        let from_stdin = cohort_fed(&[&args[..], &["-"]].concat(), message.as_bytes());
         assert_eq!(text(&from_stdin.stdout).trim(), want, "{gear} from stdin");
     }
     std::fs::remove_dir_all(&dir).unwrap();
@@ -86,7 +63,7 @@ fn gears_tag_matches_rfc4418_from_file_and_stdin() {
 
 #[test]
 fn gears_tag_hmac_rfc4231_case_2() {
-    let out = cohort(
+    let out = cohort_fed(
         &[
             "gears",
             "tag",
@@ -95,7 +72,7 @@ fn gears_tag_hmac_rfc4231_case_2() {
             "--key-hex",
             &hex::encode("Jefe"),
         ],
-        Some(b"what do ya want for nothing?"),
+        b"what do ya want for nothing?",
     );
     assert_eq!(
         text(&out.stdout).trim(),
@@ -142,7 +119,7 @@ fn user_errors_are_one_line_with_status_2() {
         ),
     ];
     for (args, expect) in cases {
-        let out = cohort(args, Some(b"data"));
+        let out = cohort_fed(args, b"data");
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let stderr = text(&out.stderr);
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
@@ -152,12 +129,9 @@ fn user_errors_are_one_line_with_status_2() {
 
 #[test]
 fn bench_json_has_the_promised_fields() {
-    let out = cohort(
-        &[
-            "gears", "bench", "--sizes", "64,1500", "--millis", "2", "--json", "--gears", "umac-32",
-        ],
-        None,
-    );
+    let out = cohort(&[
+        "gears", "bench", "--sizes", "64,1500", "--millis", "2", "--json", "--gears", "umac-32",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = rows.as_array().unwrap();
@@ -169,19 +143,16 @@ fn bench_json_has_the_promised_fields() {
         assert!(row["bytes_per_sec"].as_f64().unwrap() > 0.0);
     }
     let svg = std::env::temp_dir().join(format!("cohort-fig4-{}.svg", std::process::id()));
-    let out = cohort(
-        &[
-            "gears",
-            "bench",
-            "--sizes",
-            "8192",
-            "--millis",
-            "2",
-            "--svg",
-            svg.to_str().unwrap(),
-        ],
-        None,
-    );
+    let out = cohort(&[
+        "gears",
+        "bench",
+        "--sizes",
+        "8192",
+        "--millis",
+        "2",
+        "--svg",
+        arg(&svg),
+    ]);
     assert!(out.status.success());
     let drawn = std::fs::read_to_string(&svg).unwrap();
     assert!(drawn.starts_with("<svg") && drawn.contains("umac-32") && drawn.contains("partial-64"));
@@ -190,7 +161,7 @@ fn bench_json_has_the_promised_fields() {
 
 #[test]
 fn demo_tells_the_story_and_no_forgery_gets_through() {
-    let out = cohort(&["demo"], None);
+    let out = cohort(&["demo"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("forged packets accepted:   0"), "{stdout}");
@@ -252,12 +223,12 @@ fn demo_tells_the_story_and_no_forgery_gets_through() {
 
 #[test]
 fn a_closed_pipe_is_not_a_crash() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(["gears", "list"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(
+        &["gears", "list"],
+        Stdio::inherit(),
+        Stdio::piped(),
+        Stdio::piped(),
+    );
     // Read nothing and close our end, like `| head -0`.
     drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
@@ -269,44 +240,40 @@ fn a_closed_pipe_is_not_a_crash() {
 fn gears_tag_reads_the_key_from_a_file() {
     let path = std::env::temp_dir().join(format!("cohort-key-{}", std::process::id()));
     std::fs::write(&path, format!("{}\n", hex::encode("abcdefghijklmnop"))).unwrap();
-    let out = cohort(
+    let out = cohort_fed(
         &[
             "gears",
             "tag",
             "--gear",
             "umac-32",
             "--key-file",
-            path.to_str().unwrap(),
+            arg(&path),
             "--nonce-hex",
             &hex::encode("bcdefghi"),
         ],
-        Some("abc".as_bytes()),
+        "abc".as_bytes(),
     );
     std::fs::remove_file(&path).unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "abf3a3a0");
     // Neither key option: a usage error (clap's own, status 2).
-    let out = cohort(&["gears", "tag", "--gear", "umac-32"], Some(b"x"));
+    let out = cohort_fed(&["gears", "tag", "--gear", "umac-32"], b"x");
     assert_eq!(out.status.code(), Some(2));
 }
 
 #[cfg(unix)]
 mod keygen {
-    use super::{cohort, text};
+    use super::support::{arg, cohort, exits_2, mode, tempdir, text};
     use cohort_channel::identity::Identity;
     use cohort_crypto::CryptoProvider;
     use std::os::unix::fs::PermissionsExt;
     use std::path::{Path, PathBuf};
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("cohort-keygen-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
-
-    fn mode(path: &Path) -> u32 {
-        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    /// A fresh scratch directory and the key path `server.id` in it.
+    fn scratch(name: &str) -> (PathBuf, PathBuf) {
+        let dir = tempdir(&format!("keygen-{name}"));
+        let path = dir.join("server.id");
+        (dir, path)
     }
 
     fn loaded_key(path: &Path) -> String {
@@ -319,10 +286,7 @@ mod keygen {
 
     /// Runs `cohort keygen --out PATH [extra...]` and returns the printed key.
     fn keygen(path: &Path, extra: &[&str]) -> String {
-        let out = cohort(
-            &[&["keygen", "--out", path.to_str().unwrap()], extra].concat(),
-            None,
-        );
+        let out = cohort(&[&["keygen", "--out", arg(path)], extra].concat());
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
         let stdout = text(&out.stdout);
@@ -332,8 +296,7 @@ mod keygen {
 
     #[test]
     fn writes_an_owner_only_file_and_prints_its_public_key() {
-        let dir = scratch("new");
-        let path = dir.join("server.id");
+        let (dir, path) = scratch("new");
         let printed = keygen(&path, &[]);
         assert!(
             printed.starts_with("ed25519:") && printed.len() == 8 + 64,
@@ -348,14 +311,12 @@ mod keygen {
 
     #[test]
     fn refuses_to_overwrite_without_force() {
-        let dir = scratch("refuse");
-        let path = dir.join("server.id");
+        let (dir, path) = scratch("refuse");
         let first = keygen(&path, &[]);
         let before = std::fs::read(&path).unwrap();
-        let out = cohort(&["keygen", "--out", path.to_str().unwrap()], None);
-        assert_eq!(out.status.code(), Some(2));
+        let out = cohort(&["keygen", "--out", arg(&path)]);
+        let stderr = exits_2(&out);
         assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
-        let stderr = text(&out.stderr);
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(stderr.contains("already exists"), "{stderr}");
         assert!(stderr.contains("--force"), "{stderr}");
@@ -366,8 +327,7 @@ mod keygen {
 
     #[test]
     fn force_replaces_the_key_and_the_permissions() {
-        let dir = scratch("force");
-        let path = dir.join("server.id");
+        let (dir, path) = scratch("force");
         let first = keygen(&path, &[]);
         let second = keygen(&path, &["--force"]);
         assert_ne!(first, second);
@@ -390,13 +350,10 @@ mod keygen {
 
     #[test]
     fn an_unwritable_path_is_a_one_line_error() {
-        let dir = scratch("missing");
+        let (dir, _) = scratch("missing");
         let path = dir.join("no-such-dir").join("server.id");
         for extra in [&[][..], &["--force"][..]] {
-            let out = cohort(
-                &[&["keygen", "--out", path.to_str().unwrap()], extra].concat(),
-                None,
-            );
+            let out = cohort(&[&["keygen", "--out", arg(&path)], extra].concat());
             assert_eq!(out.status.code(), Some(2), "{extra:?}");
             let stderr = text(&out.stderr);
             assert_eq!(stderr.lines().count(), 1, "{stderr}");

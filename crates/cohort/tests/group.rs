@@ -4,157 +4,53 @@
 //! a leader told to stop trusting a member removes it, which goes on alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
+mod support;
+
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
-use cohort_channel::identity::Identity;
-use cohort_crypto::CryptoProvider;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use support::{
+    assert_config_error, assert_missing_config, assert_refused, keygen, tempdir, Daemon, WAIT,
+};
 
-/// How long any one expected line may take.
-const WAIT: Duration = Duration::from_secs(20);
-
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cohort-group-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Writes `<name>.key` in `dir`; returns the public key text.
-fn keygen(dir: &Path, name: &str) -> String {
-    let provider = CryptoProvider::default_provider();
-    let id = Identity::generate(&provider).unwrap();
-    std::fs::write(
-        dir.join(format!("{name}.key")),
-        id.to_file_text().as_bytes(),
-    )
-    .unwrap();
-    id.public().to_string()
-}
+/// `cohort group run`.
+const GROUP_RUN: &[&str] = &["group", "run"];
 
 fn quoted(items: &[String]) -> String {
     let q: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
     format!("[{}]", q.join(", "))
 }
 
-/// A running `cohort group run`: its JSON lines, its stdin, killed when dropped.
+/// A running `cohort group run` (a [`Daemon`]) and the id and address it started with.
 struct Member {
-    name: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<Value>,
-    seen: Vec<Value>,
-    stderr: PathBuf,
+    daemon: Daemon,
     id: String,
     listen: String,
 }
 
-impl Drop for Member {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+support::wraps_daemon!(Member);
 
 impl Member {
     /// Starts member `name` (its key is `<name>.key` in `dir`) on a free loopback port.
     fn start(dir: &Path, name: &str, peers: &[String], trust: &[String]) -> Member {
-        let config = dir.join(format!("{name}.toml"));
-        std::fs::write(
-            &config,
-            format!(
-                "identity = \"{name}.key\"\ngroup = \"test\"\nlisten = \"127.0.0.1:0\"\n\
-                 peers = {}\ntrust = {}\nheartbeat_ms = 50\nsuspect_ms = 500\nflush_ms = 300\n",
-                quoted(peers),
-                quoted(trust)
-            ),
-        )
-        .unwrap();
-        let stderr = dir.join(format!("{name}.stderr"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
-            .args(["group", "run", "--config"])
-            .arg(&config)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("run cohort");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                let value = serde_json::from_str(&line).unwrap_or_else(
-                    |e| json!({"event": "NOT JSON", "line": line, "error": e.to_string()}),
-                );
-                if tx.send(value).is_err() {
-                    return;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        let mut member = Member {
-            name: name.to_string(),
-            child,
-            stdin,
-            lines,
-            seen: Vec::new(),
-            stderr,
-            id: String::new(),
-            listen: String::new(),
-        };
-        let started = member.wait("the started line", |v| v["event"] == "started");
-        member.id = started["id"].as_str().unwrap().to_string();
-        member.listen = started["listen"].as_str().unwrap().to_string();
-        member
-    }
-
-    fn command(&mut self, cmd: Value) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{cmd}").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn raw(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
+        let config = format!(
+            "identity = \"{name}.key\"\ngroup = \"test\"\nlisten = \"127.0.0.1:0\"\n\
+             peers = {}\ntrust = {}\nheartbeat_ms = 50\nsuspect_ms = 500\nflush_ms = 300\n",
+            quoted(peers),
+            quoted(trust)
+        );
+        let daemon = Daemon::start(dir, name, GROUP_RUN, &config);
+        Member {
+            id: daemon.started_str("id"),
+            listen: daemon.started_str("listen"),
+            daemon,
+        }
     }
 
     fn send(&mut self, channel: &str, data: &[u8]) {
         self.command(json!({"cmd": "send", "channel": channel, "data": BASE64.encode(data)}));
-    }
-
-    /// The first line from now on that satisfies `pred` (earlier lines stay in `seen`).
-    fn wait(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(v) => {
-                    assert_ne!(v["event"], "NOT JSON", "{}: {v}", self.name);
-                    self.seen.push(v.clone());
-                    if pred(&v) {
-                        return v;
-                    }
-                }
-                Err(_) => panic!(
-                    "{} never printed {what}; it printed:\n{}\nstderr:\n{}",
-                    self.name,
-                    self.seen
-                        .iter()
-                        .map(|v| v.to_string())
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                    std::fs::read_to_string(&self.stderr).unwrap_or_default()
-                ),
-            }
-        }
     }
 
     /// Waits for a view of `n` members with a key epoch above `epoch`.
@@ -169,41 +65,37 @@ impl Member {
     /// Waits until `n` reliable deliveries have been seen in total; returns them in order as
     /// (order, sender, seq, data).
     fn reliable(&mut self, n: usize) -> Vec<(i64, String, i64, String)> {
-        let count = |seen: &[Value]| {
-            seen.iter()
-                .filter(|v| v["event"] == "deliver" && v["channel"] == "reliable")
-                .count()
-        };
-        while count(&self.seen) < n {
-            self.wait(&format!("{n} reliable deliveries"), |v| {
-                v["event"] == "deliver" && v["channel"] == "reliable"
-            });
-        }
-        self.seen
-            .iter()
-            .filter(|v| v["event"] == "deliver" && v["channel"] == "reliable")
-            .map(|v| {
-                (
-                    v["order"].as_i64().unwrap(),
-                    v["sender"].as_str().unwrap().to_string(),
-                    v["seq"].as_i64().unwrap(),
-                    v["data"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect()
+        self.wait_count(&format!("{n} reliable deliveries"), n, |v| {
+            v["event"] == "deliver" && v["channel"] == "reliable"
+        })
+        .iter()
+        .map(|v| {
+            (
+                v["order"].as_i64().unwrap(),
+                v["sender"].as_str().unwrap().to_string(),
+                v["seq"].as_i64().unwrap(),
+                v["data"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
     }
+}
 
-    /// Waits for the process to end; its exit status.
-    fn exit_status(&mut self, within: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "{} did not exit", self.name);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+/// Alice, then bob (who knows alice's address), then carol (who knows both), all trusting
+/// all three, in a fresh scratch directory `name`: the directory and the three.
+fn alice_bob_and_carol(name: &str) -> (PathBuf, [Member; 3]) {
+    let dir = tempdir(name);
+    let names = ["alice", "bob", "carol"];
+    let trust: Vec<String> = names.iter().map(|n| keygen(&dir, n)).collect();
+    let alice = Member::start(&dir, "alice", &[], &trust);
+    let bob = Member::start(&dir, "bob", std::slice::from_ref(&alice.listen), &trust);
+    let carol = Member::start(
+        &dir,
+        "carol",
+        &[alice.listen.clone(), bob.listen.clone()],
+        &trust,
+    );
+    (dir, [alice, bob, carol])
 }
 
 /// Waits until every member has installed the same view of `n` members with a key epoch
@@ -229,24 +121,9 @@ fn converge(members: &mut [&mut Member], n: usize, epoch: i64) -> Value {
     }
 }
 
-fn run_config(dir: &Path, text: &str) -> (Option<i32>, String) {
-    let path = dir.join("bad.toml");
-    std::fs::write(&path, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(["group", "run", "--config"])
-        .arg(&path)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn bad_configs_exit_2_naming_the_key() {
-    let dir = tempdir("bad");
+    let dir = tempdir("group-bad");
     let public = keygen(&dir, "alice");
     std::fs::write(dir.join("junk.key"), "not a key\n").unwrap();
     let base = "identity = \"alice.key\"\ngroup = \"ops\"\nlisten = \"127.0.0.1:0\"\n";
@@ -268,13 +145,7 @@ fn bad_configs_exit_2_naming_the_key() {
             "heartbeat_ms: must be a whole number",
         ),
     ] {
-        let (code, stderr) = run_config(&dir, &format!("{base}{extra}\n"));
-        assert_eq!(code, Some(2), "{extra}: {stderr}");
-        assert!(
-            stderr.contains(&format!("config error: {key}")),
-            "{extra}: {stderr}"
-        );
-        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert_config_error(&dir, GROUP_RUN, &format!("{base}{extra}\n"), key);
     }
     for (text, key) in [
         (
@@ -286,33 +157,15 @@ fn bad_configs_exit_2_naming_the_key() {
         ("identity = \"alice.key\"\n".to_string(), "group: missing"),
         ("this is not toml".to_string(), "not valid TOML"),
     ] {
-        let (code, stderr) = run_config(&dir, &text);
-        assert_eq!(code, Some(2), "{text}: {stderr}");
-        assert!(stderr.contains(key), "{text}: {stderr}");
+        assert_refused(&dir, GROUP_RUN, &text, key);
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(["group", "run", "--config"])
-        .arg(dir.join("nowhere.toml"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere.toml: cannot read"));
+    assert_missing_config(&dir, GROUP_RUN);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn three_members_form_a_group_talk_rekey_survive_a_kill_and_leave() {
-    let dir = tempdir("three");
-    let names = ["alice", "bob", "carol"];
-    let trust: Vec<String> = names.iter().map(|n| keygen(&dir, n)).collect();
-    let mut alice = Member::start(&dir, "alice", &[], &trust);
-    let mut bob = Member::start(&dir, "bob", &[alice.listen.clone()], &trust);
-    let mut carol = Member::start(
-        &dir,
-        "carol",
-        &[alice.listen.clone(), bob.listen.clone()],
-        &trust,
-    );
+    let (dir, [mut alice, mut bob, mut carol]) = alice_bob_and_carol("group-three");
 
     // One view of 3, the same at all three.
     let view = converge(&mut [&mut alice, &mut bob, &mut carol], 3, -1);
@@ -419,18 +272,7 @@ fn three_members_form_a_group_talk_rekey_survive_a_kill_and_leave() {
 
 #[test]
 fn a_leader_that_stops_trusting_a_member_removes_it() {
-    let dir = tempdir("trust");
-    let names = ["alice", "bob", "carol"];
-    let trust: Vec<String> = names.iter().map(|n| keygen(&dir, n)).collect();
-    let alice = Member::start(&dir, "alice", &[], &trust);
-    let bob = Member::start(&dir, "bob", std::slice::from_ref(&alice.listen), &trust);
-    let carol = Member::start(
-        &dir,
-        "carol",
-        &[alice.listen.clone(), bob.listen.clone()],
-        &trust,
-    );
-    let mut members = [alice, bob, carol];
+    let (dir, mut members) = alice_bob_and_carol("group-trust");
     let view = {
         let [a, b, c] = &mut members;
         converge(&mut [a, b, c], 3, -1)

@@ -5,176 +5,67 @@
 //! relay drops every packet `hop forge` sends and the endpoint delivers none of them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
+mod support;
+
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
-use cohort_channel::identity::Identity;
-use cohort_crypto::CryptoProvider;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use support::{
+    arg, assert_config_error, assert_missing_config, assert_refused, cohort, exits_2, keygen,
+    tempdir, text, Daemon, WAIT,
+};
 
-/// How long any one expected line may take.
-const WAIT: Duration = Duration::from_secs(20);
+/// `cohort hop run`.
+const HOP_RUN: &[&str] = &["hop", "run"];
 
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cohort-hop-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Writes `<name>.key` in `dir`; returns the public key text.
-fn keygen(dir: &Path, name: &str) -> String {
-    let provider = CryptoProvider::default_provider();
-    let id = Identity::generate(&provider).unwrap();
-    std::fs::write(
-        dir.join(format!("{name}.key")),
-        id.to_file_text().as_bytes(),
-    )
-    .unwrap();
-    id.public().to_string()
-}
-
-fn cohort(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-/// A running `cohort hop run`: its JSON lines, its stdin, killed when dropped.
+/// A running `cohort hop run` (a [`Daemon`]), the address it listens on and its control
+/// socket.
 struct Node {
-    name: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<Value>,
-    seen: Vec<Value>,
-    stderr: PathBuf,
+    daemon: Daemon,
     listen: String,
     ctl: PathBuf,
 }
 
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+support::wraps_daemon!(Node);
 
 impl Node {
     /// Starts `hop run` with the config text `config` (written to `<name>.toml` in `dir`).
     fn start(dir: &Path, name: &str, config: &str) -> Node {
-        let path = dir.join(format!("{name}.toml"));
-        std::fs::write(&path, config).unwrap();
-        let stderr = dir.join(format!("{name}.stderr"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
-            .args(["hop", "run", "--config"])
-            .arg(&path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("run cohort");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                let value = serde_json::from_str(&line).unwrap_or_else(
-                    |e| json!({"event": "NOT JSON", "line": line, "error": e.to_string()}),
-                );
-                if tx.send(value).is_err() {
-                    return;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        let mut node = Node {
-            name: name.to_string(),
-            child,
-            stdin,
-            lines,
-            seen: Vec::new(),
-            stderr,
-            listen: String::new(),
-            ctl: PathBuf::new(),
-        };
-        let started = node.wait("the started line", |v| v["event"] == "started");
-        node.listen = started["listen"].as_str().unwrap().to_string();
-        node.ctl = PathBuf::from(started["ctl"].as_str().unwrap());
-        node
-    }
-
-    fn command(&mut self, cmd: Value) {
-        let stdin = self.stdin.as_mut().unwrap();
-        writeln!(stdin, "{cmd}").unwrap();
-        stdin.flush().unwrap();
+        let daemon = Daemon::start(dir, name, HOP_RUN, config);
+        Node {
+            listen: daemon.started_str("listen"),
+            ctl: PathBuf::from(daemon.started_str("ctl")),
+            daemon,
+        }
     }
 
     fn send(&mut self, data: &[u8]) {
         self.command(json!({"cmd": "send", "data": BASE64.encode(data)}));
     }
 
-    /// The first line from now on that satisfies `pred` (earlier lines stay in `seen`).
-    fn wait(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(v) => {
-                    assert_ne!(v["event"], "NOT JSON", "{}: {v}", self.name);
-                    self.seen.push(v.clone());
-                    if pred(&v) {
-                        return v;
-                    }
-                }
-                Err(_) => panic!(
-                    "{} never printed {what}; it printed:\n{}\nstderr:\n{}",
-                    self.name,
-                    self.seen
-                        .iter()
-                        .map(|v| v.to_string())
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                    std::fs::read_to_string(&self.stderr).unwrap_or_default()
-                ),
-            }
-        }
-    }
-
     /// Waits until `n` messages have been received in total; returns their payloads.
     fn received(&mut self, n: usize) -> Vec<String> {
-        let count = |seen: &[Value]| seen.iter().filter(|v| v["event"] == "received").count();
-        while count(&self.seen) < n {
-            self.wait(&format!("{n} received messages"), |v| {
-                v["event"] == "received"
-            });
-        }
-        self.seen
-            .iter()
-            .filter(|v| v["event"] == "received")
-            .map(|v| {
-                String::from_utf8(BASE64.decode(v["data"].as_str().unwrap()).unwrap()).unwrap()
-            })
-            .collect()
+        self.wait_count(&format!("{n} received messages"), n, |v| {
+            v["event"] == "received"
+        })
+        .iter()
+        .map(|v| String::from_utf8(BASE64.decode(v["data"].as_str().unwrap()).unwrap()).unwrap())
+        .collect()
     }
 
     /// `cohort hop ctl --socket <this node's> ARGS...`: stdout, asserting success.
     fn ctl(&self, args: &[&str]) -> String {
-        let socket = self.ctl.to_str().unwrap();
-        let mut all = vec!["hop", "ctl", "--socket", socket];
+        let mut all = vec!["hop", "ctl", "--socket", arg(&self.ctl)];
         all.extend_from_slice(args);
         let out = cohort(&all);
         assert!(
             out.status.success(),
             "hop ctl {args:?} on {}: {}",
             self.name,
-            String::from_utf8_lossy(&out.stderr)
+            text(&out.stderr)
         );
         String::from_utf8(out.stdout).unwrap()
     }
@@ -186,19 +77,9 @@ impl Node {
     }
 }
 
-fn run_config(dir: &Path, text: &str) -> (Option<i32>, String) {
-    let path = dir.join("bad.toml");
-    std::fs::write(&path, text).unwrap();
-    let out = cohort(&["hop", "run", "--config", path.to_str().unwrap()]);
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn bad_configs_exit_2_naming_the_key() {
-    let dir = tempdir("bad");
+    let dir = tempdir("hop-bad");
     let public = keygen(&dir, "a");
     let base = "role = \"endpoint\"\nidentity = \"a.key\"\nlisten = \"127.0.0.1:0\"\n";
     for (extra, key) in [
@@ -230,13 +111,7 @@ fn bad_configs_exit_2_naming_the_key() {
             "tun.address: the tunnel subnet",
         ),
     ] {
-        let (code, stderr) = run_config(&dir, &format!("{base}{extra}\n"));
-        assert_eq!(code, Some(2), "{extra}: {stderr}");
-        assert!(
-            stderr.contains(&format!("config error: {key}")),
-            "{extra}: {stderr}"
-        );
-        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert_config_error(&dir, HOP_RUN, &format!("{base}{extra}\n"), key);
     }
     for (text, key) in [
         (
@@ -251,46 +126,35 @@ fn bad_configs_exit_2_naming_the_key() {
         ),
         ("this is not toml".to_string(), "not valid TOML"),
     ] {
-        let (code, stderr) = run_config(&dir, &text);
-        assert_eq!(code, Some(2), "{text}: {stderr}");
-        assert!(stderr.contains(key), "{text}: {stderr}");
+        assert_refused(&dir, HOP_RUN, &text, key);
     }
-    let out = cohort(&[
-        "hop",
-        "run",
-        "--config",
-        dir.join("nowhere.toml").to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("nowhere.toml: cannot read"));
+    assert_missing_config(&dir, HOP_RUN);
     // A flag that overrides the file is checked like the file.
     std::fs::write(dir.join("ok.toml"), base).unwrap();
     let out = cohort(&[
         "hop",
         "run",
         "--config",
-        dir.join("ok.toml").to_str().unwrap(),
+        arg(&dir.join("ok.toml")),
         "--mode",
         "m:5000",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--mode"));
+    assert!(exits_2(&out).contains("--mode"));
     // ctl without a daemon.
     let out = cohort(&[
         "hop",
         "ctl",
         "--socket",
-        dir.join("none.sock").to_str().unwrap(),
+        arg(&dir.join("none.sock")),
         "status",
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the daemon"));
+    assert!(exits_2(&out).contains("cannot reach the daemon"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn two_endpoints_and_a_relay_talk_ctl_reports_and_forgeries_die_at_the_relay() {
-    let dir = tempdir("path");
+    let dir = tempdir("hop-path");
     let ka = keygen(&dir, "a");
     let kb = keygen(&dir, "b");
     let mut relay = Node::start(
@@ -409,13 +273,12 @@ fn two_endpoints_and_a_relay_talk_ctl_reports_and_forgeries_die_at_the_relay() {
         "hop",
         "ctl",
         "--socket",
-        a.ctl.to_str().unwrap(),
+        arg(&a.ctl),
         "close",
         "--assoc",
         "999",
     ]);
-    assert_eq!(bad.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("no association 999"));
+    assert!(exits_2(&bad).contains("no association 999"));
 
     // Forgeries at the relay, for the live associations A reports: all dropped, and B
     // delivers none of them.
@@ -427,17 +290,13 @@ fn two_endpoints_and_a_relay_talk_ctl_reports_and_forgeries_die_at_the_relay() {
         "--to",
         &relay.listen,
         "--ctl",
-        a.ctl.to_str().unwrap(),
+        arg(&a.ctl),
         "--rounds",
         "4",
         "--marker",
         "FORGED-MARKER",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", support::text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let forged = report["sent"].as_u64().unwrap();
     assert!(forged > 0, "{report}");
@@ -487,19 +346,7 @@ fn two_endpoints_and_a_relay_talk_ctl_reports_and_forgeries_die_at_the_relay() {
 
     // The control socket goes away with the process.
     let ctl = a.ctl.clone();
-    terminate(&mut a);
+    a.terminate();
     assert!(!ctl.exists(), "{} left behind", ctl.display());
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// SIGTERM (not SIGKILL): the node removes its control socket on the way out.
-fn terminate(node: &mut Node) {
-    let pid = node.child.id().to_string();
-    let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while node.child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "{} ignored SIGTERM", node.name);
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }

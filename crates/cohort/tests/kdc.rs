@@ -5,45 +5,25 @@
 //! unknown requester's hint, and one log line per request with no secret in it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
+mod support;
+
 use cohort_crypto::CryptoProvider;
 use cohort_kdc::{
     member_shared_key, KdcError, KeyFile, PairKeyRequest, PrincipalKey, PrincipalName,
 };
 use rand_core::{OsRng, RngCore};
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
-
-/// How long any one expected line or datagram may take.
-const WAIT: Duration = Duration::from_secs(20);
-
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cohort-kdc-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn cohort(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
+use std::path::Path;
+use std::process::Output;
 #[cfg(unix)]
-fn mode(path: &Path) -> u32 {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
-}
+use support::mode;
+use support::{
+    arg, assert_missing_config, assert_refused, cohort, exits_2, refused_config, tempdir, text,
+    StderrWatch, WAIT,
+};
+
+/// `cohort kdc serve`.
+const KDC_SERVE: &[&str] = &["kdc", "serve"];
 
 fn add_principal(config: &Path, out: &Path, name: &str, extra: &[&str]) -> Output {
     let mut args = vec![
@@ -51,9 +31,9 @@ fn add_principal(config: &Path, out: &Path, name: &str, extra: &[&str]) -> Outpu
         "add-principal",
         name,
         "--config",
-        config.to_str().unwrap(),
+        arg(config),
         "--out",
-        out.to_str().unwrap(),
+        arg(out),
     ];
     args.extend_from_slice(extra);
     cohort(&args)
@@ -61,66 +41,6 @@ fn add_principal(config: &Path, out: &Path, name: &str, extra: &[&str]) -> Outpu
 
 fn read_key_file(path: &Path) -> KeyFile {
     KeyFile::parse(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// A running `cohort kdc serve`: its stderr lines; killed when dropped.
-struct Server {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn start(config: &Path) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
-            .args(["kdc", "serve", "--config"])
-            .arg(config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Server {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Waits for a stderr line containing `needle`; returns it.
-    fn wait_for(&mut self, needle: &str) -> String {
-        if let Some(line) = self.seen.iter().find(|l| l.contains(needle)) {
-            return line.clone();
-        }
-        loop {
-            match self.lines.recv_timeout(WAIT) {
-                Ok(line) => {
-                    self.seen.push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!("no line with {needle:?}; saw {:#?}", self.seen),
-            }
-        }
-    }
 }
 
 fn nonce() -> [u8; 16] {
@@ -142,7 +62,7 @@ fn exchange(kdc: SocketAddr, request: &PairKeyRequest) -> Vec<u8> {
 
 #[test]
 fn config_errors_name_the_key_and_exit_2() {
-    let dir = tempdir("config");
+    let dir = tempdir("kdc-config");
     let cases = [
         (
             "listen = \"127.0.0.1:99999\"\ndatabase = \"kdc.db\"\n",
@@ -161,34 +81,18 @@ fn config_errors_name_the_key_and_exit_2() {
             "config error: database:",
         ),
     ];
-    for (i, (config, says)) in cases.iter().enumerate() {
-        let path = dir.join(format!("bad{i}.toml"));
-        std::fs::write(&path, config).unwrap();
-        let out = cohort(&["kdc", "serve", "--config", path.to_str().unwrap()]);
-        assert_eq!(out.status.code(), Some(2), "{config}");
-        let err = text(&out.stderr);
-        assert!(err.contains(says), "{config}: {err}");
+    for (config, says) in cases {
+        assert_refused(&dir, KDC_SERVE, config, says);
     }
-    let out = cohort(&[
-        "kdc",
-        "serve",
-        "--config",
-        dir.join("nope.toml").to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("nope.toml: cannot read"));
+    assert_missing_config(&dir, KDC_SERVE);
 
     // A database that is not one: the key and the line.
     std::fs::write(dir.join("junk.db"), "cohort-kdc-db v1\nalice nothex\n").unwrap();
-    let path = dir.join("junk.toml");
-    std::fs::write(
-        &path,
+    let err = refused_config(
+        &dir,
+        KDC_SERVE,
         "listen = \"127.0.0.1:7600\"\ndatabase = \"junk.db\"\n",
-    )
-    .unwrap();
-    let out = cohort(&["kdc", "serve", "--config", path.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = text(&out.stderr);
+    );
     assert!(
         err.contains("config error: database:") && err.contains("line 2: key:"),
         "{err}"
@@ -198,7 +102,7 @@ fn config_errors_name_the_key_and_exit_2() {
 
 #[test]
 fn add_principal_then_serve_pair_keys_over_udp() {
-    let dir = tempdir("serve");
+    let dir = tempdir("kdc-serve");
     let keys = dir.join("keys");
     std::fs::create_dir_all(&keys).unwrap();
     let config = dir.join("kdc.toml");
@@ -229,24 +133,13 @@ fn add_principal_then_serve_pair_keys_over_udp() {
     assert!(db.contains(&*leader.key.to_hex()) && db.contains(&*alice.key.to_hex()));
 
     // No silent overwrite; a bad name is refused; --force re-keys.
-    let out = add_principal(&config, &keys, "alice", &[]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("already registered"),
-        "{}",
-        text(&out.stderr)
-    );
-    let out = add_principal(&config, &keys, "bad/name", &[]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("invalid principal name"));
+    let err = exits_2(&add_principal(&config, &keys, "alice", &[]));
+    assert!(err.contains("already registered"), "{err}");
+    let err = exits_2(&add_principal(&config, &keys, "bad/name", &[]));
+    assert!(err.contains("invalid principal name"), "{err}");
     std::fs::write(keys.join("carol.key"), "mine").unwrap();
-    let out = add_principal(&config, &keys, "carol", &[]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("already exists"),
-        "{}",
-        text(&out.stderr)
-    );
+    let err = exits_2(&add_principal(&config, &keys, "carol", &[]));
+    assert!(err.contains("already exists"), "{err}");
     assert_eq!(
         std::fs::read_to_string(keys.join("carol.key")).unwrap(),
         "mine"
@@ -263,7 +156,7 @@ fn add_principal_then_serve_pair_keys_over_udp() {
     assert_ne!(read_key_file(&keys.join("bob.key")).key, old_bob.key);
 
     // Serve on an ephemeral port; the first line says which.
-    let mut server = Server::start(&config);
+    let mut server = StderrWatch::start(&[KDC_SERVE, &["--config", arg(&config)]].concat());
     let line = server.wait_for("listening on");
     let addr: SocketAddr = line
         .split("listening on ")
@@ -301,11 +194,7 @@ fn add_principal_then_serve_pair_keys_over_udp() {
     let out = add_principal(&config, &keys, "dave", &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let dave = read_key_file(&keys.join("dave.key"));
-    let hup = Command::new("kill")
-        .args(["-HUP", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(hup.success());
+    server.process.signal("HUP");
     server.wait_for("reloaded");
     let request =
         PairKeyRequest::new(&provider, leader.name, &leader.key, dave.name, nonce()).unwrap();

@@ -6,84 +6,15 @@
 //! Needs `curl` and `python3` on the PATH (`.ci/run` installs them on a fresh machine).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+mod support;
 
-/// Kills its child when the test ends, however it ends.
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cohort-tunnel-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn need(tool: &str) {
-    let ok = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "this test needs `{tool}` on the PATH (install it; .ci/run does)"
-    );
-}
-
-fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn wait_for_log(path: &Path, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(needle) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never said {needle:?}; it said:\n{text}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn cohort(args: &[&str], log: &Path) -> Guard {
-    let file = std::fs::File::create(log).unwrap();
-    Guard(
-        Command::new(env!("CARGO_BIN_EXE_cohort"))
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .unwrap(),
-    )
-}
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::{
+    arg, cohort, free_port, need, spawn_logged, tempdir, wait_for_log, wait_for_port, Guard,
+};
 
 /// Starts `cohort tunnel client` on a free port, connecting to `connect`, with `extra`
 /// arguments; waits until it listens. Returns the process and its port.
@@ -99,13 +30,17 @@ fn tunnel_client(connect: &str, extra: &[&str], log: &Path) -> (Guard, u16) {
         connect,
     ];
     args.extend_from_slice(extra);
-    let guard = cohort(&args, log);
+    let guard = spawn_logged(&args, log);
     wait_for_log(log, "listening");
     (guard, port)
 }
 
-/// A real HTTP server serving `dir`, and its port.
-fn http_server(dir: &Path) -> (Guard, u16) {
+/// A real HTTP server serving `www/big.bin` in `dir`, `len` pseudo-random bytes: the bytes,
+/// the server and its port.
+fn http_server(dir: &Path, len: usize) -> (Vec<u8>, Guard, u16) {
+    let served = dir.join("www");
+    std::fs::create_dir_all(&served).unwrap();
+    let original = random_file(&served.join("big.bin"), len);
     need("python3");
     let port = free_port();
     let child = Command::new("python3")
@@ -116,14 +51,14 @@ fn http_server(dir: &Path) -> (Guard, u16) {
             "127.0.0.1",
             &port.to_string(),
         ])
-        .current_dir(dir)
+        .current_dir(&served)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let guard = Guard(child);
     wait_for_port(port);
-    (guard, port)
+    (original, guard, port)
 }
 
 /// Pseudo-random bytes (xorshift), so that no compression or pattern hides a bug.
@@ -162,19 +97,12 @@ fn session_ids(log: &str) -> Vec<String> {
 
 #[test]
 fn curl_fetches_a_file_through_the_tunnel_byte_for_byte() {
-    let dir = tempdir("fetch");
-    let served = dir.join("www");
-    std::fs::create_dir_all(&served).unwrap();
-    let original = random_file(&served.join("big.bin"), 8 << 20);
-    let (_http, http_port) = http_server(&served);
+    let dir = tempdir("tunnel-fetch");
+    let (original, _http, http_port) = http_server(&dir, 8 << 20);
 
     // A server identity; the client pins its key (signature authentication).
     let key = dir.join("server.key");
-    let keygen = Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(["keygen", "--out"])
-        .arg(&key)
-        .output()
-        .unwrap();
+    let keygen = cohort(&["keygen", "--out", arg(&key)]);
     assert!(keygen.status.success());
     let public = String::from_utf8(keygen.stdout).unwrap().trim().to_owned();
     assert!(public.starts_with("ed25519:"));
@@ -182,7 +110,7 @@ fn curl_fetches_a_file_through_the_tunnel_byte_for_byte() {
     let server_port = free_port();
     let server_log = dir.join("server.log");
     let client_log = dir.join("client.log");
-    let _server = cohort(
+    let _server = spawn_logged(
         &[
             "tunnel",
             "server",
@@ -191,7 +119,7 @@ fn curl_fetches_a_file_through_the_tunnel_byte_for_byte() {
             "--forward",
             &format!("127.0.0.1:{http_port}"),
             "--key",
-            key.to_str().unwrap(),
+            arg(&key),
         ],
         &server_log,
     );
@@ -208,7 +136,7 @@ fn curl_fetches_a_file_through_the_tunnel_byte_for_byte() {
         assert!(
             result.status.success(),
             "curl failed: {}",
-            String::from_utf8_lossy(&result.stderr)
+            support::text(&result.stderr)
         );
         let fetched = std::fs::read(&out).unwrap();
         assert_eq!(fetched.len(), original.len());
@@ -239,11 +167,8 @@ fn curl_fetches_a_file_through_the_tunnel_byte_for_byte() {
 
 #[test]
 fn a_server_that_does_not_speak_cohort_is_refused_unless_plaintext_is_allowed() {
-    let dir = tempdir("refuse");
-    let served = dir.join("www");
-    std::fs::create_dir_all(&served).unwrap();
-    let original = random_file(&served.join("big.bin"), 2 << 20);
-    let (_http, http_port) = http_server(&served);
+    let dir = tempdir("tunnel-refuse");
+    let (original, _http, http_port) = http_server(&dir, 2 << 20);
 
     // Pointed straight at the HTTP server: refuse.
     let log = dir.join("refusing.log");
@@ -272,22 +197,19 @@ fn a_server_that_does_not_speak_cohort_is_refused_unless_plaintext_is_allowed() 
     wait_for_log(&log, "NOT ENCRYPTED");
 
     // Never when an authentication mode was asked for.
-    let refused = Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args([
-            "tunnel",
-            "client",
-            "--listen",
-            "127.0.0.1:0",
-            "--connect",
-            &format!("127.0.0.1:{http_port}"),
-            "--allow-plaintext",
-            "--pin",
-            "ed25519:0000000000000000000000000000000000000000000000000000000000000000",
-        ])
-        .output()
-        .unwrap();
+    let refused = cohort(&[
+        "tunnel",
+        "client",
+        "--listen",
+        "127.0.0.1:0",
+        "--connect",
+        &format!("127.0.0.1:{http_port}"),
+        "--allow-plaintext",
+        "--pin",
+        "ed25519:0000000000000000000000000000000000000000000000000000000000000000",
+    ]);
     assert_eq!(refused.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("--allow-plaintext"));
+    assert!(support::text(&refused.stderr).contains("--allow-plaintext"));
 }
 
 /// A cohort server written against the library: completes the handshake, sends `len` bytes,
@@ -328,13 +250,13 @@ fn fake_cohort_server(len: usize, clean: bool) -> std::net::SocketAddr {
 #[test]
 fn a_cut_channel_reaches_the_application_as_a_reset_not_a_clean_end() {
     use std::io::Read;
-    let dir = tempdir("cut");
+    let dir = tempdir("tunnel-cut");
     for clean in [true, false] {
         let server = fake_cohort_server(100_000, clean);
         let log = dir.join(format!("client-{clean}.log"));
         let (_client, port) = tunnel_client(&server.to_string(), &[], &log);
         let mut app = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        app.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        app.set_read_timeout(Some(support::WAIT)).unwrap();
         let mut got = Vec::new();
         let result = app.read_to_end(&mut got);
         if clean {
@@ -350,13 +272,7 @@ fn a_cut_channel_reaches_the_application_as_a_reset_not_a_clean_end() {
 
 #[test]
 fn weak_psks_and_ignored_pins_are_usage_errors() {
-    let dir = tempdir("usage");
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_cohort"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let dir = tempdir("tunnel-usage");
     let short = dir.join("short.psk");
     std::fs::write(&short, "00112233445566778899aabbccddeeff\n").unwrap(); // 16 bytes
     let text = dir.join("text.psk");
@@ -366,7 +282,7 @@ fn weak_psks_and_ignored_pins_are_usage_errors() {
     )
     .unwrap();
     for file in [&short, &text] {
-        let out = run(&[
+        let out = cohort(&[
             "tunnel",
             "server",
             "--listen",
@@ -376,13 +292,13 @@ fn weak_psks_and_ignored_pins_are_usage_errors() {
             "--auth",
             "psk",
             "--psk-file",
-            file.to_str().unwrap(),
+            arg(file),
         ]);
         assert_eq!(out.status.code(), Some(2));
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = support::text(&out.stderr);
         assert!(err.contains("PSK") && err.lines().count() == 1, "{err}");
     }
-    let out = run(&[
+    let out = cohort(&[
         "tunnel",
         "client",
         "--listen",
@@ -395,5 +311,5 @@ fn weak_psks_and_ignored_pins_are_usage_errors() {
         "ed25519:0000000000000000000000000000000000000000000000000000000000000000",
     ]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--pin needs --auth signature"));
+    assert!(support::text(&out.stderr).contains("--pin needs --auth signature"));
 }
