@@ -263,6 +263,7 @@ impl fmt::Debug for BatchProof {
 
 /// Why a proof's wire form was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BatchProofError {
     /// The input ended inside the proof.
     Truncated,

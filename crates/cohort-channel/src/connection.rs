@@ -54,6 +54,7 @@ pub struct SessionInfo {
 
 /// Something the driver must act on.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Event {
     /// The handshake is done; [`Connection::session`] has the details.
     Established,

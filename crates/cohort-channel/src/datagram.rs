@@ -48,6 +48,7 @@ const HEADER_CONFIRM: &[u8] = b"ok";
 
 /// What a [`DatagramChannel`] reports.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum DatagramEvent {
     /// The handshake is done on this side.
     Established(SessionInfo),

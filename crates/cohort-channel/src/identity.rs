@@ -87,6 +87,7 @@ impl fmt::Debug for PublicKey {
 
 /// Why a public key's text form was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PublicKeyParseError {
     /// The text does not start with `ed25519:` (another algorithm, or no prefix at all).
     MissingPrefix,
@@ -287,6 +288,7 @@ impl fmt::Debug for Identity {
 
 /// Why an identity file was refused. No variant carries any part of the secret.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum IdentityError {
     /// The first line is not `cohort-identity ...` (or the text is empty).
     NotAnIdentityFile,

@@ -72,6 +72,7 @@ impl FrameType {
 
 /// Why a message was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MessageError {
     /// Shorter than its fields say.
     Truncated,

@@ -27,6 +27,7 @@ const GEAR_LEN: usize = 1;
 
 /// Why a record was refused or could not be sent. On a stream every one of these is fatal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RecordError {
     /// The record names a gear outside the negotiated set or below the floor.
     GearNotAllowed(u8),

@@ -13,6 +13,7 @@ pub const AEAD_TAG_LEN: usize = 16;
 /// Why a crypto operation failed. Deliberately without detail: a caller that got this from
 /// input a peer sent must not learn (or leak) more than "it failed".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CryptoError {
     /// A key, nonce or input had a length or encoding the algorithm does not accept.
     InvalidInput,

@@ -82,6 +82,7 @@ impl LinkConfig {
 
 /// Why a link could not be built (configuration: detailed).
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum LinkError {
     /// The controller configuration is unusable.
     Controller(crate::controller::ConfigError),
@@ -105,6 +106,7 @@ impl std::error::Error for LinkError {}
 
 /// Why [`GearLink::send`] refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendError {
     /// Too many packets are waiting for `poll_transmit`; drain them first.
     Backlogged,
@@ -125,6 +127,7 @@ impl std::error::Error for SendError {}
 
 /// What a link reports to its application.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum LinkEvent {
     /// An authenticated data packet.
     Delivered {

@@ -82,6 +82,7 @@ impl GearKeys {
 
 /// Why [`Protector::protect`] refused. These are API misuse or exhausted keys, so detailed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ProtectError {
     /// No gear was named.
     NoGears,

@@ -21,6 +21,7 @@ use std::fmt;
 
 /// Why a plain MAC could not be computed. Each names the problem for a one-line message.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PlainMacError {
     /// The key has the wrong length.
     KeyLength {

@@ -2,6 +2,7 @@
 
 /// Why a sequence number was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReplayError {
     /// Already accepted once.
     Duplicate,

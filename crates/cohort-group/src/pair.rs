@@ -782,6 +782,8 @@ impl PairTable {
                         Some(Outcome::Fail(PairFailure::HandshakeTimedOut, false))
                     }
                     DatagramEvent::BatchSignatureNeeded(_) => None,
+                    // An event this table does not know: fail closed.
+                    _ => Some(Outcome::Fail(PairFailure::HandshakeFailed, false)),
                 };
             }
             while let Some(d) = next_transmit(&mut chan.dc, now) {

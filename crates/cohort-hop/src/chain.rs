@@ -400,6 +400,7 @@ pub enum Checked {
 
 /// Why [`ChainVerifier::verify`] refused an element.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ChainError {
     /// More than `max_skip` steps from the element checked last; nothing was hashed.
     TooFar,

@@ -10,6 +10,7 @@ pub type AssocId = u16;
 
 /// What an [`crate::Endpoint`] reports to its application.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EndpointEvent {
     /// The handshake with `peer` completed; its key signed the anchors.
     Connected {
@@ -90,6 +91,7 @@ pub enum EndpointEvent {
 
 /// What a [`crate::Relay`] reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RelayEvent {
     /// A signed handshake passed: the relay now verifies this pair's traffic.
     PairLearned {

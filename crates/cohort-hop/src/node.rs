@@ -19,6 +19,7 @@ pub enum HopNode {
 
 /// An event from either role.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HopEvent {
     /// From an endpoint.
     Endpoint(EndpointEvent),

@@ -21,6 +21,7 @@ use zeroize::Zeroizing;
 
 /// Why a request could not be made or a response gives no key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KdcError {
     /// API misuse: the requester asked for a pair key with itself.
     SamePrincipal,

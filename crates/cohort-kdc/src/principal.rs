@@ -129,6 +129,7 @@ impl fmt::Debug for PrincipalName {
 
 /// Why a string is not a principal name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NameError {
     /// The name is empty.
     Empty,

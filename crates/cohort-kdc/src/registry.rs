@@ -136,6 +136,7 @@ impl fmt::Debug for Registry {
 
 /// A database that could not be read.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum RegistryError {
     /// Reading the file failed.
     Io(io::Error),

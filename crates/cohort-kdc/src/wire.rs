@@ -68,6 +68,7 @@ pub mod kind {
 
 /// Why bytes are not a KDC message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WireError {
     /// The message ends before a field.
     Truncated,

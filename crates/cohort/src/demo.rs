@@ -294,5 +294,10 @@ fn narrate(at: Timestamp, node: NodeId, event: &LinkEvent, verbose: bool, stats:
                 println!("{at}  {who} feedback: peer load {load:.2}, {auth_failures} failures");
             }
         }
+        other => {
+            if verbose {
+                println!("{at}  {who} {other:?}");
+            }
+        }
     }
 }

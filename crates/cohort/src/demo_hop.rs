@@ -591,6 +591,11 @@ fn narrate(sim: &Sim<HopNode>, seen: &mut usize, verbose: bool, keys: [PublicKey
                     println!("{at}  {name:<2} {other:?}");
                 }
             }
+            other => {
+                if verbose {
+                    println!("{at}  {name:<2} {other:?}");
+                }
+            }
         }
     }
 }

@@ -154,6 +154,7 @@ fn read_database(path: &Path) -> Result<Registry, ConfigError> {
         ),
         RegistryError::Io(e) => err("database", format!("cannot read {shown}: {e}")),
         RegistryError::Format(e) => err("database", format!("{shown}: {e}")),
+        other => err("database", format!("{shown}: {other}")),
     })
 }
 

@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 
 /// A command the endpoint refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HopError {
     /// No pair with that peer (call `connect` first).
     UnknownPeer,

@@ -426,6 +426,7 @@ impl Daemon {
                     _ => {}
                 }
             }
+            other => emit(&json!({ "event": "other", "debug": format!("{other:?}") })),
         }
     }
 
