@@ -7,7 +7,7 @@
 //! `key_tree.rs` (tree rekey) and the Install to `install.rs`; it may not install a view.
 
 use super::install::Announce;
-use super::reliable::OrderedMsg;
+use super::reliable::{OrderedMsg, Reliable};
 use super::timers::interval;
 use super::GroupMember;
 use crate::config::AuthMode;
@@ -62,6 +62,22 @@ pub(super) struct FlushAnswer {
     pub(super) delivered: u64,
     pub(super) next_seq: u64,
     pub(super) pending: Vec<(u64, Vec<u8>)>,
+}
+
+impl FlushAnswer {
+    /// This member's own answer: what it delivered, its next message number, and its
+    /// undelivered messages.
+    fn own(reliable: &Reliable) -> FlushAnswer {
+        FlushAnswer {
+            delivered: reliable.delivered,
+            next_seq: reliable.next_reliable,
+            pending: reliable
+                .pending
+                .iter()
+                .map(|p| (p.seq, p.data.clone()))
+                .collect(),
+        }
+    }
 }
 
 /// What a view change is to do: the input to `start_coordinating`.
@@ -274,19 +290,7 @@ impl GroupMember {
         self.view_change.flushing = None;
         let mut answers = BTreeMap::new();
         if survivors.contains(&self.rank) {
-            answers.insert(
-                self.rank,
-                FlushAnswer {
-                    delivered: self.reliable.delivered,
-                    next_seq: self.reliable.next_reliable,
-                    pending: self
-                        .reliable
-                        .pending
-                        .iter()
-                        .map(|p| (p.seq, p.data.clone()))
-                        .collect(),
-                },
-            );
+            answers.insert(self.rank, FlushAnswer::own(&self.reliable));
         }
         self.view_change.coordinator = Some(Coordinator {
             proposal,
@@ -325,9 +329,7 @@ impl GroupMember {
             .filter(|r| !c.answers.contains_key(r))
             .collect();
         for r in missing {
-            if let Some(m) = self.member_at(r) {
-                self.send_msg(m.addr, &msg);
-            }
+            self.send_to_rank(r, &msg);
         }
     }
 
@@ -391,20 +393,14 @@ impl GroupMember {
             });
         }
         self.liveness.leader_heard = now;
+        let answer = FlushAnswer::own(&self.reliable);
         let msg = Msg::FlushOk {
             proposal,
-            delivered: self.reliable.delivered,
-            next_seq: self.reliable.next_reliable,
-            pending: self
-                .reliable
-                .pending
-                .iter()
-                .map(|p| (p.seq, p.data.clone()))
-                .collect(),
+            delivered: answer.delivered,
+            next_seq: answer.next_seq,
+            pending: answer.pending,
         };
-        if let Some(m) = self.member_at(rank) {
-            self.send_msg(m.addr, &msg);
-        }
+        self.send_to_rank(rank, &msg);
     }
 
     pub(super) fn on_flush_ok(

@@ -341,18 +341,7 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             return;
         }
-        if !self.trusts(&t.sender) || self.departed.contains(&t.sender) {
-            self.counters.count(Drop::Untrusted);
-            return;
-        }
-        // Fresh: for one of our two latest nonces, and the first ticket for it.
-        let Some(i) = self
-            .heal
-            .local_ids
-            .iter()
-            .position(|l| l.nonce == t.nonce && !l.used)
-        else {
-            self.counters.count(Drop::Replayed);
+        let Some(i) = self.ticket_slot(&t.sender, &t.nonce) else {
             return;
         };
         if !self.signature_verified(now, data, parsed) {
@@ -370,15 +359,7 @@ impl GroupMember {
             return;
         };
         self.heal.local_ids[i].used = true;
-        let same = self
-            .group_key
-            .as_ref()
-            .is_some_and(|k| ct_eq(k.expose(), key.expose()));
-        if same {
-            return;
-        }
-        self.heal.held_exchange = Some((key, t.sender, from));
-        self.maybe_start_change(now);
+        self.take_ticket_key(now, key, t.sender, from);
     }
 
     /// KDC mode's ticket, over the pair channel from `peer`.
@@ -399,21 +380,40 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             return;
         }
-        if !self.trusts(&peer) || self.departed.contains(&peer) {
-            self.counters.count(Drop::Untrusted);
-            return;
-        }
-        let Some(i) = self
-            .heal
-            .local_ids
-            .iter()
-            .position(|l| l.nonce == nonce && !l.used)
-        else {
-            self.counters.count(Drop::Replayed);
+        let Some(i) = self.ticket_slot(&peer, &nonce) else {
             return;
         };
         self.heal.local_ids[i].used = true;
         let key = GroupKey::new(key_epoch, Secret::from_slice(key));
+        self.take_ticket_key(now, key, peer, addr);
+    }
+
+    /// The local Id a ticket from `sender` answers, if the sender may hand us a key (trusted,
+    /// not seen leaving) and the ticket is fresh: for one of our two latest nonces, and the
+    /// first ticket for it. Refusals are counted.
+    fn ticket_slot(
+        &mut self,
+        sender: &MemberId,
+        nonce: &[u8; exchange::NONCE_LEN],
+    ) -> Option<usize> {
+        if !self.trusts(sender) || self.departed.contains(sender) {
+            self.counters.count(Drop::Untrusted);
+            return None;
+        }
+        let slot = self
+            .heal
+            .local_ids
+            .iter()
+            .position(|l| l.nonce == *nonce && !l.used);
+        if slot.is_none() {
+            self.counters.count(Drop::Replayed);
+        }
+        slot
+    }
+
+    /// A ticket's key: unless it is the key this component already holds, it is held for
+    /// an Exchange view change (appendix 12.1), started as soon as none is in progress.
+    fn take_ticket_key(&mut self, now: Timestamp, key: GroupKey, from: MemberId, addr: SocketAddr) {
         let same = self
             .group_key
             .as_ref()
@@ -421,7 +421,7 @@ impl GroupMember {
         if same {
             return;
         }
-        self.heal.held_exchange = Some((key, peer, addr));
+        self.heal.held_exchange = Some((key, from, addr));
         self.maybe_start_change(now);
     }
 }

@@ -35,12 +35,7 @@ impl GroupMember {
             let r = usize::from(rank);
             s.acked[r] = s.acked[r].max(delivered.min(s.next_order));
             s.loads[r] = (load, failures);
-            let my = usize::from(self.rank);
-            s.acked[my] = self.reliable.delivered;
-            let stable = s.acked.iter().copied().min().unwrap_or(0);
-            if stable > self.reliable.stable {
-                self.reliable.stable = stable;
-                self.reliable.log = self.reliable.log.split_off(&stable);
+            if let Some((_, true)) = self.reliable.advance_stable(self.rank) {
                 self.drain_sequencer(now);
             }
             return;
@@ -123,14 +118,8 @@ impl GroupMember {
     pub(super) fn send_heartbeat(&mut self, now: Timestamp) {
         let load = (self.load * 255.0) as u8;
         let failures = self.keys.as_ref().map_or(0, |k| k.failures());
-        if let Some(s) = self.reliable.sequencer.as_mut() {
-            let my = usize::from(self.rank);
-            s.acked[my] = self.reliable.delivered;
-            let stable = s.acked.iter().copied().min().unwrap_or(0);
-            if stable > self.reliable.stable {
-                self.reliable.stable = stable;
-                self.reliable.log = self.reliable.log.split_off(&stable);
-            }
+        let advanced = self.reliable.advance_stable(self.rank);
+        if let (Some((stable, _)), Some(s)) = (advanced, self.reliable.sequencer.as_ref()) {
             let (max_load, sum_failures) = s.loads.iter().fold((0u8, 0u64), |(l, f), (ml, mf)| {
                 (l.max(*ml), f.saturating_add(*mf))
             });

@@ -330,23 +330,12 @@ impl GroupMember {
             Channel::Unreliable => {
                 let seq = self.next_unreliable;
                 self.next_unreliable += 1;
-                let view = self.view.as_ref().map(|v| v.id);
                 let msg = Msg::Unreliable {
                     seq,
                     data: data.to_vec(),
                 };
                 self.broadcast(&msg);
-                if let Some(view) = view {
-                    self.delivered_unreliable += 1;
-                    self.events.push_back(GroupEvent::Deliver {
-                        channel: Channel::Unreliable,
-                        sender: self.id,
-                        view,
-                        seq,
-                        order: None,
-                        data: data.to_vec(),
-                    });
-                }
+                self.deliver_unreliable(self.id, seq, data.to_vec());
                 Ok(seq)
             }
             Channel::Reliable => {

@@ -63,6 +63,13 @@ impl GroupMember {
         }
     }
 
+    /// As `send_msg`, to the member at `rank` in the current view, if there is one.
+    pub(super) fn send_to_rank(&mut self, rank: u16, msg: &Msg) {
+        if let Some(m) = self.member_at(rank) {
+            self.send_msg(m.addr, msg);
+        }
+    }
+
     /// Protects `msg` once and sends the same packet to every other member: every receiver
     /// sees the same sequence number, so a copy replayed anywhere hits a replay window.
     pub(super) fn broadcast(&mut self, msg: &Msg) {

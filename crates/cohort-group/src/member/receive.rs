@@ -88,6 +88,23 @@ impl GroupMember {
         self.maybe_insecure(now, from);
     }
 
+    /// Delivers an unreliable message on arrival, in the installed view (own messages
+    /// too, as they are sent).
+    pub(super) fn deliver_unreliable(&mut self, sender: MemberId, seq: u64, data: Vec<u8>) {
+        let Some(view) = self.view.as_ref().map(|v| v.id) else {
+            return;
+        };
+        self.delivered_unreliable += 1;
+        self.events.push_back(GroupEvent::Deliver {
+            channel: Channel::Unreliable,
+            sender,
+            view,
+            seq,
+            order: None,
+            data,
+        });
+    }
+
     pub(super) fn count_open_failure(&mut self, now: Timestamp, from: SocketAddr, e: DropReason) {
         match e {
             DropReason::Replayed | DropReason::TooOld => self.counters.count(Drop::Replayed),
@@ -162,22 +179,8 @@ impl GroupMember {
                 load,
                 failures,
             } => self.on_heartbeat(now, rank, delivered, ordered, stable, load, failures),
-            Msg::Unreliable { seq, data } => {
-                if self.view_change.flushing.is_some() && self.view_change.coordinator.is_none() {
-                    // Still delivered: the unreliable channel makes no view promise.
-                }
-                if let Some(view) = self.view.as_ref().map(|v| v.id) {
-                    self.delivered_unreliable += 1;
-                    self.events.push_back(GroupEvent::Deliver {
-                        channel: Channel::Unreliable,
-                        sender: sender.id,
-                        view,
-                        seq,
-                        order: None,
-                        data,
-                    });
-                }
-            }
+            // Delivered even during a flush: the unreliable channel makes no view promise.
+            Msg::Unreliable { seq, data } => self.deliver_unreliable(sender.id, seq, data),
             Msg::Submit { seq, data } if self.reliable.sequencer.is_some() => {
                 self.on_submit(now, rank, seq, data, raw.map(<[u8]>::to_vec))
             }

@@ -101,6 +101,24 @@ pub(super) fn nak_answers(log: &BTreeMap<u64, OrderedMsg>, lo: u64, to: u64) -> 
         .collect()
 }
 
+impl Reliable {
+    /// At the leader: records this member's own deliveries among the sequencer's
+    /// acknowledgements and computes the stable point (every member delivered below it);
+    /// when it is above the last one, moves it and drops the log below it. The stable
+    /// point computed and whether it moved (`None` without a sequencer).
+    pub(super) fn advance_stable(&mut self, my_rank: u16) -> Option<(u64, bool)> {
+        let s = self.sequencer.as_mut()?;
+        s.acked[usize::from(my_rank)] = self.delivered;
+        let stable = s.acked.iter().copied().min().unwrap_or(0);
+        if stable <= self.stable {
+            return Some((stable, false));
+        }
+        self.stable = stable;
+        self.log = self.log.split_off(&stable);
+        Some((stable, true))
+    }
+}
+
 impl GroupMember {
     /// Most positions the sequencer lets run ahead of the stable point: half the backlog,
     /// and at most [`FLOW_WINDOW`], so that a burst fits the members' socket buffers.
