@@ -578,6 +578,31 @@ pub struct PairOutcome {
     pub failed: usize,
 }
 
+impl PairOutcome {
+    /// Counts one event of the table under test. Only the real peer `b_id` (and only when
+    /// `real_peer`) may be established, and only [`PAIR_HELLO`] may be delivered: anything
+    /// else panics.
+    fn count(&mut self, e: PairEvent, real_peer: bool, b_id: MemberId) {
+        match e {
+            PairEvent::Established { peer, .. } => {
+                assert!(
+                    real_peer && peer == b_id,
+                    "an unproven peer was established"
+                );
+                self.established += 1;
+            }
+            PairEvent::Message { peer, data, .. } => {
+                assert!(
+                    real_peer && peer == b_id && data == PAIR_HELLO,
+                    "a message the peer did not send was delivered"
+                );
+                self.messages += 1;
+            }
+            PairEvent::Failed { .. } => self.failed += 1,
+        }
+    }
+}
+
 /// What the real peer of [`pair_datagram`] sends once its channel is up.
 const PAIR_HELLO: &[u8] = b"hello over the pair channel";
 
@@ -645,23 +670,7 @@ pub fn pair_datagram(data: &[u8]) -> PairOutcome {
             buf.clear();
         }
         while let Some(e) = table.poll_event() {
-            match e {
-                PairEvent::Established { peer, .. } => {
-                    assert!(
-                        real_peer && peer == b_id,
-                        "an unproven peer was established"
-                    );
-                    outcome.established += 1;
-                }
-                PairEvent::Message { peer, data, .. } => {
-                    assert!(
-                        real_peer && peer == b_id && (data == PAIR_HELLO),
-                        "a message the peer did not send was delivered"
-                    );
-                    outcome.messages += 1;
-                }
-                PairEvent::Failed { .. } => outcome.failed += 1,
-            }
+            outcome.count(e, real_peer, b_id);
         }
     }
     outcome.dropped = table.dropped().saturating_sub(before);
@@ -858,23 +867,7 @@ pub fn kdc_pair_datagram(data: &[u8]) -> PairOutcome {
             buf.clear();
         }
         while let Some(e) = table.poll_event() {
-            match e {
-                PairEvent::Established { peer, .. } => {
-                    assert!(
-                        real_peer && peer == b_id,
-                        "an unproven peer was established"
-                    );
-                    outcome.established += 1;
-                }
-                PairEvent::Message { peer, data, .. } => {
-                    assert!(
-                        real_peer && peer == b_id && data == PAIR_HELLO,
-                        "a message the peer did not send was delivered"
-                    );
-                    outcome.messages += 1;
-                }
-                PairEvent::Failed { .. } => outcome.failed += 1,
-            }
+            outcome.count(e, real_peer, b_id);
         }
     }
     outcome.dropped = table.drops().total().saturating_sub(before);

@@ -1250,35 +1250,38 @@ mod tests {
     fn pump(now: Timestamp, a: &mut KdcPairTable, b: &mut KdcPairTable, k: &mut Kdc) {
         let mut buf = Vec::new();
         for _ in 0..32 {
-            let mut moved = false;
-            while let Some(t) = a.poll_transmit(now, &mut buf) {
-                moved = true;
-                let d = buf[..t.size].to_vec();
-                buf.clear();
-                if t.destination == addr(KDC) {
-                    if let Some(r) = k.handle_request(addr(A), &d) {
-                        a.handle_kdc(now, &r);
-                    }
-                } else {
-                    b.handle_datagram(now, addr(A), &d);
-                }
-            }
-            while let Some(t) = b.poll_transmit(now, &mut buf) {
-                moved = true;
-                let d = buf[..t.size].to_vec();
-                buf.clear();
-                if t.destination == addr(KDC) {
-                    if let Some(r) = k.handle_request(addr(B), &d) {
-                        b.handle_kdc(now, &r);
-                    }
-                } else {
-                    a.handle_datagram(now, addr(B), &d);
-                }
-            }
-            if !moved {
+            let moved_a = drain(now, a, addr(A), b, k, &mut buf);
+            let moved_b = drain(now, b, addr(B), a, k, &mut buf);
+            if !(moved_a || moved_b) {
                 return;
             }
         }
+    }
+
+    /// Delivers everything `from` (at `at`) sends now: to the KDC (and the KDC's answer
+    /// back to `from`) or to `to`. Whether it sent anything.
+    fn drain(
+        now: Timestamp,
+        from: &mut KdcPairTable,
+        at: SocketAddr,
+        to: &mut KdcPairTable,
+        k: &mut Kdc,
+        buf: &mut Vec<u8>,
+    ) -> bool {
+        let mut moved = false;
+        while let Some(t) = from.poll_transmit(now, buf) {
+            moved = true;
+            let d = buf[..t.size].to_vec();
+            buf.clear();
+            if t.destination == addr(KDC) {
+                if let Some(r) = k.handle_request(at, &d) {
+                    from.handle_kdc(now, &r);
+                }
+            } else {
+                to.handle_datagram(now, at, &d);
+            }
+        }
+        moved
     }
 
     fn messages(t: &mut KdcPairTable) -> Vec<Vec<u8>> {
