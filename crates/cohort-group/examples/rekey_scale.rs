@@ -28,7 +28,7 @@
 //! stops there: the group is left mid-change, so later rekeys would measure something else.
 use cohort_channel::identity::Identity;
 use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_crypto::{CryptoProvider, Secret};
+use cohort_crypto::CryptoProvider;
 use cohort_gears::MAX_PACKET_LEN;
 use cohort_group::{GroupConfig, GroupEvent, GroupMember, MemberId, RekeyMethod};
 use cohort_sim::rand_core::RngCore;
@@ -36,6 +36,11 @@ use cohort_sim::{LogKind, NodeId, Sim, SimConfig};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+/// Identities, clocks and statistics, shared with the tests and the benchmark.
+#[path = "../tests/support/kit.rs"]
+mod kit;
+use kit::{identity, median, ms, opt, thread_cpu, wall_now};
 
 /// A member and what it sent.
 struct Node {
@@ -134,29 +139,6 @@ fn parse_args() -> Result<Args, String> {
         return Err("--rekeys and --batch: at least 1".into());
     }
     Ok(a)
-}
-
-/// The real clock, for the wall-clock columns only: the simulated members never see it (the
-/// workspace forbids `Instant::now` in protocol cores, which take `now` from the caller).
-#[allow(clippy::disallowed_methods)]
-fn wall_now() -> Instant {
-    Instant::now()
-}
-
-/// This thread's CPU time so far (Linux: `/proc/thread-self/schedstat`, in nanoseconds).
-fn thread_cpu() -> Option<Duration> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
-}
-
-fn identity(seed: u64, i: usize) -> Identity {
-    let provider = CryptoProvider::default_provider();
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    bytes[8..16].copy_from_slice(&(i as u64).to_le_bytes());
-    bytes[16] = 0x5a;
-    Identity::from_secret(&provider, Secret::from_slice(&bytes)).expect("identity")
 }
 
 fn method_name(m: RekeyMethod) -> String {
@@ -501,23 +483,6 @@ fn run_row(args: &Args, n: usize, method: RekeyMethod) -> Row {
     row
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 0 {
-        (v[m - 1] + v[m]) / 2.0
-    } else {
-        v[m]
-    })
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
 /// Summary of the later rekeys (all but the first).
 struct Later {
     count: usize,
@@ -544,10 +509,6 @@ fn later(row: &Row) -> Later {
         wall: median(col(&|s| Some(ms(s.wall)))),
         cpu: median(col(&|s| s.cpu.map(ms))),
     }
-}
-
-fn opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
 
 fn json_num(v: Option<f64>) -> String {

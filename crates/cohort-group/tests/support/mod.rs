@@ -3,13 +3,16 @@
 
 use cohort_channel::identity::Identity;
 use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_crypto::{CryptoProvider, Secret};
+use cohort_crypto::CryptoProvider;
 use cohort_group::{Channel, GroupConfig, GroupEvent, GroupMember, MemberId, ViewId};
 use cohort_sim::{NodeId, Sim, SimConfig, SimFailure};
 use rand_core::RngCore;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
+
+pub mod kit;
+pub use kit::identity;
 
 /// One member's reliable deliveries in one view: (sender, message number), in order.
 type Deliveries = Vec<(MemberId, u64)>;
@@ -58,15 +61,6 @@ pub struct Group {
     pub sent: HashMap<(usize, Channel, u64), Vec<u8>>,
     /// Crashed node indexes.
     pub crashed: BTreeSet<usize>,
-}
-
-pub fn identity(seed: u64, i: usize) -> Identity {
-    let provider = CryptoProvider::default_provider();
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    bytes[8..16].copy_from_slice(&(i as u64).to_le_bytes());
-    bytes[16] = 0x5a;
-    Identity::from_secret(&provider, Secret::from_slice(&bytes)).expect("identity")
 }
 
 impl Group {
