@@ -264,22 +264,27 @@ impl KdcPairTable {
     /// Replaces the trust list; open channels to principals no longer trusted close.
     pub fn set_trust(&mut self, trust: Vec<MemberId>) {
         self.trust = trust;
+        self.close_where(PairFailure::NoLongerTrusted, |t, s| {
+            s.peer.is_some_and(|p| !t.trusted(&p))
+        });
+        let (trust, any) = (&self.trust, self.trust_any);
+        self.replacing
+            .retain(|_, s| s.peer.is_none_or(|p| any || trust.contains(&p)));
+    }
+
+    /// Closes every channel that `doomed` picks (in address order), each reported as
+    /// failed for `reason`.
+    fn close_where(&mut self, reason: PairFailure, doomed: impl Fn(&Self, &Slot) -> bool) {
         let gone: Vec<SocketAddr> = self
             .slots
             .iter()
-            .filter(|(_, s)| s.peer.is_some_and(|p| !self.trusted(&p)))
+            .filter(|(_, s)| doomed(self, s))
             .map(|(a, _)| *a)
             .collect();
         for addr in gone {
             self.slots.remove(&addr);
-            self.events.push_back(PairEvent::Failed {
-                addr,
-                reason: PairFailure::NoLongerTrusted,
-            });
+            self.events.push_back(PairEvent::Failed { addr, reason });
         }
-        let (trust, any) = (&self.trust, self.trust_any);
-        self.replacing
-            .retain(|_, s| s.peer.is_none_or(|p| any || trust.contains(&p)));
     }
 
     /// Drops the channel to `addr`.
@@ -1156,19 +1161,9 @@ impl KdcPairTable {
                 let hinted = p.hint.is_some();
                 self.pending.remove(&m);
                 if hinted {
-                    let waiting: Vec<SocketAddr> = self
-                        .slots
-                        .iter()
-                        .filter(|(_, s)| s.peer == Some(m) && matches!(s.state, State::AwaitKdc))
-                        .map(|(a, _)| *a)
-                        .collect();
-                    for addr in waiting {
-                        self.slots.remove(&addr);
-                        self.events.push_back(PairEvent::Failed {
-                            addr,
-                            reason: PairFailure::KdcUnknownMemberHint,
-                        });
-                    }
+                    self.close_where(PairFailure::KdcUnknownMemberHint, |_, s| {
+                        s.peer == Some(m) && matches!(s.state, State::AwaitKdc)
+                    });
                 }
                 continue;
             }

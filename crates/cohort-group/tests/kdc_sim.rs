@@ -169,18 +169,12 @@ impl KdcGroup {
     }
 
     fn member(&self, i: usize) -> &GroupMember {
-        let Some(m) = self.sim.node(self.nodes[i]).inner.member() else {
-            unreachable!("a member index")
-        };
-        m
+        self.sim.node(self.nodes[i]).inner.member()
     }
 
     fn with_member<R>(&mut self, i: usize, f: impl FnOnce(&mut GroupMember, Timestamp) -> R) -> R {
         self.sim
-            .with_node(self.nodes[i], |p, now| match p.inner.member_mut() {
-                Some(m) => f(m, now),
-                None => unreachable!("a member index"),
-            })
+            .with_node(self.nodes[i], |p, now| f(p.inner.member_mut(), now))
     }
 
     fn start(&mut self, i: usize, contacts: &[usize]) {

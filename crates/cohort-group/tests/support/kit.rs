@@ -74,19 +74,19 @@ impl MemberOrKdc {
         }))
     }
 
-    /// The member (`None` for the KDC).
-    pub fn member(&self) -> Option<&GroupMember> {
+    /// The member. Callers ask only member nodes: the KDC panics.
+    pub fn member(&self) -> &GroupMember {
         match self {
-            MemberOrKdc::Member(m) => Some(m),
-            MemberOrKdc::Kdc(_) => None,
+            MemberOrKdc::Member(m) => m,
+            MemberOrKdc::Kdc(_) => unreachable!("a member index"),
         }
     }
 
-    /// The member (`None` for the KDC).
-    pub fn member_mut(&mut self) -> Option<&mut GroupMember> {
+    /// The member. Callers ask only member nodes: the KDC panics.
+    pub fn member_mut(&mut self) -> &mut GroupMember {
         match self {
-            MemberOrKdc::Member(m) => Some(m),
-            MemberOrKdc::Kdc(_) => None,
+            MemberOrKdc::Member(m) => m,
+            MemberOrKdc::Kdc(_) => unreachable!("a member index"),
         }
     }
 }
