@@ -27,47 +27,33 @@
 //! the reason when the simulator saw one (an Install larger than the MTU), and the row
 //! stops there: the group is left mid-change, so later rekeys would measure something else.
 use cohort_channel::identity::Identity;
-use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_crypto::CryptoProvider;
+use cohort_core::Transmit;
 use cohort_gears::MAX_PACKET_LEN;
-use cohort_group::{GroupConfig, GroupEvent, GroupMember, MemberId, RekeyMethod};
+use cohort_group::{GroupConfig, GroupEvent, MemberId, RekeyMethod};
 use cohort_sim::rand_core::RngCore;
 use cohort_sim::{LogKind, NodeId, Sim, SimConfig};
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 /// Identities, clocks and statistics, shared with the tests and the benchmark.
 #[path = "../tests/support/kit.rs"]
 mod kit;
-use kit::{identity, median, ms, opt, thread_cpu, wall_now};
+use kit::{identity, median, ms, opt, thread_cpu, wall_now, MemberNode, SendWatch};
 
 /// A member and what it sent.
-struct Node {
-    member: GroupMember,
+type Node = MemberNode<Sent>;
+
+/// Datagrams and bytes a member sent.
+#[derive(Default)]
+struct Sent {
     packets: u64,
     bytes: u64,
 }
 
-impl Machine for Node {
-    type Event = GroupEvent;
-    fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
-        self.member.handle_datagram(now, from, data);
-    }
-    fn handle_timeout(&mut self, now: Timestamp) {
-        self.member.handle_timeout(now);
-    }
-    fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let t = self.member.poll_transmit(now, buf)?;
+impl SendWatch for Sent {
+    fn sent(&mut self, t: &Transmit, _: &[u8]) {
         self.packets += 1;
         self.bytes += t.size as u64;
-        Some(t)
-    }
-    fn poll_timeout(&self) -> Option<Timestamp> {
-        self.member.poll_timeout()
-    }
-    fn poll_event(&mut self) -> Option<GroupEvent> {
-        self.member.poll_event()
     }
 }
 
@@ -212,18 +198,7 @@ impl Bench {
             sim.rng().fill_bytes(&mut seed_bytes);
             let config = config.clone();
             nodes.push(sim.add_node_with(|_, addr| {
-                Node {
-                    member: GroupMember::new(
-                        CryptoProvider::default_provider(),
-                        ident,
-                        addr,
-                        config,
-                        seed_bytes,
-                    )
-                    .expect("member"),
-                    packets: 0,
-                    bytes: 0,
-                }
+                Node::new(ident, addr, config, seed_bytes, Sent::default())
             }));
         }
         Bench {
@@ -306,7 +281,7 @@ impl Bench {
     fn sent(&self) -> (u64, u64) {
         self.nodes.iter().fold((0, 0), |(p, b), n| {
             let node = self.sim.node(*n);
-            (p + node.packets, b + node.bytes)
+            (p + node.watch.packets, b + node.watch.bytes)
         })
     }
 

@@ -129,6 +129,27 @@ struct Slot {
     last_heard: Timestamp,
 }
 
+impl Slot {
+    /// A session started at `now` in `state`: no peer, nonces, keys or queued data yet; the
+    /// first resend after [`RESEND`].
+    fn new(role: Role, state: State, now: Timestamp) -> Slot {
+        Slot {
+            role,
+            state,
+            peer: None,
+            expect: None,
+            nonce_i: [0; NONCE],
+            nonce_r: [0; NONCE],
+            keys: None,
+            queue: VecDeque::new(),
+            started: now,
+            resend_at: now.saturating_add(RESEND),
+            opened_at: None,
+            last_heard: now,
+        }
+    }
+}
+
 /// The body of an Accept or a Confirm: sender, receiver, both nonces, and the tag over
 /// every byte before it.
 #[derive(Clone, Copy)]
@@ -361,18 +382,10 @@ impl KdcPairTable {
         self.slots.insert(
             addr,
             Slot {
-                role: Role::Opener,
-                state: State::HelloSent,
-                peer: None,
                 expect,
                 nonce_i,
-                nonce_r: [0; NONCE],
-                keys: None,
                 queue,
-                started: now,
-                resend_at: now.saturating_add(RESEND),
-                opened_at: None,
-                last_heard: now,
+                ..Slot::new(Role::Opener, State::HelloSent, now)
             },
         );
         self.send_hello(addr);
@@ -604,18 +617,11 @@ impl KdcPairTable {
         self.slots.insert(
             from,
             Slot {
-                role: Role::Answerer,
-                state: State::AwaitKdc,
                 peer: Some(i),
-                expect: None,
                 nonce_i,
                 nonce_r,
-                keys: None,
                 queue,
-                started: now,
-                resend_at: now.saturating_add(RESEND),
-                opened_at: None,
-                last_heard: now,
+                ..Slot::new(Role::Answerer, State::AwaitKdc, now)
             },
         );
         if self.from_kdc.contains_key(&i) {

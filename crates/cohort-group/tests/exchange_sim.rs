@@ -139,7 +139,7 @@ fn a_healed_partition_merges_through_one_exchange_without_a_fresh_key() {
     let captured: Vec<Vec<u8>> = g
         .nodes
         .iter()
-        .flat_map(|n| g.sim.node(*n).tap.clone())
+        .flat_map(|n| g.sim.node(*n).watch.tap.clone())
         .filter(|(_, p)| p.first() == Some(&GOSSIP_KIND))
         .map(|(_, p)| p)
         .collect();

@@ -1,6 +1,6 @@
 //! The simulator pieces that the tests, the benchmark and the example share: deterministic
-//! identities and KDC principals, the KDC (or a member) as a simulator node, and the clocks
-//! and statistics the measurements print.
+//! identities and KDC principals, a member (watched) or the KDC as a simulator node, and the
+//! clocks and statistics the measurements print.
 //!
 //! Owns only these pieces. It is `support::kit` for the tests and is included by path
 //! (`#[path = "../tests/support/kit.rs"] mod kit;`) by `benches/group_scaling.rs` and
@@ -11,7 +11,7 @@
 use cohort_channel::identity::Identity;
 use cohort_core::{Machine, Timestamp, Transmit};
 use cohort_crypto::{CryptoProvider, Secret};
-use cohort_group::{GroupEvent, GroupMember};
+use cohort_group::{GroupConfig, GroupEvent, GroupMember};
 use cohort_kdc::{Kdc, PrincipalKey, PrincipalName, Registry};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -51,6 +51,57 @@ pub fn principal_keys(seed: u64, n: usize) -> Vec<PrincipalKey> {
 }
 
 // ------------------------------------------------------------------------------ nodes
+
+/// What a [`MemberNode`] does with each datagram its member sends.
+pub trait SendWatch {
+    /// `t` was just sent; `buf` is the buffer the simulator handed to `poll_transmit`.
+    fn sent(&mut self, t: &Transmit, buf: &[u8]);
+}
+
+/// A group member as a simulator node, with a watch on what it sends.
+pub struct MemberNode<W> {
+    pub member: GroupMember,
+    pub watch: W,
+}
+
+impl<W> MemberNode<W> {
+    /// A member with `identity` at `addr` under the default crypto provider.
+    #[allow(clippy::expect_used)] // reason: the tests' and benchmarks' configs are valid
+    pub fn new(
+        identity: Identity,
+        addr: SocketAddr,
+        config: GroupConfig,
+        seed: [u8; 32],
+        watch: W,
+    ) -> MemberNode<W> {
+        let provider = CryptoProvider::default_provider();
+        MemberNode {
+            member: GroupMember::new(provider, identity, addr, config, seed).expect("member"),
+            watch,
+        }
+    }
+}
+
+impl<W: SendWatch> Machine for MemberNode<W> {
+    type Event = GroupEvent;
+    fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
+        self.member.handle_datagram(now, from, data);
+    }
+    fn handle_timeout(&mut self, now: Timestamp) {
+        self.member.handle_timeout(now);
+    }
+    fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let t = self.member.poll_transmit(now, buf)?;
+        self.watch.sent(&t, buf);
+        Some(t)
+    }
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        self.member.poll_timeout()
+    }
+    fn poll_event(&mut self) -> Option<GroupEvent> {
+        self.member.poll_event()
+    }
+}
 
 /// The KDC as a simulator node: it answers each request to its sender.
 pub struct KdcNode {

@@ -2,9 +2,8 @@
 #![allow(dead_code)]
 
 use cohort_channel::identity::Identity;
-use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_crypto::CryptoProvider;
-use cohort_group::{Channel, GroupConfig, GroupEvent, GroupMember, MemberId, ViewId};
+use cohort_core::Transmit;
+use cohort_group::{Channel, GroupConfig, GroupEvent, MemberId, ViewId};
 use cohort_sim::{NodeId, Sim, SimConfig, SimFailure};
 use rand_core::RngCore;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -13,40 +12,29 @@ use std::time::Duration;
 
 pub mod kit;
 pub use kit::identity;
+use kit::{MemberNode, SendWatch};
 
 /// One member's reliable deliveries in one view: (sender, message number), in order.
 type Deliveries = Vec<(MemberId, u64)>;
 
 /// A member with a tap on what it sends, so the adversary can replay real packets.
-pub struct Node {
-    pub member: GroupMember,
+pub type Node = MemberNode<Tap>;
+
+/// A sample of what a member sent.
+#[derive(Default)]
+pub struct Tap {
     pub tap: Vec<(SocketAddr, Vec<u8>)>,
     pub sent_count: u64,
 }
 
-impl Machine for Node {
-    type Event = GroupEvent;
-    fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
-        self.member.handle_datagram(now, from, data);
-    }
-    fn handle_timeout(&mut self, now: Timestamp) {
-        self.member.handle_timeout(now);
-    }
-    fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let t = self.member.poll_transmit(now, buf)?;
+impl SendWatch for Tap {
+    fn sent(&mut self, t: &Transmit, buf: &[u8]) {
         self.sent_count += 1;
         // Keep a sample of the packets (every 7th, and all gossip: Ids and tickets), up to 400.
         let gossip = buf.first() == Some(&cohort_group::exchange::GOSSIP_KIND);
         if (self.sent_count % 7 == 0 || gossip) && self.tap.len() < 400 {
             self.tap.push((t.destination, buf[..t.size].to_vec()));
         }
-        Some(t)
-    }
-    fn poll_timeout(&self) -> Option<Timestamp> {
-        self.member.poll_timeout()
-    }
-    fn poll_event(&mut self) -> Option<GroupEvent> {
-        self.member.poll_event()
     }
 }
 
@@ -92,17 +80,8 @@ impl Group {
             let mut config = config.clone();
             tweak(i, &mut config);
             let ident = ident.clone();
-            let node = sim.add_node_with(|_, addr| Node {
-                member: GroupMember::new(
-                    CryptoProvider::default_provider(),
-                    ident,
-                    addr,
-                    config,
-                    seed_bytes,
-                )
-                .expect("member"),
-                tap: Vec::new(),
-                sent_count: 0,
+            let node = sim.add_node_with(|_, addr| {
+                Node::new(ident, addr, config, seed_bytes, Tap::default())
             });
             nodes.push(node);
         }
@@ -521,7 +500,7 @@ pub fn adversary(g: &mut Group, rng: &mut impl RngCore) {
     for _ in 0..4 {
         let src = (rng.next_u32() as usize) % n;
         let dst = g.nodes[(rng.next_u32() as usize) % n];
-        let tap = &g.sim.node(g.nodes[src]).tap;
+        let tap = &g.sim.node(g.nodes[src]).watch.tap;
         if tap.is_empty() {
             continue;
         }
