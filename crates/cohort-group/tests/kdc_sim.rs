@@ -13,13 +13,14 @@ use cohort_group::{
     AuthMode, Channel, GroupConfig, GroupEvent, GroupMember, MemberId, RemovalReason,
 };
 use cohort_kdc::Registry;
-use cohort_sim::{split_prefix, sweep, NodeId, Sim, SimConfig, SimFailure, StandardFaults};
+use cohort_sim::{split_prefix, sweep, NodeId, Sim, SimFailure, StandardFaults};
 use rand_core::RngCore;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use support::kit::{principal_keys, principal_name, MemberOrKdc};
+use support::{fast_timers, sim_config};
 
 mod support;
 
@@ -112,12 +113,7 @@ impl KdcGroup {
     /// `n` members named m0.. (registered with the KDC unless listed in `unregistered`),
     /// not started.
     fn new(seed: u64, n: usize, unregistered: &[usize]) -> KdcGroup {
-        let mut sim: Sim<Peer> = Sim::new(SimConfig {
-            mtu: 65_536,
-            log_packets: false,
-            latency: Duration::from_millis(5),
-            ..SimConfig::with_seed(seed)
-        });
+        let mut sim: Sim<Peer> = Sim::new(sim_config(seed));
         let keys = principal_keys(seed, n);
         let mut registry = Registry::new();
         for (i, k) in keys.iter().enumerate() {
@@ -130,9 +126,7 @@ impl KdcGroup {
         let mut config = GroupConfig::new("kdc-sim", Vec::new());
         config.auth = AuthMode::Kdc;
         config.trust_any_registered = true;
-        config.heartbeat_interval = Duration::from_millis(50);
-        config.suspect_timeout = Duration::from_millis(400);
-        config.flush_timeout = Duration::from_millis(300);
+        fast_timers(&mut config);
         let mut nodes = Vec::new();
         for (i, key) in keys.into_iter().enumerate() {
             let mut seed_bytes = [0u8; 32];

@@ -51,6 +51,23 @@ pub struct Group {
     pub crashed: BTreeSet<usize>,
 }
 
+/// The simulator the group tests run in: 5 ms links, datagrams up to 64 KiB, no packet log.
+pub fn sim_config(seed: u64) -> SimConfig {
+    SimConfig {
+        mtu: 65_536,
+        log_packets: false,
+        latency: Duration::from_millis(5),
+        ..SimConfig::with_seed(seed)
+    }
+}
+
+/// The group tests' timers: heartbeat 50 ms, suspicion 400 ms, flush 300 ms.
+pub fn fast_timers(config: &mut GroupConfig) {
+    config.heartbeat_interval = Duration::from_millis(50);
+    config.suspect_timeout = Duration::from_millis(400);
+    config.flush_timeout = Duration::from_millis(300);
+}
+
 impl Group {
     /// `n` members (not started) in a simulator seeded with `seed`.
     pub fn new(seed: u64, n: usize, tweak: impl Fn(&mut GroupConfig)) -> Group {
@@ -60,19 +77,11 @@ impl Group {
     /// `n` members (not started); `tweak` sees each member's index and config (say, to give
     /// each its own trust policy).
     pub fn new_each(seed: u64, n: usize, tweak: impl Fn(usize, &mut GroupConfig)) -> Group {
-        let sim_config = SimConfig {
-            mtu: 65_536,
-            log_packets: false,
-            latency: Duration::from_millis(5),
-            ..SimConfig::with_seed(seed)
-        };
-        let mut sim: Sim<Node> = Sim::new(sim_config);
+        let mut sim: Sim<Node> = Sim::new(sim_config(seed));
         let identities: Vec<Identity> = (0..n).map(|i| identity(seed, i)).collect();
         let ids: Vec<MemberId> = identities.iter().map(|i| MemberId(i.public())).collect();
         let mut config = GroupConfig::new("sim", ids.clone());
-        config.heartbeat_interval = Duration::from_millis(50);
-        config.suspect_timeout = Duration::from_millis(400);
-        config.flush_timeout = Duration::from_millis(300);
+        fast_timers(&mut config);
         let mut nodes = Vec::new();
         for (i, ident) in identities.iter().enumerate() {
             let mut seed_bytes = [0u8; 32];
