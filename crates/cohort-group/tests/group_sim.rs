@@ -182,11 +182,7 @@ fn a_partition_leaves_each_side_with_its_own_view_and_key() {
     g.wait_converged(&[0, 1, 2, 3, 4], CONVERGE_BOUND)
         .expect("one view");
     let (a, b): (Vec<usize>, Vec<usize>) = (vec![0, 1, 2], vec![3, 4]);
-    let na: Vec<_> = a.iter().map(|i| g.nodes[*i]).collect();
-    let nb: Vec<_> = b.iter().map(|i| g.nodes[*i]).collect();
-    g.sim.partition(&[&na, &nb]);
-    g.wait_converged(&a, CONVERGE_BOUND * 2).expect("side a");
-    g.wait_converged(&b, CONVERGE_BOUND * 2).expect("side b");
+    g.split(&a, &b, CONVERGE_BOUND * 2);
     for k in 0..5 {
         for i in 0..5 {
             g.send(i, Channel::Reliable, payload(i, k));

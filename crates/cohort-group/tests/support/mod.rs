@@ -220,6 +220,16 @@ impl Group {
         }
     }
 
+    /// Cuts the network between members `a` and `b`, then waits (up to `bound` each) until
+    /// each side has a view of its own. Panics if a side does not get one.
+    pub fn split(&mut self, a: &[usize], b: &[usize], bound: Duration) {
+        let na: Vec<_> = a.iter().map(|i| self.nodes[*i]).collect();
+        let nb: Vec<_> = b.iter().map(|i| self.nodes[*i]).collect();
+        self.sim.partition(&[&na, &nb]);
+        self.wait_converged(a, bound).expect("side a");
+        self.wait_converged(b, bound).expect("side b");
+    }
+
     /// Every checker over the recorded events.
     pub fn check_all(&self) -> Result<(), SimFailure> {
         let per_node = self.events_per_node();
