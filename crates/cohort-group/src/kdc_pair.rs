@@ -1285,6 +1285,21 @@ mod tests {
         moved
     }
 
+    /// A Hello of group "g" from principal `who`, every nonce byte `nonce` (anyone can
+    /// send one: it is not authenticated).
+    fn hello_from(who: &str, nonce: u8) -> Vec<u8> {
+        let mut h = Vec::new();
+        Writer::new(&mut h)
+            .u8(KDC_PAIR_KIND)
+            .u8(VERSION)
+            .u8(1)
+            .u8(1)
+            .bytes(b"g")
+            .bytes(MemberId::from_principal(&name(who)).as_bytes())
+            .bytes(&[nonce; NONCE]);
+        h
+    }
+
     fn messages(t: &mut KdcPairTable) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         while let Some(e) = t.poll_event() {
@@ -1312,15 +1327,7 @@ mod tests {
     #[test]
     fn a_spoofed_hello_does_not_tear_down_an_open_channel() {
         let (mut a, mut b, mut k, now) = open_pair();
-        let mut hello = Vec::new();
-        Writer::new(&mut hello)
-            .u8(KDC_PAIR_KIND)
-            .u8(VERSION)
-            .u8(1)
-            .u8(1)
-            .bytes(b"g")
-            .bytes(MemberId::from_principal(&name("b")).as_bytes())
-            .bytes(&[0x77; NONCE]);
+        let mut hello = hello_from("b", 0x77);
         let last = hello.len() - 1;
         for i in 0..100 {
             hello[last] = i;
@@ -1385,22 +1392,10 @@ mod tests {
             [1; 32],
         );
         let mut k = kdc(); // knows a and b, not c
-        let hello = |nonce: u8| {
-            let mut h = Vec::new();
-            Writer::new(&mut h)
-                .u8(KDC_PAIR_KIND)
-                .u8(VERSION)
-                .u8(1)
-                .u8(1)
-                .bytes(b"g")
-                .bytes(MemberId::from_principal(&name("c")).as_bytes())
-                .bytes(&[nonce; NONCE]);
-            h
-        };
         let mut to_kdc = 0;
         let mut buf = Vec::new();
         for round in 0..5u8 {
-            a.handle_datagram(now, addr(B), &hello(round));
+            a.handle_datagram(now, addr(B), &hello_from("c", round));
             while let Some(t) = a.poll_transmit(now, &mut buf) {
                 let d = buf[..t.size].to_vec();
                 buf.clear();
