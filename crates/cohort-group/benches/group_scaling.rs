@@ -39,33 +39,26 @@
 
 use cohort_channel::identity::Identity;
 use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_crypto::{CryptoProvider, Secret};
+use cohort_crypto::CryptoProvider;
 use cohort_group::kdc_pair::KdcCredentials;
 use cohort_group::{AuthMode, GroupConfig, GroupEvent, GroupMember, MemberId, View};
-use cohort_kdc::{Kdc, PrincipalKey, PrincipalName, Registry};
+use cohort_kdc::{PrincipalKey, PrincipalName, Registry};
 use cohort_sim::{FnRule, NodeId, Sim, SimConfig, Verdict};
-use rand_chacha::ChaCha20Rng;
-use rand_core::{RngCore, SeedableRng};
+use kit::{
+    identity, median, ms, opt, principal_keys, principal_name, thread_cpu, wall_now, MemberOrKdc,
+};
+use rand_core::RngCore;
 use std::cell::Cell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+/// Identities, the KDC node, clocks and statistics, shared with the tests and the example.
+#[path = "../tests/support/kit.rs"]
+mod kit;
+
 // ------------------------------------------------------------------------------ clocks
-
-/// The real clock, for the wall-clock columns only: the simulated members never see it.
-#[allow(clippy::disallowed_methods)]
-fn wall_now() -> Instant {
-    Instant::now()
-}
-
-/// This thread's CPU time so far (Linux: `/proc/thread-self/schedstat`, in nanoseconds).
-fn thread_cpu() -> Option<Duration> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
-}
 
 /// Wall-clock and CPU time from a start point.
 struct Stopwatch {
@@ -111,21 +104,10 @@ impl Mode {
     }
 }
 
-/// The KDC as a simulator node.
-struct KdcNode {
-    kdc: Kdc,
-    out: VecDeque<(SocketAddr, Vec<u8>)>,
-}
-
-enum Inner {
-    Member(Box<GroupMember>),
-    Kdc(Box<KdcNode>),
-}
-
 /// A member or the KDC. A member's events are read here and not handed to the simulator
 /// (whose log would keep every one of them): only what the benchmarks need is kept.
 struct Peer {
-    inner: Inner,
+    inner: MemberOrKdc,
     /// Events seen by every peer of the simulation together: the harness looks at the
     /// members again only when this moved.
     ticks: Rc<Cell<u64>>,
@@ -150,53 +132,30 @@ impl Machine for Peer {
     type Event = ();
     fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
         let start = self.busy.is_some().then(wall_now);
-        match &mut self.inner {
-            Inner::Member(m) => m.handle_datagram(now, from, data),
-            Inner::Kdc(k) => {
-                if let Some(reply) = k.kdc.handle_request(from, data) {
-                    k.out.push_back((from, reply));
-                }
-            }
-        }
+        self.inner.handle_datagram(now, from, data);
         self.charge(start);
     }
     fn handle_timeout(&mut self, now: Timestamp) {
         let start = self.busy.is_some().then(wall_now);
-        if let Inner::Member(m) = &mut self.inner {
-            m.handle_timeout(now);
-        }
+        self.inner.handle_timeout(now);
         self.charge(start);
     }
     fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
         let start = self.busy.is_some().then(wall_now);
-        let t = match &mut self.inner {
-            Inner::Member(m) => m.poll_transmit(now, buf),
-            Inner::Kdc(k) => k.out.pop_front().map(|(destination, d)| {
-                buf.extend_from_slice(&d);
-                Transmit {
-                    destination,
-                    size: d.len(),
-                }
-            }),
-        };
+        let t = self.inner.poll_transmit(now, buf);
         self.charge(start);
         t
     }
     fn poll_timeout(&self) -> Option<Timestamp> {
-        match &self.inner {
-            Inner::Member(m) => m.poll_timeout(),
-            Inner::Kdc(_) => None,
-        }
+        self.inner.poll_timeout()
     }
     fn poll_event(&mut self) -> Option<()> {
         let start = self.busy.is_some().then(wall_now);
-        if let Inner::Member(m) = &mut self.inner {
-            while let Some(e) = m.poll_event() {
-                self.ticks.set(self.ticks.get() + 1);
-                if let GroupEvent::View(v) = e {
-                    self.last_view = Some(v);
-                    self.views += 1;
-                }
+        while let Some(e) = self.inner.poll_event() {
+            self.ticks.set(self.ticks.get() + 1);
+            if let GroupEvent::View(v) = e {
+                self.last_view = Some(v);
+                self.views += 1;
             }
         }
         self.charge(start);
@@ -205,15 +164,6 @@ impl Machine for Peer {
 }
 
 // ------------------------------------------------------------------------------ a world
-
-fn identity(seed: u64, i: usize) -> Identity {
-    let provider = CryptoProvider::default_provider();
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    bytes[8..16].copy_from_slice(&(i as u64).to_le_bytes());
-    bytes[16] = 0x5a;
-    Identity::from_secret(&provider, Secret::from_slice(&bytes)).expect("identity")
-}
 
 /// KDC mode: the principals registered with the KDC, handed out one by one.
 struct Principals {
@@ -281,23 +231,16 @@ impl World {
                 ids
             }
             Mode::Kdc => {
-                let mut keys_rng = ChaCha20Rng::seed_from_u64(seed ^ 0x6b6463);
+                let count = principals.max(members);
+                keys = principal_keys(seed, count);
+                names = (0..count).map(principal_name).collect();
                 let mut registry = Registry::new();
-                for i in 0..principals.max(members) {
-                    let name = PrincipalName::new(&format!("m{i}")).expect("name");
-                    let mut b = [0u8; 32];
-                    keys_rng.fill_bytes(&mut b);
-                    let key = PrincipalKey::from_bytes(b);
-                    registry.insert(name, key.clone());
-                    names.push(name);
-                    keys.push(key);
+                for (name, key) in names.iter().zip(&keys) {
+                    registry.insert(*name, key.clone());
                 }
                 let t = ticks.clone();
                 kdc = Some(sim.add_node_with(|_, _| Peer {
-                    inner: Inner::Kdc(Box::new(KdcNode {
-                        kdc: Kdc::new(CryptoProvider::default_provider(), registry),
-                        out: VecDeque::new(),
-                    })),
+                    inner: MemberOrKdc::kdc(registry),
                     ticks: t,
                     last_view: None,
                     views: 0,
@@ -369,7 +312,7 @@ impl World {
         }
         .expect("member");
         Peer {
-            inner: Inner::Member(Box::new(member)),
+            inner: MemberOrKdc::Member(Box::new(member)),
             ticks: self.ticks.clone(),
             last_view: None,
             views: 0,
@@ -405,18 +348,12 @@ impl World {
     }
 
     fn member(&self, i: usize) -> &GroupMember {
-        match &self.peer(i).inner {
-            Inner::Member(m) => m,
-            Inner::Kdc(_) => unreachable!("a member index"),
-        }
+        self.peer(i).inner.member()
     }
 
     fn with_member<R>(&mut self, i: usize, f: impl FnOnce(&mut GroupMember, Timestamp) -> R) -> R {
         self.sim
-            .with_node(self.nodes[i], |p, now| match &mut p.inner {
-                Inner::Member(m) => f(m, now),
-                Inner::Kdc(_) => unreachable!("a member index"),
-            })
+            .with_node(self.nodes[i], |p, now| f(p.inner.member_mut(), now))
     }
 
     fn start(&mut self, i: usize, contacts: &[SocketAddr]) {
@@ -426,8 +363,8 @@ impl World {
 
     fn kdc_requests(&self) -> u64 {
         self.kdc.map_or(0, |k| match &self.sim.node(k).inner {
-            Inner::Kdc(k) => k.kdc.counters().total(),
-            Inner::Member(_) => 0,
+            MemberOrKdc::Kdc(k) => k.kdc.counters().total(),
+            MemberOrKdc::Member(_) => 0,
         })
     }
 
@@ -568,31 +505,10 @@ impl World {
 
 // ------------------------------------------------------------------------------ statistics
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 0 {
-        (v[m - 1] + v[m]) / 2.0
-    } else {
-        v[m]
-    })
-}
-
 fn min_max(v: &[f64]) -> Option<(f64, f64)> {
     let min = v.iter().copied().reduce(f64::min)?;
     let max = v.iter().copied().reduce(f64::max)?;
     Some((min, max))
-}
-
-fn opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
 
 // ------------------------------------------------------------------------------ merge

@@ -27,42 +27,33 @@
 //! the reason when the simulator saw one (an Install larger than the MTU), and the row
 //! stops there: the group is left mid-change, so later rekeys would measure something else.
 use cohort_channel::identity::Identity;
-use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_crypto::{CryptoProvider, Secret};
+use cohort_core::Transmit;
 use cohort_gears::MAX_PACKET_LEN;
-use cohort_group::{GroupConfig, GroupEvent, GroupMember, MemberId, RekeyMethod};
+use cohort_group::{GroupConfig, GroupEvent, MemberId, RekeyMethod};
 use cohort_sim::rand_core::RngCore;
 use cohort_sim::{LogKind, NodeId, Sim, SimConfig};
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+/// Identities, clocks and statistics, shared with the tests and the benchmark.
+#[path = "../tests/support/kit.rs"]
+mod kit;
+use kit::{identity, median, ms, opt, thread_cpu, wall_now, MemberNode, SendWatch};
+
 /// A member and what it sent.
-struct Node {
-    member: GroupMember,
+type Node = MemberNode<Sent>;
+
+/// Datagrams and bytes a member sent.
+#[derive(Default)]
+struct Sent {
     packets: u64,
     bytes: u64,
 }
 
-impl Machine for Node {
-    type Event = GroupEvent;
-    fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
-        self.member.handle_datagram(now, from, data);
-    }
-    fn handle_timeout(&mut self, now: Timestamp) {
-        self.member.handle_timeout(now);
-    }
-    fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let t = self.member.poll_transmit(now, buf)?;
+impl SendWatch for Sent {
+    fn sent(&mut self, t: &Transmit, _: &[u8]) {
         self.packets += 1;
         self.bytes += t.size as u64;
-        Some(t)
-    }
-    fn poll_timeout(&self) -> Option<Timestamp> {
-        self.member.poll_timeout()
-    }
-    fn poll_event(&mut self) -> Option<GroupEvent> {
-        self.member.poll_event()
     }
 }
 
@@ -136,29 +127,6 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
-/// The real clock, for the wall-clock columns only: the simulated members never see it (the
-/// workspace forbids `Instant::now` in protocol cores, which take `now` from the caller).
-#[allow(clippy::disallowed_methods)]
-fn wall_now() -> Instant {
-    Instant::now()
-}
-
-/// This thread's CPU time so far (Linux: `/proc/thread-self/schedstat`, in nanoseconds).
-fn thread_cpu() -> Option<Duration> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
-}
-
-fn identity(seed: u64, i: usize) -> Identity {
-    let provider = CryptoProvider::default_provider();
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    bytes[8..16].copy_from_slice(&(i as u64).to_le_bytes());
-    bytes[16] = 0x5a;
-    Identity::from_secret(&provider, Secret::from_slice(&bytes)).expect("identity")
-}
-
 fn method_name(m: RekeyMethod) -> String {
     match m {
         RekeyMethod::OneMessage => "one message".into(),
@@ -230,18 +198,7 @@ impl Bench {
             sim.rng().fill_bytes(&mut seed_bytes);
             let config = config.clone();
             nodes.push(sim.add_node_with(|_, addr| {
-                Node {
-                    member: GroupMember::new(
-                        CryptoProvider::default_provider(),
-                        ident,
-                        addr,
-                        config,
-                        seed_bytes,
-                    )
-                    .expect("member"),
-                    packets: 0,
-                    bytes: 0,
-                }
+                Node::new(ident, addr, config, seed_bytes, Sent::default())
             }));
         }
         Bench {
@@ -324,7 +281,7 @@ impl Bench {
     fn sent(&self) -> (u64, u64) {
         self.nodes.iter().fold((0, 0), |(p, b), n| {
             let node = self.sim.node(*n);
-            (p + node.packets, b + node.bytes)
+            (p + node.watch.packets, b + node.watch.bytes)
         })
     }
 
@@ -501,23 +458,6 @@ fn run_row(args: &Args, n: usize, method: RekeyMethod) -> Row {
     row
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 0 {
-        (v[m - 1] + v[m]) / 2.0
-    } else {
-        v[m]
-    })
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
 /// Summary of the later rekeys (all but the first).
 struct Later {
     count: usize,
@@ -544,10 +484,6 @@ fn later(row: &Row) -> Later {
         wall: median(col(&|s| Some(ms(s.wall)))),
         cpu: median(col(&|s| s.cpu.map(ms))),
     }
-}
-
-fn opt(v: Option<f64>, digits: usize) -> String {
-    v.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
 
 fn json_num(v: Option<f64>) -> String {

@@ -209,6 +209,23 @@ impl LocalId {
     }
 }
 
+/// The start both kinds of Id share: the header, then principal, address, nonce and size.
+fn id_head(
+    out: &mut Vec<u8>,
+    kind: u8,
+    group: &str,
+    principal: &MemberId,
+    addr: SocketAddr,
+    local: &LocalId,
+    size: u16,
+) {
+    header(out, kind, group);
+    let mut w = Writer::new(out);
+    w.bytes(principal.as_bytes());
+    put_addr(&mut w, &addr);
+    w.bytes(&local.nonce).u16(size);
+}
+
 /// Builds and signs an Id. `None` if the signing backend failed.
 pub fn encode_id(
     provider: &CryptoProvider,
@@ -220,16 +237,11 @@ pub fn encode_id(
     key: &GroupKey,
 ) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(1500);
-    header(&mut out, 1, group);
-    {
-        let mut w = Writer::new(&mut out);
-        w.bytes(identity.public().as_bytes());
-        put_addr(&mut w, &addr);
-        w.bytes(&local.nonce)
-            .u16(size)
-            .u16(local.kem_public.len() as u16)
-            .bytes(&local.kem_public);
-    }
+    let principal = MemberId(identity.public());
+    id_head(&mut out, 1, group, &principal, addr, local, size);
+    Writer::new(&mut out)
+        .u16(local.kem_public.len() as u16)
+        .bytes(&local.kem_public);
     let tag = key_tag(provider, group, key, &out);
     out.extend_from_slice(&tag);
     let sig = identity.sign(provider, &[ID_CONTEXT, &out].concat()).ok()?;
@@ -250,13 +262,7 @@ pub fn encode_kdc_id(
     key: &GroupKey,
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
-    header(&mut out, 3, group);
-    {
-        let mut w = Writer::new(&mut out);
-        w.bytes(principal.as_bytes());
-        put_addr(&mut w, &addr);
-        w.bytes(&local.nonce).u16(size);
-    }
+    id_head(&mut out, 3, group, principal, addr, local, size);
     let tag = key_tag(provider, group, key, &out);
     out.extend_from_slice(&tag);
     out
@@ -290,20 +296,30 @@ pub fn decode(bytes: &[u8]) -> Option<Parsed> {
     let n = r.u8().ok()? as usize;
     let group = String::from_utf8(r.bytes(n).ok()?.to_vec()).ok()?;
     match kind {
-        1 => {
+        // 1: an Id; 3: a KDC-mode Id, the same without KEM key and signature.
+        1 | 3 => {
+            let signed = kind == 1;
             let principal = MemberId::from_bytes(r.array().ok()?);
             let addr = get_addr(&mut r)?;
             let nonce: [u8; NONCE_LEN] = r.array().ok()?;
             let size = r.u16().ok()?;
-            let k = r.u16().ok()? as usize;
-            if k > MAX_KEM_BYTES {
-                return None;
-            }
-            let kem_public = r.bytes(k).ok()?.to_vec();
+            let kem_public = if signed {
+                let k = r.u16().ok()? as usize;
+                if k > MAX_KEM_BYTES {
+                    return None;
+                }
+                r.bytes(k).ok()?.to_vec()
+            } else {
+                Vec::new()
+            };
             let tagged_len = bytes.len() - r.remaining();
             let key_tag: [u8; TAG_LEN] = r.array().ok()?;
-            let signed_len = bytes.len() - r.remaining();
-            let signature = r.bytes(SIGNATURE_LEN).ok()?.to_vec();
+            let (signed_len, signature) = if signed {
+                let signed_len = bytes.len() - r.remaining();
+                (signed_len, r.bytes(SIGNATURE_LEN).ok()?.to_vec())
+            } else {
+                (tagged_len, Vec::new())
+            };
             if !r.is_empty() {
                 return None;
             }
@@ -319,31 +335,6 @@ pub fn decode(bytes: &[u8]) -> Option<Parsed> {
                     signature,
                 }),
                 signed_len,
-                tagged_len,
-            })
-        }
-        3 => {
-            let principal = MemberId::from_bytes(r.array().ok()?);
-            let addr = get_addr(&mut r)?;
-            let nonce: [u8; NONCE_LEN] = r.array().ok()?;
-            let size = r.u16().ok()?;
-            let tagged_len = bytes.len() - r.remaining();
-            let key_tag: [u8; TAG_LEN] = r.array().ok()?;
-            if !r.is_empty() {
-                return None;
-            }
-            Some(Parsed {
-                group,
-                gossip: Gossip::Id(Id {
-                    principal,
-                    addr,
-                    nonce,
-                    size,
-                    kem_public: Vec::new(),
-                    key_tag,
-                    signature: Vec::new(),
-                }),
-                signed_len: tagged_len,
                 tagged_len,
             })
         }

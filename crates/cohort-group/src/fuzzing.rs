@@ -13,6 +13,7 @@
 //!
 //! Not part of the crate's API: it exists for the fuzzers and the tests.
 
+use crate::channels::Pairs;
 use crate::config::{GroupConfig, Protection};
 use crate::event::{Channel, GroupEvent, RemovalReason};
 use crate::id::{Member, MemberId, ViewId};
@@ -578,6 +579,31 @@ pub struct PairOutcome {
     pub failed: usize,
 }
 
+impl PairOutcome {
+    /// Counts one event of the table under test. Only the real peer `b_id` (and only when
+    /// `real_peer`) may be established, and only [`PAIR_HELLO`] may be delivered: anything
+    /// else panics.
+    fn count(&mut self, e: PairEvent, real_peer: bool, b_id: MemberId) {
+        match e {
+            PairEvent::Established { peer, .. } => {
+                assert!(
+                    real_peer && peer == b_id,
+                    "an unproven peer was established"
+                );
+                self.established += 1;
+            }
+            PairEvent::Message { peer, data, .. } => {
+                assert!(
+                    real_peer && peer == b_id && data == PAIR_HELLO,
+                    "a message the peer did not send was delivered"
+                );
+                self.messages += 1;
+            }
+            PairEvent::Failed { .. } => self.failed += 1,
+        }
+    }
+}
+
 /// What the real peer of [`pair_datagram`] sends once its channel is up.
 const PAIR_HELLO: &[u8] = b"hello over the pair channel";
 
@@ -619,7 +645,7 @@ pub fn pair_datagram(data: &[u8]) -> PairOutcome {
         return PairOutcome::default();
     };
     let b_id = MemberId(identity(1).public());
-    let mut now = START;
+    let now = START;
     let mut table = PairTable::new(provider(), identity(0), GROUP, vec![b_id], [0xa1; 32]);
     let real_peer = control & 2 != 0;
     if control & 1 != 0 {
@@ -631,40 +657,48 @@ pub fn pair_datagram(data: &[u8]) -> PairOutcome {
         peer.send(now, ADDR_A, Some(a_id), PAIR_HELLO);
         pump_pairs(now, &mut table, &mut peer);
     }
+    let mut table = Pairs::Identity(Box::new(table));
+    feed_pairs(&mut table, rest, now, false, real_peer, b_id)
+}
+
+/// Feeds the datagrams of `rest` (see [`split_datagrams`]) to `table`, after dropping the
+/// events it already had: each from the KDC if `from_kdc`, else from [`ADDR_B`], then its
+/// timers run 300 ms on and what it sends is dropped. Counts the events as
+/// [`PairOutcome::count`] does, and the drops.
+fn feed_pairs(
+    table: &mut Pairs,
+    rest: &[u8],
+    mut now: Timestamp,
+    from_kdc: bool,
+    real_peer: bool,
+    b_id: MemberId,
+) -> PairOutcome {
+    let dropped = |t: &Pairs| match t {
+        Pairs::Identity(t) => t.drops().total(),
+        Pairs::Kdc(t) => t.drops().total(),
+    };
     while table.poll_event().is_some() {}
-    let before = table.dropped();
+    let before = dropped(table);
     let mut outcome = PairOutcome::default();
     let mut buf = Vec::new();
     let datagrams = split_datagrams(rest);
     outcome.fed = datagrams.len();
     for d in datagrams {
-        table.handle_datagram(now, ADDR_B, d);
+        if from_kdc {
+            table.handle_kdc(now, d);
+        } else {
+            table.handle_datagram(now, ADDR_B, d);
+        }
         now = now.saturating_add(Duration::from_millis(300));
         table.handle_timeout(now);
         while table.poll_transmit(now, &mut buf).is_some() {
             buf.clear();
         }
         while let Some(e) = table.poll_event() {
-            match e {
-                PairEvent::Established { peer, .. } => {
-                    assert!(
-                        real_peer && peer == b_id,
-                        "an unproven peer was established"
-                    );
-                    outcome.established += 1;
-                }
-                PairEvent::Message { peer, data, .. } => {
-                    assert!(
-                        real_peer && peer == b_id && (data == PAIR_HELLO),
-                        "a message the peer did not send was delivered"
-                    );
-                    outcome.messages += 1;
-                }
-                PairEvent::Failed { .. } => outcome.failed += 1,
-            }
+            outcome.count(e, real_peer, b_id);
         }
     }
-    outcome.dropped = table.dropped().saturating_sub(before);
+    outcome.dropped = dropped(table).saturating_sub(before);
     outcome
 }
 
@@ -825,7 +859,7 @@ pub fn kdc_pair_datagram(data: &[u8]) -> PairOutcome {
         return PairOutcome::default();
     };
     let b_id = MemberId::from_principal(&kdc_name(1));
-    let mut now = START;
+    let now = START;
     let mut table = kdc_table(0, 1);
     let real_peer = control & 2 != 0;
     if control & 1 != 0 {
@@ -840,43 +874,6 @@ pub fn kdc_pair_datagram(data: &[u8]) -> PairOutcome {
         peer.send(now, ADDR_A, None, PAIR_HELLO);
         pump_kdc_pairs(now, &mut table, &mut peer, &mut kdc, None);
     }
-    while table.poll_event().is_some() {}
-    let before = table.drops().total();
-    let mut outcome = PairOutcome::default();
-    let mut buf = Vec::new();
-    let datagrams = split_datagrams(rest);
-    outcome.fed = datagrams.len();
-    for d in datagrams {
-        if control & 4 != 0 {
-            table.handle_kdc(now, d);
-        } else {
-            table.handle_datagram(now, ADDR_B, d);
-        }
-        now = now.saturating_add(Duration::from_millis(300));
-        table.handle_timeout(now);
-        while table.poll_transmit(now, &mut buf).is_some() {
-            buf.clear();
-        }
-        while let Some(e) = table.poll_event() {
-            match e {
-                PairEvent::Established { peer, .. } => {
-                    assert!(
-                        real_peer && peer == b_id,
-                        "an unproven peer was established"
-                    );
-                    outcome.established += 1;
-                }
-                PairEvent::Message { peer, data, .. } => {
-                    assert!(
-                        real_peer && peer == b_id && data == PAIR_HELLO,
-                        "a message the peer did not send was delivered"
-                    );
-                    outcome.messages += 1;
-                }
-                PairEvent::Failed { .. } => outcome.failed += 1,
-            }
-        }
-    }
-    outcome.dropped = table.drops().total().saturating_sub(before);
-    outcome
+    let mut table = Pairs::Kdc(Box::new(table));
+    feed_pairs(&mut table, rest, now, control & 4 != 0, real_peer, b_id)
 }

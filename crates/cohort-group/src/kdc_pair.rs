@@ -129,6 +129,27 @@ struct Slot {
     last_heard: Timestamp,
 }
 
+impl Slot {
+    /// A session started at `now` in `state`: no peer, nonces, keys or queued data yet; the
+    /// first resend after [`RESEND`].
+    fn new(role: Role, state: State, now: Timestamp) -> Slot {
+        Slot {
+            role,
+            state,
+            peer: None,
+            expect: None,
+            nonce_i: [0; NONCE],
+            nonce_r: [0; NONCE],
+            keys: None,
+            queue: VecDeque::new(),
+            started: now,
+            resend_at: now.saturating_add(RESEND),
+            opened_at: None,
+            last_heard: now,
+        }
+    }
+}
+
 /// The body of an Accept or a Confirm: sender, receiver, both nonces, and the tag over
 /// every byte before it.
 #[derive(Clone, Copy)]
@@ -264,22 +285,27 @@ impl KdcPairTable {
     /// Replaces the trust list; open channels to principals no longer trusted close.
     pub fn set_trust(&mut self, trust: Vec<MemberId>) {
         self.trust = trust;
+        self.close_where(PairFailure::NoLongerTrusted, |t, s| {
+            s.peer.is_some_and(|p| !t.trusted(&p))
+        });
+        let (trust, any) = (&self.trust, self.trust_any);
+        self.replacing
+            .retain(|_, s| s.peer.is_none_or(|p| any || trust.contains(&p)));
+    }
+
+    /// Closes every channel that `doomed` picks (in address order), each reported as
+    /// failed for `reason`.
+    fn close_where(&mut self, reason: PairFailure, doomed: impl Fn(&Self, &Slot) -> bool) {
         let gone: Vec<SocketAddr> = self
             .slots
             .iter()
-            .filter(|(_, s)| s.peer.is_some_and(|p| !self.trusted(&p)))
+            .filter(|(_, s)| doomed(self, s))
             .map(|(a, _)| *a)
             .collect();
         for addr in gone {
             self.slots.remove(&addr);
-            self.events.push_back(PairEvent::Failed {
-                addr,
-                reason: PairFailure::NoLongerTrusted,
-            });
+            self.events.push_back(PairEvent::Failed { addr, reason });
         }
-        let (trust, any) = (&self.trust, self.trust_any);
-        self.replacing
-            .retain(|_, s| s.peer.is_none_or(|p| any || trust.contains(&p)));
     }
 
     /// Drops the channel to `addr`.
@@ -356,18 +382,10 @@ impl KdcPairTable {
         self.slots.insert(
             addr,
             Slot {
-                role: Role::Opener,
-                state: State::HelloSent,
-                peer: None,
                 expect,
                 nonce_i,
-                nonce_r: [0; NONCE],
-                keys: None,
                 queue,
-                started: now,
-                resend_at: now.saturating_add(RESEND),
-                opened_at: None,
-                last_heard: now,
+                ..Slot::new(Role::Opener, State::HelloSent, now)
             },
         );
         self.send_hello(addr);
@@ -599,18 +617,11 @@ impl KdcPairTable {
         self.slots.insert(
             from,
             Slot {
-                role: Role::Answerer,
-                state: State::AwaitKdc,
                 peer: Some(i),
-                expect: None,
                 nonce_i,
                 nonce_r,
-                keys: None,
                 queue,
-                started: now,
-                resend_at: now.saturating_add(RESEND),
-                opened_at: None,
-                last_heard: now,
+                ..Slot::new(Role::Answerer, State::AwaitKdc, now)
             },
         );
         if self.from_kdc.contains_key(&i) {
@@ -1156,19 +1167,9 @@ impl KdcPairTable {
                 let hinted = p.hint.is_some();
                 self.pending.remove(&m);
                 if hinted {
-                    let waiting: Vec<SocketAddr> = self
-                        .slots
-                        .iter()
-                        .filter(|(_, s)| s.peer == Some(m) && matches!(s.state, State::AwaitKdc))
-                        .map(|(a, _)| *a)
-                        .collect();
-                    for addr in waiting {
-                        self.slots.remove(&addr);
-                        self.events.push_back(PairEvent::Failed {
-                            addr,
-                            reason: PairFailure::KdcUnknownMemberHint,
-                        });
-                    }
+                    self.close_where(PairFailure::KdcUnknownMemberHint, |_, s| {
+                        s.peer == Some(m) && matches!(s.state, State::AwaitKdc)
+                    });
                 }
                 continue;
             }
@@ -1250,35 +1251,53 @@ mod tests {
     fn pump(now: Timestamp, a: &mut KdcPairTable, b: &mut KdcPairTable, k: &mut Kdc) {
         let mut buf = Vec::new();
         for _ in 0..32 {
-            let mut moved = false;
-            while let Some(t) = a.poll_transmit(now, &mut buf) {
-                moved = true;
-                let d = buf[..t.size].to_vec();
-                buf.clear();
-                if t.destination == addr(KDC) {
-                    if let Some(r) = k.handle_request(addr(A), &d) {
-                        a.handle_kdc(now, &r);
-                    }
-                } else {
-                    b.handle_datagram(now, addr(A), &d);
-                }
-            }
-            while let Some(t) = b.poll_transmit(now, &mut buf) {
-                moved = true;
-                let d = buf[..t.size].to_vec();
-                buf.clear();
-                if t.destination == addr(KDC) {
-                    if let Some(r) = k.handle_request(addr(B), &d) {
-                        b.handle_kdc(now, &r);
-                    }
-                } else {
-                    a.handle_datagram(now, addr(B), &d);
-                }
-            }
-            if !moved {
+            let moved_a = drain(now, a, addr(A), b, k, &mut buf);
+            let moved_b = drain(now, b, addr(B), a, k, &mut buf);
+            if !(moved_a || moved_b) {
                 return;
             }
         }
+    }
+
+    /// Delivers everything `from` (at `at`) sends now: to the KDC (and the KDC's answer
+    /// back to `from`) or to `to`. Whether it sent anything.
+    fn drain(
+        now: Timestamp,
+        from: &mut KdcPairTable,
+        at: SocketAddr,
+        to: &mut KdcPairTable,
+        k: &mut Kdc,
+        buf: &mut Vec<u8>,
+    ) -> bool {
+        let mut moved = false;
+        while let Some(t) = from.poll_transmit(now, buf) {
+            moved = true;
+            let d = buf[..t.size].to_vec();
+            buf.clear();
+            if t.destination == addr(KDC) {
+                if let Some(r) = k.handle_request(at, &d) {
+                    from.handle_kdc(now, &r);
+                }
+            } else {
+                to.handle_datagram(now, at, &d);
+            }
+        }
+        moved
+    }
+
+    /// A Hello of group "g" from principal `who`, every nonce byte `nonce` (anyone can
+    /// send one: it is not authenticated).
+    fn hello_from(who: &str, nonce: u8) -> Vec<u8> {
+        let mut h = Vec::new();
+        Writer::new(&mut h)
+            .u8(KDC_PAIR_KIND)
+            .u8(VERSION)
+            .u8(1)
+            .u8(1)
+            .bytes(b"g")
+            .bytes(MemberId::from_principal(&name(who)).as_bytes())
+            .bytes(&[nonce; NONCE]);
+        h
     }
 
     fn messages(t: &mut KdcPairTable) -> Vec<Vec<u8>> {
@@ -1308,15 +1327,7 @@ mod tests {
     #[test]
     fn a_spoofed_hello_does_not_tear_down_an_open_channel() {
         let (mut a, mut b, mut k, now) = open_pair();
-        let mut hello = Vec::new();
-        Writer::new(&mut hello)
-            .u8(KDC_PAIR_KIND)
-            .u8(VERSION)
-            .u8(1)
-            .u8(1)
-            .bytes(b"g")
-            .bytes(MemberId::from_principal(&name("b")).as_bytes())
-            .bytes(&[0x77; NONCE]);
+        let mut hello = hello_from("b", 0x77);
         let last = hello.len() - 1;
         for i in 0..100 {
             hello[last] = i;
@@ -1381,22 +1392,10 @@ mod tests {
             [1; 32],
         );
         let mut k = kdc(); // knows a and b, not c
-        let hello = |nonce: u8| {
-            let mut h = Vec::new();
-            Writer::new(&mut h)
-                .u8(KDC_PAIR_KIND)
-                .u8(VERSION)
-                .u8(1)
-                .u8(1)
-                .bytes(b"g")
-                .bytes(MemberId::from_principal(&name("c")).as_bytes())
-                .bytes(&[nonce; NONCE]);
-            h
-        };
         let mut to_kdc = 0;
         let mut buf = Vec::new();
         for round in 0..5u8 {
-            a.handle_datagram(now, addr(B), &hello(round));
+            a.handle_datagram(now, addr(B), &hello_from("c", round));
             while let Some(t) = a.poll_transmit(now, &mut buf) {
                 let d = buf[..t.size].to_vec();
                 buf.clear();

@@ -60,11 +60,7 @@ fn a_healed_partition_merges_through_one_exchange_without_a_fresh_key() {
     let all = [0, 1, 2, 3, 4, 5];
     g.wait_converged(&all, BOUND).expect("one view");
     let (a, b) = ([0usize, 1, 2], [3usize, 4, 5]);
-    let na: Vec<_> = a.iter().map(|i| g.nodes[*i]).collect();
-    let nb: Vec<_> = b.iter().map(|i| g.nodes[*i]).collect();
-    g.sim.partition(&[&na, &nb]);
-    g.wait_converged(&a, BOUND * 2).expect("side a");
-    g.wait_converged(&b, BOUND * 2).expect("side b");
+    g.split(&a, &b, BOUND * 2);
     for k in 0..5 {
         for i in all {
             g.send(i, Channel::Reliable, payload(i, k));
@@ -139,7 +135,7 @@ fn a_healed_partition_merges_through_one_exchange_without_a_fresh_key() {
     let captured: Vec<Vec<u8>> = g
         .nodes
         .iter()
-        .flat_map(|n| g.sim.node(*n).tap.clone())
+        .flat_map(|n| g.sim.node(*n).watch.tap.clone())
         .filter(|(_, p)| p.first() == Some(&GOSSIP_KIND))
         .map(|(_, p)| p)
         .collect();
@@ -170,19 +166,26 @@ fn a_healed_partition_merges_through_one_exchange_without_a_fresh_key() {
     g.check_all().expect("checkers");
 }
 
-/// Ensemble 5.1: p and q trust each other, q and s trust each other, p and s do not. With
-/// leaders p and s, the components {p} and {s, q} never merge.
-#[test]
-fn p_and_s_who_do_not_trust_each_other_lead_components_that_never_merge() {
+/// Three members p, q and s (0, 1, 2) in a simulator seeded with `seed`: q trusts p and s,
+/// p and s trust only q.
+fn trusting_only_q(seed: u64) -> Group {
     let (p, q, s) = (0, 1, 2);
-    let mut g = Group::new_each(21, 3, |i, c| {
+    Group::new_each(seed, 3, |i, c| {
         let ids = c.trust.clone();
         c.trust = match i {
             0 => vec![ids[q]],
             1 => vec![ids[p], ids[s]],
             _ => vec![ids[q]],
         };
-    });
+    })
+}
+
+/// Ensemble 5.1: p and q trust each other, q and s trust each other, p and s do not. With
+/// leaders p and s, the components {p} and {s, q} never merge.
+#[test]
+fn p_and_s_who_do_not_trust_each_other_lead_components_that_never_merge() {
+    let (p, q, s) = (0, 1, 2);
+    let mut g = trusting_only_q(21);
     start(&mut g, s, &[]);
     g.run_for(Duration::from_millis(200)).expect("run");
     start(&mut g, q, &[s]);
@@ -219,14 +222,7 @@ fn p_and_s_who_do_not_trust_each_other_lead_components_that_never_merge() {
 #[test]
 fn members_linked_through_their_leader_split_when_it_fails() {
     let (p, q, s) = (0, 1, 2);
-    let mut g = Group::new_each(22, 3, |i, c| {
-        let ids = c.trust.clone();
-        c.trust = match i {
-            0 => vec![ids[q]],
-            1 => vec![ids[p], ids[s]],
-            _ => vec![ids[q]],
-        };
-    });
+    let mut g = trusting_only_q(22);
     start(&mut g, q, &[]);
     g.run_for(Duration::from_millis(200)).expect("run");
     start(&mut g, p, &[q]);

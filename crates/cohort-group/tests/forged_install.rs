@@ -136,8 +136,9 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
     };
     let members = vec![Member { id: ca, addr: a }, Member { id: cb, addr: b }];
     let key1 = GroupKey::new(1, Secret::from_slice(&[0x11; 32]));
-    let mut welcome = Install {
-        view: view1,
+    // An unsigned Install of both members into `view`, keeping the key of epoch 1.
+    let install = |view: ViewId| Install {
+        view,
         members: members.clone(),
         next_seqs: vec![0, 0],
         incarnations: vec![1, incarnation],
@@ -148,6 +149,7 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
         removed: Vec::new(),
         signature: Vec::new(),
     };
+    let mut welcome = install(view1);
     let c = h.coordinator.clone();
     h.sign(&mut welcome, &c);
     let msg = PairMsg::Welcome {
@@ -186,18 +188,7 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
 
     // The forged Install: right proposal, sealed under the right keys (any member of view 1
     // could do this), keeping the old key, but not signed by the coordinator.
-    let mut forged = Install {
-        view: proposal,
-        members: members.clone(),
-        next_seqs: vec![0, 0],
-        incarnations: vec![1, incarnation],
-        key_epoch: 1,
-        final_order: 0,
-        key: KeyDelivery::Same,
-        merge_into: None,
-        removed: Vec::new(),
-        signature: Vec::new(),
-    };
+    let mut forged = install(proposal);
     h.sign(&mut forged, &insider);
     let before = h.member.counters().get(Drop::AuthFailed);
     let packet = seal(&mut keys, &Msg::Install(Box::new(forged.clone())));

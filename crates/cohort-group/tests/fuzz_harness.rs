@@ -76,6 +76,18 @@ fn apply(ms: &[Mutation], bytes: &mut Vec<u8>) {
     }
 }
 
+/// The datagram `which` picks from `all`, with `ms` applied.
+fn pick_mutated(all: &[Vec<u8>], which: &prop::sample::Index, ms: &[Mutation]) -> Vec<u8> {
+    let mut d = all[which.index(all.len())].clone();
+    apply(ms, &mut d);
+    d
+}
+
+/// One to three picks of a real datagram, each with its mutations.
+fn picks() -> impl Strategy<Value = Vec<(prop::sample::Index, Vec<Mutation>)>> {
+    prop::collection::vec((any::<prop::sample::Index>(), mutations()), 1..4)
+}
+
 /// A control byte, then the picked real datagrams, each mutated, joined as one input.
 fn mutated_input(
     control: u8,
@@ -84,14 +96,17 @@ fn mutated_input(
 ) -> Vec<u8> {
     let datagrams: Vec<Vec<u8>> = picks
         .iter()
-        .map(|(which, ms)| {
-            let mut d = all[which.index(all.len())].clone();
-            apply(ms, &mut d);
-            d
-        })
+        .map(|(which, ms)| pick_mutated(all, which, ms))
         .collect();
     let mut input = vec![control];
     input.extend(join_datagrams(datagrams.iter().map(Vec::as_slice)));
+    input
+}
+
+/// A control byte, then `data`: a harness's input.
+fn with_control(control: u8, data: Vec<u8>) -> Vec<u8> {
+    let mut input = vec![control];
+    input.extend(data);
     input
 }
 
@@ -284,10 +299,7 @@ proptest! {
 
     #[test]
     fn msg_mutated(which in any::<prop::sample::Index>(), ms in mutations()) {
-        let all = encoded_msgs();
-        let mut m = all[which.index(all.len())].clone();
-        apply(&ms, &mut m);
-        let _ = msg_decode(&m);
+        let _ = msg_decode(&pick_mutated(&encoded_msgs(), &which, &ms));
     }
 
     #[test]
@@ -297,10 +309,7 @@ proptest! {
 
     #[test]
     fn pair_msg_mutated(which in any::<prop::sample::Index>(), ms in mutations()) {
-        let all = encoded_pair_msgs();
-        let mut m = all[which.index(all.len())].clone();
-        apply(&ms, &mut m);
-        let _ = pair_msg_decode(&m);
+        let _ = pair_msg_decode(&pick_mutated(&encoded_pair_msgs(), &which, &ms));
     }
 }
 
@@ -311,9 +320,7 @@ proptest! {
 
     #[test]
     fn member_arbitrary(control in any::<u8>(), data in bytes(300)) {
-        let mut input = vec![control];
-        input.extend(data);
-        let _ = member_datagram(&input);
+        let _ = member_datagram(&with_control(control, data));
     }
 
     /// Real messages, mutated, sealed as the other member's under the null gear: they pass
@@ -362,8 +369,7 @@ proptest! {
         ms in mutations(),
     ) {
         let all = captured_packets();
-        let mut p = all[which.index(all.len())].clone();
-        apply(&ms, &mut p);
+        let p = pick_mutated(all, &which, &ms);
         let control = MemberControl {
             null: false,
             to_follower,
@@ -378,9 +384,7 @@ proptest! {
 
     #[test]
     fn pair_arbitrary(control in 0u8..4, data in bytes(400)) {
-        let mut input = vec![control];
-        input.extend(data);
-        let outcome = pair_datagram(&input);
+        let outcome = pair_datagram(&with_control(control, data));
         prop_assert!(outcome.established == 0 || control & 2 != 0);
     }
 
@@ -388,7 +392,7 @@ proptest! {
     #[test]
     fn pair_captured_mutated(
         control in 0u8..4,
-        picks in prop::collection::vec((any::<prop::sample::Index>(), mutations()), 1..4),
+        picks in picks(),
     ) {
         let input = mutated_input(control, captured_pair_datagrams(), &picks);
         let _ = pair_datagram(&input);
@@ -414,9 +418,7 @@ proptest! {
 
     #[test]
     fn kdc_pair_arbitrary(control in 0u8..8, data in bytes(400)) {
-        let mut input = vec![control];
-        input.extend(data);
-        let outcome = kdc_pair_datagram(&input);
+        let outcome = kdc_pair_datagram(&with_control(control, data));
         prop_assert!(outcome.established == 0 || control & 2 != 0);
     }
 
@@ -424,7 +426,7 @@ proptest! {
     #[test]
     fn kdc_pair_captured_mutated(
         control in 0u8..8,
-        picks in prop::collection::vec((any::<prop::sample::Index>(), mutations()), 1..4),
+        picks in picks(),
     ) {
         let input = mutated_input(control, &captured_kdc_pair_datagrams(), &picks);
         let outcome = kdc_pair_datagram(&input);

@@ -88,7 +88,7 @@ fn aead_packets_hide_the_payload_and_mac_packets_do_not() {
             g.send(0, Channel::Unreliable, b"SECRET-PAYLOAD-MARKER".to_vec());
         }
         g.run_for(Duration::from_millis(200)).expect("run");
-        let tap = &g.sim.node(g.nodes[0]).tap;
+        let tap = &g.sim.node(g.nodes[0]).watch.tap;
         let seen = tap
             .iter()
             .any(|(_, p)| p.windows(21).any(|w| w == b"SECRET-PAYLOAD-MARKER"));
@@ -135,7 +135,7 @@ fn replays_from_an_earlier_view_are_refused() {
     g.wait_converged(&[0, 1, 2], BOUND).expect("one view");
     talk(&mut g, 10);
     g.run_for(Duration::from_millis(500)).expect("run");
-    let captured: Vec<(std::net::SocketAddr, Vec<u8>)> = g.sim.node(g.nodes[0]).tap.clone();
+    let captured: Vec<(std::net::SocketAddr, Vec<u8>)> = g.sim.node(g.nodes[0]).watch.tap.clone();
     assert!(!captured.is_empty());
     let before: Vec<usize> = (0..3).map(|i| reliable_count(&g, i)).collect();
     // Same view first: every replay hits a replay window.
@@ -176,13 +176,14 @@ fn a_member_that_left_cannot_read_what_follows() {
     g.sim.with_node(leaver, |node, now| node.member.leave(now));
     g.wait_converged(&[0, 1], BOUND).expect("two remain");
     // What the others send now, copied to the leaver, is refused.
-    g.sim.node_mut(g.nodes[0]).tap.clear();
+    g.sim.node_mut(g.nodes[0]).watch.tap.clear();
     talk(&mut g, 5);
     g.run_for(Duration::from_millis(500)).expect("run");
     let from = g.sim.addr(g.nodes[0]);
     let copies: Vec<Vec<u8>> = g
         .sim
         .node(g.nodes[0])
+        .watch
         .tap
         .iter()
         .map(|(_, p)| p.clone())

@@ -20,6 +20,15 @@ fn payload(i: usize, k: u64) -> Vec<u8> {
     format!("m{i}-{k}").into_bytes()
 }
 
+/// For each `k` of `rounds`, each of `senders` in turn sends `payload(i, k)` reliably.
+fn send_rounds(g: &mut Group, senders: &[usize], rounds: std::ops::Range<u64>) {
+    for k in rounds {
+        for i in senders {
+            g.send(*i, Channel::Reliable, payload(*i, k));
+        }
+    }
+}
+
 #[test]
 fn four_members_form_a_view_and_deliver_on_both_channels() {
     let mut g = Group::new(1, 4, |_| {});
@@ -74,21 +83,13 @@ fn crash_test(method: RekeyMethod, victim: usize) {
     g.wait_converged(&[0, 1, 2, 3, 4], CONVERGE_BOUND)
         .expect("one view");
     let epoch_before = g.current_views()[0].as_ref().map(|v| v.2).unwrap_or(0);
-    for k in 0..10 {
-        for i in 0..5 {
-            g.send(i, Channel::Reliable, payload(i, k));
-        }
-    }
+    send_rounds(&mut g, &[0, 1, 2, 3, 4], 0..10);
     g.run_for(Duration::from_millis(30)).expect("run");
     g.crash(victim);
     let survivors: Vec<usize> = (0..5).filter(|i| *i != victim).collect();
     g.wait_converged(&survivors, CONVERGE_BOUND)
         .expect("survivors converge");
-    for k in 10..15 {
-        for i in &survivors {
-            g.send(*i, Channel::Reliable, payload(*i, k));
-        }
-    }
+    send_rounds(&mut g, &survivors, 10..15);
     g.run_for(Duration::from_secs(2)).expect("run");
     g.check_all().expect("checkers");
     let views = g.current_views();
@@ -117,11 +118,7 @@ fn the_leader_crashes_and_the_next_in_rank_takes_over() {
         .expect("one view");
     let leader = g.current_views()[0].as_ref().map(|v| v.1[0]).expect("view");
     let li = g.index_of(&leader).expect("leader index");
-    for k in 0..10 {
-        for i in 0..4 {
-            g.send(i, Channel::Reliable, payload(i, k));
-        }
-    }
+    send_rounds(&mut g, &[0, 1, 2, 3], 0..10);
     g.run_for(Duration::from_millis(12)).expect("run");
     g.crash(li);
     let survivors: Vec<usize> = (0..4).filter(|i| *i != li).collect();
@@ -182,16 +179,8 @@ fn a_partition_leaves_each_side_with_its_own_view_and_key() {
     g.wait_converged(&[0, 1, 2, 3, 4], CONVERGE_BOUND)
         .expect("one view");
     let (a, b): (Vec<usize>, Vec<usize>) = (vec![0, 1, 2], vec![3, 4]);
-    let na: Vec<_> = a.iter().map(|i| g.nodes[*i]).collect();
-    let nb: Vec<_> = b.iter().map(|i| g.nodes[*i]).collect();
-    g.sim.partition(&[&na, &nb]);
-    g.wait_converged(&a, CONVERGE_BOUND * 2).expect("side a");
-    g.wait_converged(&b, CONVERGE_BOUND * 2).expect("side b");
-    for k in 0..5 {
-        for i in 0..5 {
-            g.send(i, Channel::Reliable, payload(i, k));
-        }
-    }
+    g.split(&a, &b, CONVERGE_BOUND * 2);
+    send_rounds(&mut g, &[0, 1, 2, 3, 4], 0..5);
     g.run_for(Duration::from_secs(2)).expect("run");
     g.check_all().expect("checkers");
     let views = g.current_views();

@@ -12,14 +12,17 @@ use cohort_group::kdc_pair::KdcCredentials;
 use cohort_group::{
     AuthMode, Channel, GroupConfig, GroupEvent, GroupMember, MemberId, RemovalReason,
 };
-use cohort_kdc::{Kdc, PrincipalKey, PrincipalName, Registry};
-use cohort_sim::{split_prefix, sweep, NodeId, Sim, SimConfig, SimFailure, StandardFaults};
-use rand_chacha::ChaCha20Rng;
-use rand_core::{RngCore, SeedableRng};
-use std::collections::{BTreeSet, VecDeque};
+use cohort_kdc::Registry;
+use cohort_sim::{split_prefix, sweep, NodeId, Sim, SimFailure, StandardFaults};
+use rand_core::RngCore;
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use support::kit::{principal_keys, principal_name, MemberOrKdc};
+use support::{fast_timers, sim_config};
+
+mod support;
 
 static PUBLIC_KEY_CALLS: AtomicUsize = AtomicUsize::new(0);
 
@@ -57,21 +60,10 @@ fn symmetric_only() -> CryptoProvider {
     }
 }
 
-/// The KDC as a simulator node.
-struct KdcNode {
-    kdc: Kdc,
-    out: VecDeque<(SocketAddr, Vec<u8>)>,
-}
-
-enum Inner {
-    Member(Box<GroupMember>),
-    Kdc(Box<KdcNode>),
-}
-
 /// A member or the KDC, with a tap on what it sends (every 5th datagram, up to 300) for
 /// the replaying adversary.
 struct Peer {
-    inner: Inner,
+    inner: MemberOrKdc,
     tap: Vec<(SocketAddr, Vec<u8>)>,
     sent: u64,
 }
@@ -79,33 +71,14 @@ struct Peer {
 impl Machine for Peer {
     type Event = GroupEvent;
     fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
-        match &mut self.inner {
-            Inner::Member(m) => m.handle_datagram(now, from, data),
-            Inner::Kdc(k) => {
-                if let Some(reply) = k.kdc.handle_request(from, data) {
-                    k.out.push_back((from, reply));
-                }
-            }
-        }
+        self.inner.handle_datagram(now, from, data);
     }
     fn handle_timeout(&mut self, now: Timestamp) {
-        if let Inner::Member(m) = &mut self.inner {
-            m.handle_timeout(now);
-        }
+        self.inner.handle_timeout(now);
     }
     fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
         let start = buf.len();
-        let t = match &mut self.inner {
-            Inner::Member(m) => m.poll_transmit(now, buf)?,
-            Inner::Kdc(k) => {
-                let (destination, d) = k.out.pop_front()?;
-                buf.extend_from_slice(&d);
-                Transmit {
-                    destination,
-                    size: d.len(),
-                }
-            }
-        };
+        let t = self.inner.poll_transmit(now, buf)?;
         self.sent += 1;
         if self.sent % 5 == 0 && self.tap.len() < 300 {
             self.tap
@@ -114,20 +87,14 @@ impl Machine for Peer {
         Some(t)
     }
     fn poll_timeout(&self) -> Option<Timestamp> {
-        match &self.inner {
-            Inner::Member(m) => m.poll_timeout(),
-            Inner::Kdc(_) => None,
-        }
+        self.inner.poll_timeout()
     }
     fn poll_event(&mut self) -> Option<GroupEvent> {
-        match &mut self.inner {
-            Inner::Member(m) => m.poll_event(),
-            Inner::Kdc(_) => None,
-        }
+        self.inner.poll_event()
     }
 }
 
-fn peer(inner: Inner) -> Peer {
+fn peer(inner: MemberOrKdc) -> Peer {
     Peer {
         inner,
         tap: Vec::new(),
@@ -142,47 +109,24 @@ struct KdcGroup {
     ids: Vec<MemberId>,
 }
 
-fn name(i: usize) -> PrincipalName {
-    PrincipalName::new(&format!("m{i}")).expect("name")
-}
-
 impl KdcGroup {
     /// `n` members named m0.. (registered with the KDC unless listed in `unregistered`),
     /// not started.
     fn new(seed: u64, n: usize, unregistered: &[usize]) -> KdcGroup {
-        let mut sim: Sim<Peer> = Sim::new(SimConfig {
-            mtu: 65_536,
-            log_packets: false,
-            latency: Duration::from_millis(5),
-            ..SimConfig::with_seed(seed)
-        });
-        let mut keys_rng = ChaCha20Rng::seed_from_u64(seed ^ 0x6b6463);
-        let keys: Vec<PrincipalKey> = (0..n)
-            .map(|_| {
-                let mut b = [0u8; 32];
-                keys_rng.fill_bytes(&mut b);
-                PrincipalKey::from_bytes(b)
-            })
-            .collect();
+        let mut sim: Sim<Peer> = Sim::new(sim_config(seed));
+        let keys = principal_keys(seed, n);
         let mut registry = Registry::new();
         for (i, k) in keys.iter().enumerate() {
             if !unregistered.contains(&i) {
-                registry.insert(name(i), k.clone());
+                registry.insert(principal_name(i), k.clone());
             }
         }
-        let kdc = sim.add_node_with(|_, _| {
-            peer(Inner::Kdc(Box::new(KdcNode {
-                kdc: Kdc::new(CryptoProvider::default_provider(), registry),
-                out: VecDeque::new(),
-            })))
-        });
+        let kdc = sim.add_node_with(|_, _| peer(MemberOrKdc::kdc(registry)));
         let kdc_addr = sim.addr(kdc);
         let mut config = GroupConfig::new("kdc-sim", Vec::new());
         config.auth = AuthMode::Kdc;
         config.trust_any_registered = true;
-        config.heartbeat_interval = Duration::from_millis(50);
-        config.suspect_timeout = Duration::from_millis(400);
-        config.flush_timeout = Duration::from_millis(300);
+        fast_timers(&mut config);
         let mut nodes = Vec::new();
         for (i, key) in keys.into_iter().enumerate() {
             let mut seed_bytes = [0u8; 32];
@@ -190,11 +134,11 @@ impl KdcGroup {
             let config = config.clone();
             let node = sim.add_node_with(|_, addr| {
                 let credentials = KdcCredentials {
-                    name: name(i),
+                    name: principal_name(i),
                     key,
                     kdc: kdc_addr,
                 };
-                peer(Inner::Member(Box::new(
+                peer(MemberOrKdc::Member(Box::new(
                     GroupMember::new(symmetric_only(), credentials, addr, config, seed_bytes)
                         .expect("member"),
                 )))
@@ -205,7 +149,9 @@ impl KdcGroup {
             sim,
             kdc,
             nodes,
-            ids: (0..n).map(|i| MemberId::from_principal(&name(i))).collect(),
+            ids: (0..n)
+                .map(|i| MemberId::from_principal(&principal_name(i)))
+                .collect(),
         }
     }
 
@@ -217,18 +163,12 @@ impl KdcGroup {
     }
 
     fn member(&self, i: usize) -> &GroupMember {
-        match &self.sim.node(self.nodes[i]).inner {
-            Inner::Member(m) => m,
-            Inner::Kdc(_) => unreachable!("a member index"),
-        }
+        self.sim.node(self.nodes[i]).inner.member()
     }
 
     fn with_member<R>(&mut self, i: usize, f: impl FnOnce(&mut GroupMember, Timestamp) -> R) -> R {
         self.sim
-            .with_node(self.nodes[i], |p, now| match &mut p.inner {
-                Inner::Member(m) => f(m, now),
-                Inner::Kdc(_) => unreachable!("a member index"),
-            })
+            .with_node(self.nodes[i], |p, now| f(p.inner.member_mut(), now))
     }
 
     fn start(&mut self, i: usize, contacts: &[usize]) {

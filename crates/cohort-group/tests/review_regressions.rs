@@ -19,6 +19,7 @@ const BOUND: Duration = Duration::from_secs(6);
 fn latest_id(g: &Group, node: usize) -> Option<exchange::Id> {
     g.sim
         .node(g.nodes[node])
+        .watch
         .tap
         .iter()
         .rev()

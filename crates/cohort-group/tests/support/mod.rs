@@ -2,48 +2,39 @@
 #![allow(dead_code)]
 
 use cohort_channel::identity::Identity;
-use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_crypto::{CryptoProvider, Secret};
-use cohort_group::{Channel, GroupConfig, GroupEvent, GroupMember, MemberId, ViewId};
+use cohort_core::Transmit;
+use cohort_group::{Channel, GroupConfig, GroupEvent, MemberId, ViewId};
 use cohort_sim::{NodeId, Sim, SimConfig, SimFailure};
 use rand_core::RngCore;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub mod kit;
+pub use kit::identity;
+use kit::{MemberNode, SendWatch};
+
 /// One member's reliable deliveries in one view: (sender, message number), in order.
 type Deliveries = Vec<(MemberId, u64)>;
 
 /// A member with a tap on what it sends, so the adversary can replay real packets.
-pub struct Node {
-    pub member: GroupMember,
+pub type Node = MemberNode<Tap>;
+
+/// A sample of what a member sent.
+#[derive(Default)]
+pub struct Tap {
     pub tap: Vec<(SocketAddr, Vec<u8>)>,
     pub sent_count: u64,
 }
 
-impl Machine for Node {
-    type Event = GroupEvent;
-    fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
-        self.member.handle_datagram(now, from, data);
-    }
-    fn handle_timeout(&mut self, now: Timestamp) {
-        self.member.handle_timeout(now);
-    }
-    fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
-        let t = self.member.poll_transmit(now, buf)?;
+impl SendWatch for Tap {
+    fn sent(&mut self, t: &Transmit, buf: &[u8]) {
         self.sent_count += 1;
         // Keep a sample of the packets (every 7th, and all gossip: Ids and tickets), up to 400.
         let gossip = buf.first() == Some(&cohort_group::exchange::GOSSIP_KIND);
         if (self.sent_count % 7 == 0 || gossip) && self.tap.len() < 400 {
             self.tap.push((t.destination, buf[..t.size].to_vec()));
         }
-        Some(t)
-    }
-    fn poll_timeout(&self) -> Option<Timestamp> {
-        self.member.poll_timeout()
-    }
-    fn poll_event(&mut self) -> Option<GroupEvent> {
-        self.member.poll_event()
     }
 }
 
@@ -60,13 +51,21 @@ pub struct Group {
     pub crashed: BTreeSet<usize>,
 }
 
-pub fn identity(seed: u64, i: usize) -> Identity {
-    let provider = CryptoProvider::default_provider();
-    let mut bytes = [0u8; 32];
-    bytes[..8].copy_from_slice(&seed.to_le_bytes());
-    bytes[8..16].copy_from_slice(&(i as u64).to_le_bytes());
-    bytes[16] = 0x5a;
-    Identity::from_secret(&provider, Secret::from_slice(&bytes)).expect("identity")
+/// The simulator the group tests run in: 5 ms links, datagrams up to 64 KiB, no packet log.
+pub fn sim_config(seed: u64) -> SimConfig {
+    SimConfig {
+        mtu: 65_536,
+        log_packets: false,
+        latency: Duration::from_millis(5),
+        ..SimConfig::with_seed(seed)
+    }
+}
+
+/// The group tests' timers: heartbeat 50 ms, suspicion 400 ms, flush 300 ms.
+pub fn fast_timers(config: &mut GroupConfig) {
+    config.heartbeat_interval = Duration::from_millis(50);
+    config.suspect_timeout = Duration::from_millis(400);
+    config.flush_timeout = Duration::from_millis(300);
 }
 
 impl Group {
@@ -78,19 +77,11 @@ impl Group {
     /// `n` members (not started); `tweak` sees each member's index and config (say, to give
     /// each its own trust policy).
     pub fn new_each(seed: u64, n: usize, tweak: impl Fn(usize, &mut GroupConfig)) -> Group {
-        let sim_config = SimConfig {
-            mtu: 65_536,
-            log_packets: false,
-            latency: Duration::from_millis(5),
-            ..SimConfig::with_seed(seed)
-        };
-        let mut sim: Sim<Node> = Sim::new(sim_config);
+        let mut sim: Sim<Node> = Sim::new(sim_config(seed));
         let identities: Vec<Identity> = (0..n).map(|i| identity(seed, i)).collect();
         let ids: Vec<MemberId> = identities.iter().map(|i| MemberId(i.public())).collect();
         let mut config = GroupConfig::new("sim", ids.clone());
-        config.heartbeat_interval = Duration::from_millis(50);
-        config.suspect_timeout = Duration::from_millis(400);
-        config.flush_timeout = Duration::from_millis(300);
+        fast_timers(&mut config);
         let mut nodes = Vec::new();
         for (i, ident) in identities.iter().enumerate() {
             let mut seed_bytes = [0u8; 32];
@@ -98,17 +89,8 @@ impl Group {
             let mut config = config.clone();
             tweak(i, &mut config);
             let ident = ident.clone();
-            let node = sim.add_node_with(|_, addr| Node {
-                member: GroupMember::new(
-                    CryptoProvider::default_provider(),
-                    ident,
-                    addr,
-                    config,
-                    seed_bytes,
-                )
-                .expect("member"),
-                tap: Vec::new(),
-                sent_count: 0,
+            let node = sim.add_node_with(|_, addr| {
+                Node::new(ident, addr, config, seed_bytes, Tap::default())
             });
             nodes.push(node);
         }
@@ -236,6 +218,16 @@ impl Group {
             }
             self.run_for(step)?;
         }
+    }
+
+    /// Cuts the network between members `a` and `b`, then waits (up to `bound` each) until
+    /// each side has a view of its own. Panics if a side does not get one.
+    pub fn split(&mut self, a: &[usize], b: &[usize], bound: Duration) {
+        let na: Vec<_> = a.iter().map(|i| self.nodes[*i]).collect();
+        let nb: Vec<_> = b.iter().map(|i| self.nodes[*i]).collect();
+        self.sim.partition(&[&na, &nb]);
+        self.wait_converged(a, bound).expect("side a");
+        self.wait_converged(b, bound).expect("side b");
     }
 
     /// Every checker over the recorded events.
@@ -527,7 +519,7 @@ pub fn adversary(g: &mut Group, rng: &mut impl RngCore) {
     for _ in 0..4 {
         let src = (rng.next_u32() as usize) % n;
         let dst = g.nodes[(rng.next_u32() as usize) % n];
-        let tap = &g.sim.node(g.nodes[src]).tap;
+        let tap = &g.sim.node(g.nodes[src]).watch.tap;
         if tap.is_empty() {
             continue;
         }
