@@ -10,10 +10,7 @@ use cohort_channel::identity::Identity;
 use cohort_channel::{AuthMode, Client, ClientAuth, ClientConfig, Server, ServerConfig};
 use cohort_core::Timestamp;
 use cohort_crypto::{CryptoProvider, Secret};
-use cohort_sim::{
-    sweep, DelayRule, DuplicateRule, Loss, NodeId, ReorderRule, Sim, SimConfig, SimFailure,
-    TamperRule,
-};
+use cohort_sim::{sweep, NodeId, Sim, SimConfig, SimFailure, StandardFaults};
 use rand_core::SeedableRng;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -41,6 +38,43 @@ const FAULTS: [Fault; 7] = [
     Fault::Tamper,
     Fault::Everything,
 ];
+
+impl Fault {
+    /// This test's rates for the fault, as a standard mix: one rule each, added in the mix's
+    /// order (loss, duplicate, reorder, delay, tamper).
+    fn rules(self) -> StandardFaults {
+        let none = StandardFaults::none();
+        match self {
+            Fault::None => none,
+            Fault::Loss => StandardFaults { loss: 0.3, ..none },
+            Fault::Delay => StandardFaults {
+                delay: 0.3,
+                delay_range: Duration::ZERO..Duration::from_millis(300),
+                ..none
+            },
+            Fault::Duplicate => StandardFaults {
+                duplicate: 0.4,
+                ..none
+            },
+            Fault::Reorder => StandardFaults {
+                reorder: 0.4,
+                ..none
+            },
+            Fault::Tamper => StandardFaults {
+                tamper: 0.05,
+                ..none
+            },
+            Fault::Everything => StandardFaults {
+                loss: 0.1,
+                duplicate: 0.1,
+                reorder: 0.1,
+                delay: 0.1,
+                delay_range: Duration::ZERO..Duration::from_millis(100),
+                ..none
+            },
+        }
+    }
+}
 
 fn run(seed: u64) -> Result<(), SimFailure> {
     let fault = FAULTS[(seed % FAULTS.len() as u64) as usize];
@@ -80,30 +114,7 @@ fn run(seed: u64) -> Result<(), SimFailure> {
         .map_err(|e| sim.failure(format!("connect: {e}")))?;
     sim.add_node(alice);
     sim.add_node(DatagramChannel::server(&server, A.addr()));
-    match fault {
-        Fault::None => {}
-        Fault::Loss => {
-            sim.add_rule(Loss(0.3));
-        }
-        Fault::Delay => {
-            sim.add_rule(DelayRule(0.3, Duration::ZERO..Duration::from_millis(300)));
-        }
-        Fault::Duplicate => {
-            sim.add_rule(DuplicateRule(0.4));
-        }
-        Fault::Reorder => {
-            sim.add_rule(ReorderRule(0.4));
-        }
-        Fault::Tamper => {
-            sim.add_rule(TamperRule(0.05));
-        }
-        Fault::Everything => {
-            sim.add_rule(Loss(0.1));
-            sim.add_rule(DuplicateRule(0.1));
-            sim.add_rule(ReorderRule(0.1));
-            sim.add_rule(DelayRule(0.1, Duration::ZERO..Duration::from_millis(100)));
-        }
-    }
+    let _faults = fault.rules().add_to(&mut sim);
     // 30 s of virtual time; the server's batch signer answers its requests as they come.
     let mut signed = 0;
     for _ in 0..3000 {

@@ -812,22 +812,25 @@ pub fn is_kind(data: &[u8], k: u8) -> bool {
     data.len() >= 2 && data[1] == k && Packet::parse(data).is_ok()
 }
 
+/// Every datagram kind a [`captured`] run must hold (see [`captured_kinds`]).
+pub const CAPTURED_KINDS: [u8; 10] = [
+    kind::HELLO,
+    kind::CHALLENGE,
+    kind::SYN,
+    kind::ACK,
+    kind::ACKACK,
+    kind::SIGNED,
+    kind::S1,
+    kind::A1,
+    kind::S2,
+    kind::A2,
+];
+
 /// The kinds a [`captured`] run holds, for tests: how many datagrams of each.
 pub fn captured_kinds() -> BTreeMap<u8, usize> {
     let mut out = BTreeMap::new();
     for (_, d) in captured() {
-        for k in [
-            kind::HELLO,
-            kind::CHALLENGE,
-            kind::SYN,
-            kind::ACK,
-            kind::ACKACK,
-            kind::SIGNED,
-            kind::S1,
-            kind::A1,
-            kind::S2,
-            kind::A2,
-        ] {
+        for k in CAPTURED_KINDS {
             if is_kind(d, k) {
                 *out.entry(k).or_default() += 1;
             }

@@ -159,6 +159,44 @@ impl Chains {
     fn find(&mut self, round: u32) -> Option<&mut Generation> {
         self.generations.iter_mut().find(|g| g.serves(round))
     }
+
+    /// Whether the lower element of `round` (the S2 key, or the A2 element) may be public
+    /// here: anything at or below it has been seen, or no generation serves the round.
+    fn lower_element_public(&mut self, round: u32) -> bool {
+        self.find(round).is_none_or(|g| {
+            let (_, i0) = g.indices(round);
+            g.verifier.known_index() <= i0
+        })
+    }
+
+    /// Checks the upper element of a round not stored before (an S1's, or an A1's) against
+    /// its chain. A repeat or an old element means it was already disclosed here: the
+    /// round's lower element may be public, so nothing new can be trusted for it.
+    fn verify_upper_element(
+        &mut self,
+        provider: &CryptoProvider,
+        round: u32,
+        element: &Element,
+    ) -> Result<(), Refusal> {
+        let generation = self.find(round).ok_or(Refusal::Stale)?;
+        let (i1, _) = generation.indices(round);
+        match generation.verifier.verify(provider, i1, element) {
+            Ok(Checked::Fresh) => Ok(()),
+            Ok(Checked::Repeat | Checked::Old) => Err(Refusal::Stale),
+            Err(ChainError::TooFar) => Err(Refusal::Stale),
+            Err(ChainError::Mismatch) => Err(Refusal::Forged),
+        }
+    }
+}
+
+/// The refusal for a packet of a round this hop does not hold: `Stale` if the round was
+/// evicted, `Unverifiable` if its S1 has not been seen yet.
+fn unknown_round(round: u32, evicted_below: u32) -> Refusal {
+    if round < evicted_below {
+        Refusal::Stale
+    } else {
+        Refusal::Unverifiable
+    }
 }
 
 /// What a hop remembers of one round.
@@ -291,11 +329,7 @@ impl FlowGuard {
             }
             // Once anything at or below the round's key has been seen here (a later round's
             // S1, or an S2), the key may be public: no MAC offered now can be trusted.
-            let public = self.sig.find(round).is_none_or(|g| {
-                let (_, i0) = g.indices(round);
-                g.verifier.known_index() <= i0
-            });
-            if public {
+            if self.sig.lower_element_public(round) {
                 return Err(Refusal::Stale);
             }
             state.candidates.push((digest, count, split_elements(macs)));
@@ -304,17 +338,10 @@ impl FlowGuard {
         if round < self.evicted_below {
             return Err(Refusal::Stale);
         }
-        let generation = self.sig.find(round).ok_or(Refusal::Stale)?;
-        let (i1, _) = generation.indices(round);
-        match generation.verifier.verify(provider, i1, element) {
-            Ok(Checked::Fresh) => {}
-            // The element was already disclosed here (a later round's S1 or S2 has been seen)
-            // and this round was never stored: its key may be public, so no MAC can be
-            // trusted for it any more.
-            Ok(Checked::Repeat | Checked::Old) => return Err(Refusal::Stale),
-            Err(ChainError::TooFar) => return Err(Refusal::Stale),
-            Err(ChainError::Mismatch) => return Err(Refusal::Forged),
-        }
+        // A repeated or old element was already disclosed here (a later round's S1 or S2 has
+        // been seen) and this round was never stored: its key may be public, so no MAC can be
+        // trusted for it any more.
+        self.sig.verify_upper_element(provider, round, element)?;
         self.rounds.insert(
             round,
             RoundState {
@@ -362,11 +389,7 @@ impl FlowGuard {
             .next()
             .is_some();
         let Some(state) = self.rounds.get_mut(&round) else {
-            return Err(if round < self.evicted_below {
-                Refusal::Stale
-            } else {
-                Refusal::Unverifiable
-            });
+            return Err(unknown_round(round, self.evicted_below));
         };
         if let Some(seen) = state.a1_element {
             if !ct_eq(&seen, element) {
@@ -394,26 +417,15 @@ impl FlowGuard {
             // the next round's A1 (its element hashes to it) or this round's A2. The verifier
             // sends those only after this round's S2s or the next round's S1 passed every hop:
             // once this hop saw either (or a later A1), no new candidate.
-            let public = later_round_seen
-                || state.key.is_some()
-                || self.ack.find(round).is_none_or(|g| {
-                    let (_, i0) = g.indices(round);
-                    g.verifier.known_index() <= i0
-                });
+            let public =
+                later_round_seen || state.key.is_some() || self.ack.lower_element_public(round);
             if public {
                 return Err(Refusal::Stale);
             }
             state.reports.push(*r);
             return Ok(Taken::New);
         }
-        let generation = self.ack.find(round).ok_or(Refusal::Stale)?;
-        let (i1, _) = generation.indices(round);
-        match generation.verifier.verify(provider, i1, element) {
-            Ok(Checked::Fresh) => {}
-            Ok(Checked::Repeat | Checked::Old) => return Err(Refusal::Stale),
-            Err(ChainError::TooFar) => return Err(Refusal::Stale),
-            Err(ChainError::Mismatch) => return Err(Refusal::Forged),
-        }
+        self.ack.verify_upper_element(provider, round, element)?;
         state.a1_element = Some(*element);
         state.reports.extend(report.copied());
         let most = state
@@ -457,11 +469,7 @@ impl FlowGuard {
     ) -> Result<(), Refusal> {
         let round = header.round;
         let Some(state) = self.rounds.get_mut(&round) else {
-            return Err(if round < self.evicted_below {
-                Refusal::Stale
-            } else {
-                Refusal::Unverifiable
-            });
+            return Err(unknown_round(round, self.evicted_below));
         };
         if state.a1_element.is_none() {
             return Err(Refusal::Unverifiable);

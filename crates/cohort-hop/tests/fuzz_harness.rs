@@ -9,7 +9,8 @@
 use cohort_hop::crypto::ELEMENT_LEN;
 use cohort_hop::fuzzing::{
     captured, captured_kinds, drops, endpoint, join_datagrams, mutate_input, mutate_real, packet,
-    relay, EndpointControl, HopPair, MutantSpec, Mutation, ADDR_A, ADDR_R, SETUP_MESSAGES,
+    relay, EndpointControl, HopPair, MutantSpec, Mutation, ADDR_A, ADDR_R, CAPTURED_KINDS,
+    SETUP_MESSAGES,
 };
 use cohort_hop::wire::{kind, Packet, FLOW_FROM_RESPONDER, FLOW_HEADER_LEN};
 use cohort_hop::EndpointEvent;
@@ -163,18 +164,7 @@ fn the_pair_delivers_and_the_capture_holds_every_kind() {
         assert_eq!(p.check_relay(&[]), 0);
     }
     let kinds = captured_kinds();
-    for k in [
-        kind::HELLO,
-        kind::CHALLENGE,
-        kind::SYN,
-        kind::ACK,
-        kind::ACKACK,
-        kind::SIGNED,
-        kind::S1,
-        kind::A1,
-        kind::S2,
-        kind::A2,
-    ] {
+    for k in CAPTURED_KINDS {
         assert!(kinds.contains_key(&k), "no {k:#x} in {kinds:?}");
     }
     // Every captured datagram and control message parses and round-trips.

@@ -137,15 +137,7 @@ fn relays_do_no_public_key_work_per_data_packet() {
         assert!(path.send(m, format!("m{i}").as_bytes()));
         assert!(path.send(n, format!("n{i}").as_bytes()));
     }
-    let a = path.a;
-    path.sim
-        .run_until_cond(Duration::from_secs(120), |s| {
-            s.node(a).endpoint().unwrap().status().peers[0]
-                .associations
-                .iter()
-                .all(|x| x.queued == 0 && x.awaiting_ack.is_none())
-        })
-        .expect("drain");
+    path.drain(Duration::from_secs(120)).expect("drain");
     path.sim.run_for(Duration::from_secs(1)).expect("run");
     assert_eq!(path.received_at_b().len(), 1000);
     let verified = path.sim.node(relay).relay().unwrap().counters().verified;
@@ -271,15 +263,7 @@ fn chains_are_renewed_under_continuous_traffic() {
             path.sim.run_for(Duration::from_millis(30)).expect("run");
         }
     }
-    let a = path.a;
-    path.sim
-        .run_until_cond(Duration::from_secs(120), |s| {
-            s.node(a).endpoint().unwrap().status().peers[0]
-                .associations
-                .iter()
-                .all(|x| x.queued == 0 && x.awaiting_ack.is_none())
-        })
-        .expect("drain");
+    path.drain(Duration::from_secs(120)).expect("drain");
     path.sim.run_for(Duration::from_secs(1)).expect("run");
     let mut got = path.received_at_b();
     got.sort();

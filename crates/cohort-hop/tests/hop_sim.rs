@@ -215,17 +215,7 @@ fn faults_and_adversary(seed: u64) -> Result<(), SimFailure> {
         sent.insert(m.clone());
     }
     // ALPHA-N moves one message per round trip: give the backlog time to drain.
-    let a = path.a;
-    let drained = path.sim.run_until_cond(Duration::from_secs(300), |s| {
-        s.node(a).endpoint().is_some_and(|e| {
-            e.status().peers.iter().all(|p| {
-                p.associations
-                    .iter()
-                    .all(|x| x.queued == 0 && x.awaiting_ack.is_none())
-            })
-        })
-    });
-    if drained.is_err() {
+    if path.drain(Duration::from_secs(300)).is_err() {
         return Err(path.sim.failure(format!(
             "{context}: the backlog never drained\n{}",
             dump(&path)

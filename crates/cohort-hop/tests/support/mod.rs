@@ -145,6 +145,22 @@ impl Path {
         })
     }
 
+    /// Runs until A has nothing queued and nothing awaiting an acknowledgment on any
+    /// association, for at most `limit` of virtual time.
+    pub fn drain(&mut self, limit: Duration) -> Result<(), SimFailure> {
+        let a = self.a;
+        self.sim.run_until_cond(limit, |s| {
+            s.node(a).endpoint().is_some_and(|e| {
+                e.status().peers.iter().all(|p| {
+                    p.associations
+                        .iter()
+                        .all(|x| x.queued == 0 && x.awaiting_ack.is_none())
+                })
+            })
+        })?;
+        Ok(())
+    }
+
     /// Messages B received, in order.
     pub fn received_at_b(&self) -> Vec<Vec<u8>> {
         self.received_at(self.b)
