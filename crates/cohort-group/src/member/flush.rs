@@ -283,10 +283,7 @@ impl GroupMember {
         // The coordinator takes part in its own flush: it drops ordering it has not
         // delivered (only the flush decides what the view delivers from here).
         self.reliable.log = self.reliable.log.split_off(&self.reliable.stable);
-        let delivered = self.reliable.delivered;
-        self.reliable.log.retain(|o, _| *o < delivered);
-        self.reliable.relayed.clear();
-        self.reliable.awaiting.clear();
+        self.reliable.discard_undelivered();
         self.view_change.flushing = None;
         let mut answers = BTreeMap::new();
         if survivors.contains(&self.rank) {
@@ -376,10 +373,7 @@ impl GroupMember {
                     .map_or(proposal, |h| h.max(proposal)),
             );
             self.reliable.log = self.reliable.log.split_off(&self.reliable.stable);
-            let delivered = self.reliable.delivered;
-            self.reliable.log.retain(|o, _| *o < delivered);
-            self.reliable.relayed.clear();
-            self.reliable.awaiting.clear();
+            self.reliable.discard_undelivered();
             let survivor_ids: Vec<MemberId> = survivors
                 .iter()
                 .filter_map(|r| self.member_at(*r).map(|m| m.id))

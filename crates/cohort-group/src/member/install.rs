@@ -7,7 +7,6 @@
 
 use super::flush::Change;
 use super::join::Joining;
-use super::reliable::Sequencer;
 use super::timers::interval;
 use super::{GroupMember, OldView};
 use crate::config::RekeyMethod;
@@ -18,7 +17,6 @@ use crate::wire::{Install, KeyDelivery, Msg, PairMsg};
 use cohort_core::Timestamp;
 use cohort_crypto::Secret;
 use rand_core::RngCore;
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 use zeroize::Zeroizing;
@@ -497,16 +495,8 @@ impl GroupMember {
         self.rank = rank as u16;
         self.incarnations = install.incarnations.clone();
         self.keys = Some(keys);
-        self.reliable.log = BTreeMap::new();
-        self.reliable.relayed.clear();
-        self.reliable.awaiting.clear();
-        self.reliable.delivered_seq = vec![None; install.members.len()];
-        self.reliable.known_end = 0;
-        self.reliable.delivered = 0;
-        self.reliable.stable = 0;
-        self.reliable.last_ack_sent = 0;
-        self.reliable.last_nak = None;
-        self.reliable.delivered_at_leader_heartbeat = 0;
+        self.reliable
+            .start_view(install.members.len(), &install.next_seqs, rank, now);
         self.view_change.flushing = None;
         self.tree.tree_key = None;
         self.tree.tree_wait = None;
@@ -515,32 +505,6 @@ impl GroupMember {
                 .highest_proposal
                 .map_or(view.id, |h| h.max(view.id)),
         );
-        let next_own = install
-            .next_seqs
-            .get(rank)
-            .copied()
-            .unwrap_or(self.reliable.next_reliable);
-        self.reliable.pending.retain(|p| p.seq >= next_own);
-        for p in self.reliable.pending.iter_mut() {
-            p.sent_at = None;
-        }
-        self.reliable.next_reliable = self.reliable.next_reliable.max(next_own);
-        self.reliable.sequencer = if rank == 0 {
-            let n = view.members.len();
-            Some(Sequencer {
-                next_order: 0,
-                expected: install.next_seqs.clone(),
-                early: (0..n).map(|_| BTreeMap::new()).collect(),
-                acked: vec![0; n],
-                heard: vec![now; n],
-                loads: vec![(0, 0); n],
-                turn: 0,
-                stalled_since: None,
-                tokens: Vec::new(),
-            })
-        } else {
-            None
-        };
         self.liveness.leader_heard = now;
         self.liveness.next_heartbeat = now;
         for m in &view.members {
@@ -646,15 +610,11 @@ impl GroupMember {
         self.forget_pairs();
         self.view = None;
         self.keys = None;
-        self.reliable.sequencer = None;
+        self.reliable.leave_view();
         self.view_change.flushing = None;
         self.view_change.coordinator = None;
         self.view_change.announce = None;
-        self.reliable.log.clear();
         self.old_views.clear();
-        for p in self.reliable.pending.iter_mut() {
-            p.sent_at = None;
-        }
         self.incarnation = self.rng.next_u64();
     }
 

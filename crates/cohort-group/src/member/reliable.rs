@@ -102,6 +102,60 @@ pub(super) fn nak_answers(log: &BTreeMap<u64, OrderedMsg>, lo: u64, to: u64) -> 
 }
 
 impl Reliable {
+    /// The channel of a newly installed view of `n` members, where this member has rank
+    /// `rank` and the members' next message numbers are `next_seqs`: positions and delivery
+    /// start again from zero, own messages the view already carried are dropped and the
+    /// others are sent again, and the leader (rank 0) gets a fresh sequencer.
+    pub(super) fn start_view(&mut self, n: usize, next_seqs: &[u64], rank: usize, now: Timestamp) {
+        self.log = BTreeMap::new();
+        self.relayed.clear();
+        self.awaiting.clear();
+        self.delivered_seq = vec![None; n];
+        self.known_end = 0;
+        self.delivered = 0;
+        self.stable = 0;
+        self.last_ack_sent = 0;
+        self.last_nak = None;
+        self.delivered_at_leader_heartbeat = 0;
+        let next_own = next_seqs.get(rank).copied().unwrap_or(self.next_reliable);
+        self.pending.retain(|p| p.seq >= next_own);
+        for p in self.pending.iter_mut() {
+            p.sent_at = None;
+        }
+        self.next_reliable = self.next_reliable.max(next_own);
+        self.sequencer = (rank == 0).then(|| Sequencer {
+            next_order: 0,
+            expected: next_seqs.to_vec(),
+            early: (0..n).map(|_| BTreeMap::new()).collect(),
+            acked: vec![0; n],
+            heard: vec![now; n],
+            loads: vec![(0, 0); n],
+            turn: 0,
+            stalled_since: None,
+            tokens: Vec::new(),
+        });
+    }
+
+    /// A flush begins: positions logged beyond what this member delivered, and relayed
+    /// submissions waiting for a position, are dropped (the coordinator settles which
+    /// positions every survivor delivers).
+    pub(super) fn discard_undelivered(&mut self) {
+        let delivered = self.delivered;
+        self.log.retain(|o, _| *o < delivered);
+        self.relayed.clear();
+        self.awaiting.clear();
+    }
+
+    /// This member leaves its component: no sequencer, no log; its undelivered messages
+    /// stay, to be sent again in the next view.
+    pub(super) fn leave_view(&mut self) {
+        self.sequencer = None;
+        self.log.clear();
+        for p in self.pending.iter_mut() {
+            p.sent_at = None;
+        }
+    }
+
     /// At the leader: records this member's own deliveries among the sequencer's
     /// acknowledgements and computes the stable point (every member delivered below it);
     /// when it is above the last one, moves it and drops the log below it. The stable
