@@ -330,6 +330,32 @@ impl GroupMember {
         }
     }
 
+    /// At the leader: `member` asks to leave; the next view goes without it.
+    pub(super) fn on_leave_request(&mut self, now: Timestamp, member: MemberId) {
+        if !self.is_leader() {
+            return;
+        }
+        if !self
+            .view_change
+            .change_wanted
+            .iter()
+            .any(|(m, _)| *m == member)
+        {
+            self.view_change
+                .change_wanted
+                .push((member, RemovalReason::Left));
+        }
+        self.maybe_start_change(now);
+    }
+
+    /// At the leader: a member asks for a fresh key.
+    pub(super) fn on_rekey_request(&mut self, now: Timestamp) {
+        if self.is_leader() {
+            self.view_change.rekey_wanted.get_or_insert(now);
+            self.maybe_start_change(now);
+        }
+    }
+
     pub(super) fn on_flush(
         &mut self,
         now: Timestamp,

@@ -3,7 +3,9 @@
 //! installs the view and its key, keeping the old view's keys for the grace period.
 //!
 //! Owns: the Install being resent (`Announce`, inside `ViewChange`), and writes the shared
-//! view, rank, keys, group key and old views: it is the only file that replaces them.
+//! view, rank, keys, group key and old views: it is the only file that installs them
+//! (leaving, in `trust.rs`, and the grace timer, in `timers.rs`, only drop them). It starts
+//! the new view's reliable channel through `Reliable::start_view`.
 
 use super::flush::Change;
 use super::join::Joining;
@@ -288,6 +290,13 @@ impl GroupMember {
         // The coordinator delivers what every survivor delivers before the new view.
         self.deliver_up_to(install.final_order);
         self.install_view(now, &install, new_key, Some((took, removed)));
+    }
+
+    /// `member` acknowledged the announced Install: it is not resent there.
+    pub(super) fn on_install_ack(&mut self, member: MemberId) {
+        if let Some(a) = self.view_change.announce.as_mut() {
+            a.unacked.retain(|(m, _)| m.id != member);
+        }
     }
 
     pub(super) fn on_install(&mut self, now: Timestamp, rank: u16, install: Box<Install>) {

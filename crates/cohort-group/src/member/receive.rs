@@ -3,8 +3,9 @@
 //! tickets) are dispatched here too.
 //!
 //! Owns: the `Insecure` reports (`insecure_reported`). It opens packets with the current
-//! or a kept old view's keys and counts what it drops; it may not change protocol state
-//! itself, only call the owning concern's `on_*` handler.
+//! or a kept old view's keys and counts what it drops. Besides noting who was heard
+//! (`liveness.leader_heard`, the sequencer's `heard`), it changes no protocol state itself:
+//! it calls the owning concern's `on_*` handler.
 
 use super::flush::Phase;
 use super::output::BROADCAST;
@@ -204,32 +205,9 @@ impl GroupMember {
                 pending,
             } => self.on_flush_ok(now, rank, proposal, delivered, next_seq, pending),
             Msg::Install(install) => self.on_install(now, rank, install),
-            Msg::InstallAck => {
-                if let Some(a) = self.view_change.announce.as_mut() {
-                    a.unacked.retain(|(m, _)| m.id != sender.id);
-                }
-            }
-            Msg::Leave => {
-                if self.is_leader() {
-                    if !self
-                        .view_change
-                        .change_wanted
-                        .iter()
-                        .any(|(m, _)| *m == sender.id)
-                    {
-                        self.view_change
-                            .change_wanted
-                            .push((sender.id, RemovalReason::Left));
-                    }
-                    self.maybe_start_change(now);
-                }
-            }
-            Msg::RekeyRequest => {
-                if self.is_leader() {
-                    self.view_change.rekey_wanted.get_or_insert(now);
-                    self.maybe_start_change(now);
-                }
-            }
+            Msg::InstallAck => self.on_install_ack(sender.id),
+            Msg::Leave => self.on_leave_request(now, sender.id),
+            Msg::RekeyRequest => self.on_rekey_request(now),
         }
     }
 

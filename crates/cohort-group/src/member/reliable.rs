@@ -3,8 +3,8 @@
 //! the log, delivery in order, NAKs for gaps and the flow window.
 //!
 //! Owns: `Reliable` (log, delivery counters, pending messages, the sequencer, relayed and
-//! awaited submissions). It may not start or end a view change; the flush reads its log
-//! and `install_view` resets it for the next view.
+//! awaited submissions). It may not start or end a view change: the view change reads its
+//! log and asks it to `start_view`, `discard_undelivered` or `leave_view`.
 
 use super::flush::Phase;
 use super::output::BROADCAST;
