@@ -104,11 +104,11 @@ impl GroupMember {
         self.view = None;
         self.keys = None;
         self.group_key = None;
-        self.reliable.sequencer = None;
+        self.reliable.leave_view();
+        // Out of the group for good: its undelivered messages will never be sent.
+        self.reliable.pending.clear();
         self.view_change.flushing = None;
         self.view_change.coordinator = None;
-        self.reliable.pending.clear();
-        self.reliable.log.clear();
         self.old_views.clear();
         self.expelled = true;
         self.events.push_back(GroupEvent::Expelled { reason });
