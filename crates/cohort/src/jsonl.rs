@@ -23,6 +23,12 @@ pub fn write_line(value: &Value) -> std::io::Result<()> {
 }
 
 /// The `error` event: an error answering a command (`cmd` is `None` when the line was not a
+/// The line for an event kind the writer does not know yet (the libraries' event enums are
+/// non-exhaustive): its debug form, so that it is seen rather than dropped.
+pub fn other_event(event: &impl std::fmt::Debug) -> Value {
+    json!({ "event": "other", "debug": format!("{event:?}") })
+}
+
 /// command at all).
 pub fn error(cmd: Option<&str>, error: &str) -> Value {
     json!({"event": "error", "cmd": cmd, "error": error})

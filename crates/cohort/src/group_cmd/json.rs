@@ -103,7 +103,7 @@ pub fn event(event: &GroupEvent) -> Value {
             "untrusted_members": untrusted_members.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
         }),
         // An event kind added to the library after this writer: named, not dropped.
-        other => json!({ "event": "other", "debug": format!("{other:?}") }),
+        other => crate::jsonl::other_event(other),
     }
 }
 

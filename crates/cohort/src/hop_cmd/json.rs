@@ -85,7 +85,7 @@ pub fn endpoint_event(event: &EndpointEvent) -> Value {
             "round": round,
         }),
         // An event kind added to the library after this writer: named, not dropped.
-        other => other_event(other),
+        other => crate::jsonl::other_event(other),
     }
 }
 
@@ -100,7 +100,7 @@ pub fn relay_event(event: &RelayEvent) -> Value {
             "initiator": initiator.to_string(),
             "responder": responder.to_string(),
         }),
-        other => other_event(other),
+        other => crate::jsonl::other_event(other),
     }
 }
 
@@ -264,12 +264,6 @@ pub fn parse_command(line: &str) -> Result<Command, CommandError> {
         }
         _ => Ok(Command::Status),
     }
-}
-
-/// The line for an event kind this writer does not know yet (the library's event enums are
-/// non-exhaustive): its debug form, so that it is seen rather than dropped.
-fn other_event(event: &impl std::fmt::Debug) -> Value {
-    json!({ "event": "other", "debug": format!("{event:?}") })
 }
 
 #[cfg(test)]

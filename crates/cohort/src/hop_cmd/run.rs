@@ -426,7 +426,7 @@ impl Daemon {
                     _ => {}
                 }
             }
-            other => emit(&json!({ "event": "other", "debug": format!("{other:?}") })),
+            other => emit(&crate::jsonl::other_event(&other)),
         }
     }
 
