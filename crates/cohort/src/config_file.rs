@@ -82,9 +82,12 @@ pub fn listen_addr(
 /// struct), with the key at fault named as the file writes it (`peers[0]`, `peer[1].via`,
 /// `tun.mtu`). A file that is not TOML at all comes back with an empty key.
 pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
-    let doc = toml::de::DeTable::parse(text)
-        .map_err(|e| err("", format!("not valid TOML: {}", e.message())))?;
     toml::from_str(text).map_err(|e| {
+        // Only a file that failed is parsed a second time, to find the key at fault.
+        let doc = match toml::de::DeTable::parse(text) {
+            Ok(doc) => doc,
+            Err(syntax) => return err("", format!("not valid TOML: {}", syntax.message())),
+        };
         let key = e
             .span()
             .map(|span| key_at(doc.get_ref(), span.start))
