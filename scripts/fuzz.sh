@@ -7,9 +7,11 @@
 #
 #   scripts/fuzz.sh SECONDS [TARGET...]      every target when none is named
 #
-# FUZZ_SANITIZER=none builds without AddressSanitizer (faster; CI's short run uses it).
-# New inputs the fuzzer finds go to a scratch corpus; fuzz/corpus/<target>, when present,
-# is read as seeds and never written. RUSTC_BOOTSTRAP is set for the cargo-fuzz commands
+# FUZZ_SANITIZER=none builds without AddressSanitizer (faster). FUZZ_RUNS=N stops a target
+# after N executions (SECONDS still bounds it). New inputs the fuzzer finds go to a scratch
+# corpus, deleted at the end unless FUZZ_WORK=DIR names a directory to keep it in
+# (DIR/<target>, reused by the next run); fuzz/corpus/<target> is read as seeds and never
+# written (scripts/fuzz-corpus.sh refreshes it). RUSTC_BOOTSTRAP is set for the cargo-fuzz commands
 # only, never for the rest of the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,18 +36,24 @@ fi
 
 fuzz build -O -s "$sanitizer"
 
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
+if [ -n "${FUZZ_WORK:-}" ]; then
+  scratch=$(mkdir -p "$FUZZ_WORK" && cd "$FUZZ_WORK" && pwd)
+else
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
+fi
+runs=()
+[ -n "${FUZZ_RUNS:-}" ] && runs=("-runs=$FUZZ_RUNS")
 failed=()
 total=0
 printf '%-26s %14s  %s\n' target execs result
 for target in "${targets[@]}"; do
   mkdir -p "$scratch/$target"
   seeds=()
-  [ -d "fuzz/corpus/$target" ] && seeds=("corpus/$target")
+  [ -d "fuzz/corpus/$target" ] && seeds=("$PWD/fuzz/corpus/$target")
   log="$scratch/$target.log"
   if fuzz run -O -s "$sanitizer" "$target" "$scratch/$target" "${seeds[@]}" -- \
-      -max_total_time="$seconds" -print_final_stats=1 >"$log" 2>&1; then
+      -max_total_time="$seconds" "${runs[@]}" -print_final_stats=1 >"$log" 2>&1; then
     result=ok
   else
     result=FAILED

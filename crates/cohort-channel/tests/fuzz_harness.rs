@@ -491,3 +491,122 @@ proptest! {
         }
     }
 }
+
+// ---- the fuzz corpus (fuzz/corpus/<target>) -------------------------------------------------
+
+/// Seeds for every channel fuzz target, from real handshakes and records in every mode.
+fn corpus_seeds() -> Vec<(&'static str, cohort_sim::corpus::Seeds)> {
+    let (mut ch, mut sh, mut cf, mut proof) = (vec![], vec![], vec![], vec![]);
+    let (mut server, mut client, mut tamper) = (vec![], vec![], vec![]);
+    for mode in ALL_AUTH_MODES {
+        let f = valid_handshake_flights(mode);
+        ch.push((format!("{mode}"), body(&f.client_hello).to_vec()));
+        sh.push((format!("{mode}"), body(f.server_hello()).to_vec()));
+        cf.push((format!("{mode}"), body(&f.client_finished).to_vec()));
+        if !f.server_auth().is_empty() {
+            proof.push((format!("{mode}"), body(f.server_auth()).to_vec()));
+        }
+        for depth in 0..4 {
+            for chunk_root in [0, 5] {
+                let name = format!("{mode}-depth{depth}-chunk{chunk_root}");
+                server.push((name.clone(), vec![Control::byte(mode, depth, chunk_root)]));
+                if depth > 0 {
+                    client.push((name, vec![Control::byte(mode, depth, chunk_root)]));
+                }
+            }
+        }
+        let mut recorded = vec![Control::byte(mode, 0, 3)];
+        recorded.extend_from_slice(&f.client_hello);
+        recorded.extend_from_slice(&f.client_finished);
+        server.push((format!("{mode}-recorded"), recorded));
+        if FIXED_HELLO_MODES.contains(&mode) {
+            let mut flight = vec![Control::byte(mode, 0, 0)];
+            flight.extend_from_slice(&f.server_flight);
+            client.push((format!("{mode}-recorded"), flight));
+        }
+        for resume in [0u8, 0x04] {
+            for which in 0..5u8 {
+                let name = format!("{mode}-resume{resume}-flight{which}");
+                tamper.push((
+                    format!("{name}-none"),
+                    vec![mode.to_u8() | resume, which, 0xff, 0xff, 4, 0],
+                ));
+                tamper.push((
+                    format!("{name}-flip"),
+                    vec![mode.to_u8() | resume, which, 0, 9, 0, 0x40],
+                ));
+            }
+        }
+    }
+    let plain: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; usize::from(i) * 61]).collect();
+    let refs: Vec<&[u8]> = plain.iter().map(Vec::as_slice).collect();
+    let records = [0u8, 1]
+        .into_iter()
+        .map(|null| {
+            let mut input = vec![null];
+            input.extend(valid_records(&refs));
+            (format!("null{null}"), input)
+        })
+        .collect();
+    vec![
+        ("channel_client_hello", ch),
+        ("channel_server_hello", sh),
+        ("channel_client_finished", cf),
+        ("channel_batch_proof", proof),
+        ("channel_record", records),
+        ("channel_server", server),
+        ("channel_client", client),
+        ("channel_tamper", tamper),
+    ]
+}
+
+/// The harness each channel fuzz target calls (`fuzz/fuzz_targets/<target>.rs`).
+fn corpus_harness(target: &str) -> fn(&[u8]) {
+    match target {
+        "channel_client_hello" => |d| {
+            let _ = client_hello(d);
+        },
+        "channel_server_hello" => |d| {
+            let _ = server_hello(d);
+        },
+        "channel_client_finished" => |d| {
+            let _ = client_finished(d);
+        },
+        "channel_batch_proof" => |d| {
+            let _ = batch_proof(d);
+        },
+        "channel_record" => |d| {
+            let _ = record_open(d);
+        },
+        "channel_server" => |d| {
+            let _ = server_connection(d);
+        },
+        "channel_client" => |d| {
+            let _ = client_connection(d);
+        },
+        "channel_tamper" => |d| {
+            let _ = tampered_handshake(d);
+        },
+        other => panic!("not a channel fuzz target: {other}"),
+    }
+}
+
+/// Every input in the corpus runs through its harness as the fuzzer ran it; the seeds
+/// themselves run too (so a seed that stopped being valid fails here, not silently in the
+/// fuzzer). With `COHORT_WRITE_CORPUS=1` the seeds are written first
+/// (`scripts/fuzz-corpus.sh`).
+#[test]
+fn fuzz_corpus_replays() {
+    for (target, seeds) in corpus_seeds() {
+        assert!(!seeds.is_empty(), "{target}: no seeds");
+        let harness = corpus_harness(target);
+        for (_, data) in &seeds {
+            harness(data);
+        }
+        if cohort_sim::corpus::writing() {
+            cohort_sim::corpus::write_seeds(target, &seeds);
+        }
+        let n = cohort_sim::corpus::replay(target, harness);
+        eprintln!("{target}: {n} corpus inputs");
+    }
+}

@@ -105,3 +105,76 @@ impl FlipOutcome {
             || (self.gear.info().partial_l.is_some() && self.body.contains(&(self.bit / 8)))
     }
 }
+
+/// [`flip_one_bit`] with the property the fuzz target checks: a flipped packet is refused
+/// unless [`FlipOutcome::acceptance_allowed`]. Panics on a finding.
+pub fn flip_one_bit_checked(data: &[u8]) {
+    if let Some(outcome) = flip_one_bit(data) {
+        assert!(
+            !outcome.accepted || outcome.acceptance_allowed(),
+            "{}: flipped bit {} accepted",
+            outcome.gear,
+            outcome.bit
+        );
+    }
+}
+
+/// Real packets under the harness keys, for the `unprotect` corpus: one per gear (a header
+/// and a body), one with two tags, and one with an empty body. Each is named after its
+/// gears.
+pub fn sample_packets() -> Vec<(String, Vec<u8>)> {
+    let mut tx = Protector::new(all_keys().clone());
+    let mut out = Vec::new();
+    let mut plans: Vec<Vec<GearId>> = ALL_GEARS.iter().map(|g| vec![g.id]).collect();
+    if let [a, b, ..] = ALL_GEARS {
+        plans.push(vec![a.id, b.id]);
+    }
+    for (i, gears) in plans.iter().enumerate() {
+        let body: &[u8] = if i == 0 {
+            b""
+        } else {
+            b"a body long enough to span several words of every MAC"
+        };
+        let mut packet = Vec::new();
+        if tx.protect(gears, b"hdr", body, &mut packet).is_ok() {
+            let names: Vec<String> = gears.iter().map(|g| g.to_string()).collect();
+            out.push((names.join("+"), packet));
+        }
+    }
+    out
+}
+
+/// Inputs for [`flip_one_bit`]: for every gear, a header and a body, with the flipped bit
+/// in the header, the tag and the body. Named after the gear and the bit.
+pub fn sample_flips() -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for (i, g) in ALL_GEARS.iter().enumerate() {
+        for bit in [3u16, 40, 400] {
+            let mut data = vec![i as u8, 5];
+            data.extend_from_slice(&bit.to_le_bytes());
+            data.extend_from_slice(b"head:a body that a partial MAC may or may not cover");
+            out.push((format!("{}-bit{bit}", g.id), data));
+        }
+    }
+    out
+}
+
+/// Feedback bodies as a link sends them (see `docs/wire.md`): no retired gear, and two.
+pub fn sample_feedback() -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for (name, load, retired) in [("idle", 0u16, vec![]), ("loaded", 875, vec![0usize, 1])] {
+        let mut body = Vec::new();
+        body.extend_from_slice(&load.to_be_bytes());
+        body.extend_from_slice(&3u64.to_be_bytes());
+        body.extend_from_slice(&1u64.to_be_bytes());
+        body.push(retired.len() as u8);
+        body.extend(
+            retired
+                .iter()
+                .filter_map(|&i| ALL_GEARS.get(i))
+                .map(|g| g.id.to_u8()),
+        );
+        out.push((name.to_owned(), body));
+    }
+    out
+}

@@ -76,3 +76,53 @@ proptest! {
         prop_assert!(cohort_gears::link::parse_feedback(&body).is_none());
     }
 }
+
+// ---- the fuzz corpus (fuzz/corpus/<target>) -------------------------------------------------
+
+/// A fuzz target: its name, the harness it calls, its seeds.
+type CorpusTarget = (&'static str, fn(&[u8]), cohort_sim::corpus::Seeds);
+
+/// The gears crate's fuzz targets, each with the harness its `fuzz/fuzz_targets` file calls,
+/// and the seeds built from real packets.
+fn corpus_targets() -> [CorpusTarget; 3] {
+    use cohort_gears::fuzzing::*;
+    [
+        (
+            "unprotect",
+            |d| {
+                let _ = unprotect_arbitrary(d);
+            },
+            sample_packets(),
+        ),
+        (
+            "feedback",
+            |d| {
+                let _ = parse_feedback_arbitrary(d);
+            },
+            sample_feedback(),
+        ),
+        ("flip_one_bit", flip_one_bit_checked, sample_flips()),
+    ]
+}
+
+/// Every input in the corpus runs through its harness as the fuzzer ran it; the seeds are
+/// real and do what they are for (a real packet is accepted, a real report parses). With
+/// `COHORT_WRITE_CORPUS=1` the seeds are written first (`scripts/fuzz-corpus.sh`).
+#[test]
+fn fuzz_corpus_replays() {
+    for (target, harness, seeds) in corpus_targets() {
+        assert!(!seeds.is_empty(), "{target}: no seeds");
+        if cohort_sim::corpus::writing() {
+            cohort_sim::corpus::write_seeds(target, &seeds);
+        }
+        for (name, data) in &seeds {
+            match target {
+                "unprotect" => assert!(unprotect_arbitrary(data), "{name} refused"),
+                "feedback" => assert!(cohort_gears::fuzzing::parse_feedback_arbitrary(data)),
+                _ => assert!(flip_one_bit(data).is_some(), "{name}"),
+            }
+        }
+        let n = cohort_sim::corpus::replay(target, harness);
+        eprintln!("{target}: {n} corpus inputs");
+    }
+}

@@ -455,3 +455,138 @@ fn captured_kdc_pair_traffic_is_a_whole_session_and_replays_deliver_nothing() {
     );
     assert!(outcome.dropped > 0);
 }
+
+// ---- the fuzz corpus (fuzz/corpus/<target>) -------------------------------------------------
+
+/// `name-<i>` for each input.
+fn numbered(name: &str, inputs: impl IntoIterator<Item = Vec<u8>>) -> Vec<(String, Vec<u8>)> {
+    inputs
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| (format!("{name}-{i:02}"), d))
+        .collect()
+}
+
+/// A control byte and then each of `datagrams` alone, and all of them at once.
+fn each_and_all(name: &str, control: u8, datagrams: &[Vec<u8>]) -> Vec<(String, Vec<u8>)> {
+    let mut out = numbered(
+        name,
+        datagrams
+            .iter()
+            .map(|d| with_control(control, join_datagrams([d.as_slice()]))),
+    );
+    out.push((
+        format!("{name}-all"),
+        with_control(control, join_datagrams(datagrams.iter().map(Vec::as_slice))),
+    ));
+    out
+}
+
+/// Seeds for every group fuzz target: every message variant, packets and pair datagrams
+/// captured from a real two-member group, real gossip and a real KDC-mode handshake.
+fn corpus_seeds() -> Vec<(&'static str, cohort_sim::corpus::Seeds)> {
+    let c = |null, to_follower, seal, traffic| {
+        MemberControl {
+            null,
+            to_follower,
+            seal,
+            from_stranger: false,
+            traffic,
+        }
+        .byte()
+    };
+    let mut member = Vec::new();
+    for byte in 0..32u8 {
+        member.push((format!("control-{byte:02x}"), vec![byte]));
+    }
+    // Real AES-GCM packets from member 1 to the leader (the first 16 each alone, and 16 at
+    // once, the harness's most).
+    let captured: Vec<Vec<u8>> = captured_packets().iter().take(16).cloned().collect();
+    member.extend(each_and_all(
+        "captured",
+        c(false, false, false, true),
+        &captured,
+    ));
+    // Every message variant sealed by the harness under the null gear, as a broadcast body.
+    let bodies: Vec<Vec<u8>> = encoded_msgs()
+        .into_iter()
+        .map(|m| [vec![0xff, 0xff], m].concat())
+        .collect();
+    member.extend(each_and_all("sealed", c(true, false, true, true), &bodies));
+    member.extend(each_and_all(
+        "sealed-follower",
+        c(true, true, true, false),
+        &bodies,
+    ));
+
+    let mut pair = Vec::new();
+    let mut kdc_pair = Vec::new();
+    for control in 0..4u8 {
+        pair.extend(each_and_all(
+            &format!("c{control}"),
+            control,
+            captured_pair_datagrams(),
+        ));
+    }
+    let kdc_datagrams = captured_kdc_pair_datagrams();
+    for control in 0..8u8 {
+        kdc_pair.extend(each_and_all(
+            &format!("c{control}"),
+            control,
+            &kdc_datagrams,
+        ));
+    }
+    vec![
+        ("group_msg", numbered("msg", encoded_msgs())),
+        ("group_pair_msg", numbered("pair-msg", encoded_pair_msgs())),
+        ("group_gossip", numbered("gossip", sample_gossip())),
+        ("group_member", member),
+        ("group_pair_table", pair),
+        ("group_kdc_pair", kdc_pair),
+    ]
+}
+
+/// The harness each group fuzz target calls (`fuzz/fuzz_targets/<target>.rs`).
+fn corpus_harness(target: &str) -> fn(&[u8]) {
+    match target {
+        "group_msg" => |d| {
+            let _ = msg_decode(d);
+        },
+        "group_pair_msg" => |d| {
+            let _ = pair_msg_decode(d);
+        },
+        "group_gossip" => |d| {
+            let _ = gossip_packet(d);
+        },
+        "group_member" => |d| {
+            let _ = member_datagram(d);
+        },
+        "group_pair_table" => |d| {
+            let _ = pair_datagram(d);
+        },
+        "group_kdc_pair" => |d| {
+            let _ = kdc_pair_datagram(d);
+        },
+        other => panic!("not a group fuzz target: {other}"),
+    }
+}
+
+/// Every input in the corpus runs through its harness as the fuzzer ran it; the seeds
+/// themselves run too. With `COHORT_WRITE_CORPUS=1` the seeds are written first
+/// (`scripts/fuzz-corpus.sh`).
+#[test]
+fn fuzz_corpus_replays() {
+    for (target, seeds) in corpus_seeds() {
+        assert!(!seeds.is_empty(), "{target}: no seeds");
+        let harness = corpus_harness(target);
+        if cohort_sim::corpus::writing() {
+            cohort_sim::corpus::write_seeds(target, &seeds);
+        } else {
+            for (_, data) in &seeds {
+                harness(data);
+            }
+        }
+        let n = cohort_sim::corpus::replay(target, harness);
+        eprintln!("{target}: {n} corpus inputs");
+    }
+}

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod config;
+pub mod corpus;
 mod fault;
 mod log;
 mod node;
