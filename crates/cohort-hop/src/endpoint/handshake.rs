@@ -243,6 +243,18 @@ impl Endpoint {
             }
             return;
         }
+        // A new handshake from the peer of a connected pair (it restarted, or lost the pair
+        // and reconnects) replaces that pair, but only with a cookie we made after the pair
+        // was created: a recorded SYN of an earlier handshake, replayed within its cookie's
+        // lifetime, cannot tear down the pair that followed it.
+        if let Some(existing) = self.peers.get(&header.initiator) {
+            if existing.state == PeerState::Established
+                && timestamp < Cookies::timestamp(existing.created)
+            {
+                self.counters.stale += 1;
+                return;
+            }
+        }
         let Some(key) = self.check_signed_part(&initiator, &syn_signed_bytes(&header, &initiator))
         else {
             return;
@@ -301,10 +313,10 @@ impl Endpoint {
             return;
         }
         if was_connected {
-            // The peer restarted: everything we had with it is gone.
-            self.events.push_back(EndpointEvent::ConnectFailed {
+            // The peer restarted or reconnects: everything we had with it is gone.
+            self.events.push_back(EndpointEvent::Disconnected {
                 peer: header.initiator,
-                reason: "peer restarted",
+                reason: "the peer started a new handshake",
             });
         }
         self.outbox.urgent(from, ack);
@@ -427,6 +439,7 @@ impl Endpoint {
             return;
         }
         p.state = PeerState::Established;
+        p.reconnecting = None;
         p.key = Some(key);
         p.handshake = out.clone();
         p.handshake_resend.sent_at = now;

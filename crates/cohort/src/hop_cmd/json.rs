@@ -28,6 +28,9 @@ pub fn endpoint_event(event: &EndpointEvent) -> Value {
         EndpointEvent::ConnectFailed { peer, reason } => {
             json!({"event": "connect_failed", "peer": peer.to_string(), "reason": reason})
         }
+        EndpointEvent::Disconnected { peer, reason } => {
+            json!({"event": "disconnected", "peer": peer.to_string(), "reason": reason})
+        }
         EndpointEvent::Opened {
             peer,
             assoc,
