@@ -180,7 +180,11 @@ impl Endpoint {
         let Some(p) = self.peers.get(&addr) else {
             return;
         };
-        if p.state != PeerState::Hello || p.header(local) != header {
+        // In `Syn`, a later Challenge replaces the cookie: the one we used may have expired,
+        // or been a forger's (an initiator cannot check a cookie), and the SYN resends also
+        // resend the Hello to get a fresh one. The signed part stays the same.
+        let resyn = p.state == PeerState::Syn;
+        if !(p.state == PeerState::Hello || resyn) || p.header(local) != header {
             self.counters.stale += 1;
             return;
         }
@@ -188,7 +192,11 @@ impl Endpoint {
             return;
         };
         let part = self.signed_hello(&sig, &ack);
-        let signature = self.sign(&syn_signed_bytes(&header, &part));
+        let signature = if resyn {
+            p.our_signature.clone()
+        } else {
+            self.sign(&syn_signed_bytes(&header, &part))
+        };
         let mut out = Vec::with_capacity(300);
         Packet::Syn {
             header,
@@ -203,9 +211,11 @@ impl Endpoint {
         let Some(p) = self.peers.get_mut(&addr) else {
             return;
         };
-        p.state = PeerState::Syn;
+        if !resyn {
+            p.state = PeerState::Syn;
+            p.handshake_resend = Resend::new(now);
+        }
         p.handshake = out.clone();
-        p.handshake_resend = Resend::new(now);
         p.our_signature = signature;
         self.outbox.urgent(p.next_hop, out);
     }

@@ -10,6 +10,7 @@ use super::{Endpoint, CONTROL};
 use crate::event::EndpointEvent;
 use crate::flow::SendTimeout;
 use crate::resend;
+use crate::wire::Packet;
 use cohort_core::Timestamp;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -85,6 +86,21 @@ impl Endpoint {
         self.start_handshake(now, addr, next_hop, Some(since));
     }
 
+    /// Sends the last handshake packet to `addr` again; with a SYN, the Hello too, so that
+    /// a fresh Challenge replaces a cookie that expired or was forged.
+    fn resend_handshake(&mut self, addr: SocketAddr) {
+        let local = self.local;
+        let Some(p) = self.peers.get(&addr) else {
+            return;
+        };
+        if p.state == PeerState::Syn {
+            let mut hello = Vec::with_capacity(80);
+            Packet::Hello(p.header(local)).write(&mut hello);
+            self.outbox.urgent(p.next_hop, hello);
+        }
+        self.outbox.urgent(p.next_hop, p.handshake.clone());
+    }
+
     /// Resends what is due, reports stalled associations and gives up silent peers.
     pub(super) fn on_timeout(&mut self, now: Timestamp) {
         let initial = self.config.retransmit;
@@ -110,7 +126,7 @@ impl Endpoint {
                     self.reconnect(now, addr, "");
                 } else if p.handshake_resend.is_due(now, resend::RECONNECT, initial) {
                     p.handshake_resend.resent(now);
-                    self.outbox.urgent(p.next_hop, p.handshake.clone());
+                    self.resend_handshake(addr);
                 }
                 continue;
             }
@@ -126,8 +142,11 @@ impl Endpoint {
                     continue;
                 }
                 p.handshake_resend.resent(now);
-                self.outbox.urgent(p.next_hop, p.handshake.clone());
+                self.resend_handshake(addr);
             }
+            let Some(p) = self.peers.get_mut(&addr) else {
+                continue;
+            };
             // S1 retransmissions.
             let mut stalled_rounds = Vec::new();
             let mut stalled = Vec::new();
