@@ -674,3 +674,99 @@ fn a_replayed_old_syn_does_not_replace_a_newer_pair() {
     path.sim.run_for(Duration::from_secs(1)).expect("run");
     assert_eq!(path.received_at_b(), vec![b"after the replay".to_vec()]);
 }
+
+/// A relay forgets a pair idle for `pair_idle` (counted `expired`); when A sends again, it
+/// finds the pair dead, handshakes again (the relay learns the new pair) and the message
+/// gets through.
+#[test]
+fn a_relay_forgets_an_idle_pair_and_the_endpoints_come_back() {
+    let mode = Mode::N;
+    let mut path = Path::new(5, 1, |_| {});
+    path.connect().expect("connect");
+    path.open(mode).expect("open");
+    assert!(path.send_any(b"before"));
+    path.sim.run_for(Duration::from_secs(1)).expect("run");
+    let r = path.relays[0];
+    let pairs = |path: &Path| {
+        path.sim
+            .node(r)
+            .relay()
+            .expect("relay")
+            .status()
+            .pairs
+            .len()
+    };
+    assert_eq!(pairs(&path), 1);
+    // Idle for longer than pair_idle (120 s) and one sweep (30 s).
+    path.sim.run_for(Duration::from_secs(160)).expect("run");
+    assert_eq!(pairs(&path), 0, "the idle pair is still there");
+    assert_eq!(
+        path.sim.node(r).relay().expect("relay").counters().expired,
+        1
+    );
+    assert!(path.send_any(b"after"));
+    path.run_keeping_open(mode, Duration::from_secs(8))
+        .expect("run");
+    assert!(path.send_any(b"on the new pair"));
+    path.run_keeping_open(mode, Duration::from_secs(2))
+        .expect("run");
+    let got = path.received_at_b();
+    assert!(got.contains(&b"on the new pair".to_vec()), "{got:?}");
+    assert_eq!(pairs(&path), 1, "the relay did not learn the new pair");
+    // "after" went to the old pair, which no hop knew any more: lost, and said so.
+    assert!(path
+        .sim
+        .events_of(path.a)
+        .any(|(_, e)| matches!(e, HopEvent::Endpoint(EndpointEvent::Disconnected { .. }))));
+}
+
+/// A forged Challenge (the real one's cookie changed) that reaches the initiator first does
+/// not stall the handshake: its SYN is refused, but the SYN resend brings a Hello, the real
+/// Challenge that answers it replaces the cookie, and the pair connects.
+#[test]
+fn a_forged_challenge_does_not_stall_the_handshake() {
+    let mut path = Path::new(21, 1, |_| {});
+    let a = path.a;
+    let first: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
+    let f = first.clone();
+    // The first real Challenge toward A is kept from it (and kept for the forger).
+    let rule = path.sim.add_rule(FnRule::new(
+        "hold the first challenge",
+        move |p: &PacketView<'_>, _rng: &mut dyn RngCore| {
+            if p.to == a && p.bytes.get(1) == Some(&kind::CHALLENGE) && f.borrow().is_none() {
+                *f.borrow_mut() = Some(p.bytes.to_vec());
+                return Verdict::Drop;
+            }
+            Verdict::Pass
+        },
+    ));
+    let b_addr = path.addr(path.b);
+    let via = path.addr(path.relays[0]);
+    path.sim.with_node(a, |n, now| {
+        n.endpoint_mut().expect("A").connect(now, b_addr, Some(via))
+    });
+    path.sim.run_for(Duration::from_millis(30)).expect("run");
+    let mut forged = first.borrow().clone().expect("a challenge was sent");
+    let last = forged.len() - 1;
+    forged[last] ^= 0x01; // the cookie's last byte
+    path.sim.inject(via, a, forged, Duration::from_millis(1));
+    path.sim.run_for(Duration::from_millis(100)).expect("run");
+    path.sim.remove_rule(rule);
+    let a_addr = path.addr(a);
+    let b = path.b;
+    path.sim
+        .run_until_cond(Duration::from_secs(3), |s| {
+            s.node(a).endpoint().is_some_and(|e| e.is_connected(b_addr))
+                && s.node(b).endpoint().is_some_and(|e| e.is_connected(a_addr))
+        })
+        .expect("connected despite the forged challenge");
+    assert!(
+        path.sim
+            .node(b)
+            .endpoint()
+            .expect("B")
+            .counters()
+            .bad_cookie
+            >= 1
+    );
+}
