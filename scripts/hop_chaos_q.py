@@ -284,7 +284,9 @@ def main():
         base = after[0]
         tail = sorted(after[-5:])[2]
         growth = (tail - base) / base
-        mem_lines.append(f"{name}: VmRSS {base} KiB after warm-up, {tail} KiB at the end "
+        quarters = [after[min(len(after) - 1, len(after) * q // 4)] for q in (1, 2, 3)]
+        mem_lines.append(f"{name}: VmRSS {base} KiB after warm-up, {'/'.join(map(str, quarters))}"
+                         f" KiB at 1/4, 1/2, 3/4 of the rest, {tail} KiB at the end "
                          f"(max {max(after)}), growth {growth * 100:+.1f}%")
         if growth >= RSS_LIMIT:
             failures.append(f"{name}'s memory grew {growth * 100:.1f}% after warm-up")
