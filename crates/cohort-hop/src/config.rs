@@ -156,6 +156,15 @@ pub struct EndpointConfig {
     pub max_peers: usize,
     /// How far ahead (in rounds) a verifier follows a chain after losses.
     pub max_skip_rounds: u32,
+    /// How long something sent to a connected peer (an S1 awaiting its A1, a control
+    /// message awaiting its answer) may go unanswered before the pair is declared dead: its
+    /// associations are dropped ([`crate::EndpointEvent::Disconnected`]) and a new
+    /// handshake starts by itself, with a new pair id and new chains.
+    pub dead_after: Duration,
+    /// How long such a reconnection keeps trying (a new attempt every few seconds, each
+    /// resending its handshake packet at least once a second) before it gives up with
+    /// [`crate::EndpointEvent::ConnectFailed`].
+    pub reconnect_for: Duration,
 }
 
 impl EndpointConfig {
@@ -173,6 +182,8 @@ impl EndpointConfig {
             max_rounds: 16,
             max_peers: 1024,
             max_skip_rounds: 64,
+            dead_after: Duration::from_secs(3),
+            reconnect_for: Duration::from_secs(600),
         }
     }
 }
@@ -192,6 +203,10 @@ pub struct RelayConfig {
     pub max_rounds: usize,
     /// How far ahead (in rounds) the relay follows a chain after losses.
     pub max_skip_rounds: u32,
+    /// A pair with no verified packet for this long is forgotten (its endpoints died or
+    /// moved to a new pair after a restart); endpoints that come back to it notice the
+    /// silence and handshake again.
+    pub pair_idle: Duration,
 }
 
 impl Default for RelayConfig {
@@ -209,6 +224,7 @@ impl RelayConfig {
             max_pairs: 4096,
             max_rounds: 16,
             max_skip_rounds: 64,
+            pair_idle: Duration::from_secs(120),
         }
     }
 

@@ -26,6 +26,17 @@ pub enum EndpointEvent {
         /// Why.
         reason: &'static str,
     },
+    /// The pair with `peer` ended: nothing we sent was answered for `dead_after` (a relay
+    /// or the peer restarted, or the path broke), or the peer restarted and sent a new
+    /// handshake. Every association with it is gone (messages still queued are dropped).
+    /// A new handshake is under way, ours or the peer's; [`EndpointEvent::Connected`]
+    /// follows when it completes, and associations must be opened again.
+    Disconnected {
+        /// The peer.
+        peer: SocketAddr,
+        /// Why.
+        reason: &'static str,
+    },
     /// An association is open: outgoing (ours) or incoming (the peer's).
     Opened {
         /// The peer.
@@ -149,6 +160,8 @@ counters! {
     no_room,
     /// Drops: an outgoing message did not fit the association's queue.
     queue_full,
+    /// Pairs a relay forgot after `pair_idle` without a verified packet.
+    expired,
 }
 
 impl HopCounters {

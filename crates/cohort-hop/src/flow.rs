@@ -185,6 +185,11 @@ impl SendFlow {
         self.inflight.as_ref().map(|f| (f.round, f.resend.tries))
     }
 
+    /// When the S1 awaiting its A1 was first sent, if one is.
+    pub fn awaiting_since(&self) -> Option<Timestamp> {
+        self.inflight.as_ref().map(|f| f.first_sent_at)
+    }
+
     /// Elements left on the current chain.
     pub fn elements_left(&self) -> u32 {
         self.chains.front().map_or(0, |c| c.chain.remaining())

@@ -28,6 +28,8 @@ use std::fmt;
 use std::net::SocketAddr;
 
 const MAX_ASSOC: u16 = crate::wire::ASSOC_MASK;
+/// The shortest wait between two sweeps for idle pairs.
+const SWEEP_MIN: std::time::Duration = std::time::Duration::from_millis(100);
 
 struct RelayPair {
     initiator: SocketAddr,
@@ -38,6 +40,9 @@ struct RelayPair {
     flows: BTreeMap<u16, FlowGuard>,
     /// When the pair last had a packet verified (a tick of [`Relay`]'s counter).
     last_used: u64,
+    /// When the pair was learned or last had a packet verified: it is forgotten after
+    /// `pair_idle` without one.
+    last_seen: Timestamp,
     /// The responder's ACK signature, which the initiator's ACKACK signs.
     ack_signature: Vec<u8>,
     /// The ACK as verified (a repeat is compared, not verified again).
@@ -100,6 +105,9 @@ pub struct Relay {
     pairs: HashMap<PairId, RelayPair>,
     /// A counter that orders pairs by use (ticks on every new pair and verified packet).
     use_clock: u64,
+    /// When idle pairs are next looked for (every quarter of `pair_idle`, while any pair
+    /// is known).
+    next_sweep: Option<Timestamp>,
     out: VecDeque<(SocketAddr, Vec<u8>)>,
     events: VecDeque<RelayEvent>,
     counters: HopCounters,
@@ -123,6 +131,7 @@ impl Relay {
             local,
             pairs: HashMap::new(),
             use_clock: 0,
+            next_sweep: None,
             out: VecDeque::new(),
             events: VecDeque::new(),
             counters: HopCounters::default(),
@@ -164,7 +173,16 @@ impl Relay {
         self.out.push_back((next, data.to_vec()));
     }
 
-    fn on_ack(&mut self, data: &[u8], packet: &Packet<'_>) {
+    /// Forgets every pair idle for `pair_idle` at `now`, and plans the next sweep.
+    fn sweep(&mut self, now: Timestamp) {
+        let idle = self.config.pair_idle;
+        let before = self.pairs.len();
+        self.pairs.retain(|_, p| now < p.last_seen + idle);
+        self.counters.expired += (before - self.pairs.len()) as u64;
+        self.next_sweep = (!self.pairs.is_empty()).then(|| now + (idle / 4).max(SWEEP_MIN));
+    }
+
+    fn on_ack(&mut self, now: Timestamp, data: &[u8], packet: &Packet<'_>) {
         let Packet::Ack {
             header,
             initiator,
@@ -237,12 +255,16 @@ impl Relay {
                 responder_key,
                 flows: BTreeMap::from([(0, from_initiator), (FLOW_FROM_RESPONDER, from_responder)]),
                 last_used: self.use_clock,
+                last_seen: now,
                 ack_signature: responder.signature.to_vec(),
                 ack: data.to_vec(),
                 ackack: None,
                 signed_seen: VecDeque::new(),
             },
         );
+        if self.next_sweep.is_none() {
+            self.next_sweep = Some(now + (self.config.pair_idle / 4).max(SWEEP_MIN));
+        }
         self.events.push_back(RelayEvent::PairLearned {
             initiator: header.initiator,
             responder: header.responder,
@@ -405,6 +427,7 @@ impl Relay {
             self.use_clock += 1;
             if let Some(pair) = self.pairs.get_mut(&header.pair_id) {
                 pair.last_used = self.use_clock;
+                pair.last_seen = now;
             }
         }
         match result {
@@ -533,12 +556,16 @@ impl Machine for Relay {
                 let to = header.initiator;
                 self.forward(to, data);
             }
-            Packet::Ack { .. } => self.on_ack(data, &packet),
+            Packet::Ack { .. } => self.on_ack(now, data, &packet),
             _ => self.on_flow_packet(now, data, &packet),
         }
     }
 
-    fn handle_timeout(&mut self, _now: Timestamp) {}
+    fn handle_timeout(&mut self, now: Timestamp) {
+        if self.next_sweep.is_some_and(|t| now >= t) {
+            self.sweep(now);
+        }
+    }
 
     fn poll_transmit(&mut self, _now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
         let (destination, packet) = self.out.pop_front()?;
@@ -550,7 +577,7 @@ impl Machine for Relay {
     }
 
     fn poll_timeout(&self) -> Option<Timestamp> {
-        None
+        self.next_sweep
     }
 
     fn poll_event(&mut self) -> Option<RelayEvent> {

@@ -20,6 +20,13 @@ pub(crate) const SIGNALLING: Backoff = Backoff {
     cap: Duration::MAX,
 };
 
+/// The handshake packet of a reconnection: the base doubles, but it is resent at least once
+/// a second, so a path that comes back is found within a second.
+pub(crate) const RECONNECT: Backoff = Backoff {
+    max_doublings: 6,
+    cap: Duration::from_secs(1),
+};
+
 /// An S1 awaiting its A1: the RTO doubles up to 16 times itself, but a resend comes at
 /// least every 2 s.
 pub(crate) const S1: Backoff = Backoff {
@@ -89,6 +96,18 @@ mod tests {
             waits,
             [200, 400, 800, 1600, 3200, 6400, 12800, 12800, 12800]
         );
+    }
+
+    #[test]
+    fn reconnect_doubles_up_to_one_second() {
+        let base = Duration::from_millis(200);
+        let mut r = Resend::new(Timestamp::ZERO);
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            waits.push(r.deadline(RECONNECT, base).as_nanos() / 1_000_000);
+            r.tries += 1;
+        }
+        assert_eq!(waits, [200, 400, 800, 1000, 1000, 1000]);
     }
 
     #[test]

@@ -350,10 +350,11 @@ fn the_scheduler_shares_the_link_between_associations() {
 /// disclose an element that hashes to that round's key, and a forger who kept the real S1
 /// from the hops could then finish the round with a message of its own. Under an outage
 /// the signer keeps resending the same S1 (and says the association is stalled); when
-/// the path comes back, everything arrives.
+/// the path comes back, everything arrives. (Here `dead_after` is longer than the outage;
+/// `a_dead_pair_gives_up_its_round_only_with_its_chains` checks the default.)
 #[test]
 fn a_signer_never_moves_past_an_unacknowledged_round() {
-    let mut path = Path::new(9, 1, |_| {});
+    let mut path = Path::new(9, 1, |c| c.dead_after = Duration::from_secs(600));
     path.connect().expect("connect");
     let assoc = path.open(Mode::N).expect("open");
     let a = path.a;
@@ -400,4 +401,50 @@ fn a_signer_never_moves_past_an_unacknowledged_round() {
         got,
         (0..5).map(|i| format!("during-{i}")).collect::<Vec<_>>()
     );
+}
+
+/// With the default `dead_after`, an outage ends the pair and a new handshake starts: the
+/// round whose A1 never came is given up only with its chains. Every S1 of the old pair
+/// (its pair id) is the same round, and the next S1s carry a new pair id (new chains).
+#[test]
+fn a_dead_pair_gives_up_its_round_only_with_its_chains() {
+    let mut path = Path::new(9, 1, |_| {});
+    path.connect().expect("connect");
+    let assoc = path.open(Mode::N).expect("open");
+    let a = path.a;
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let s = seen.clone();
+    let outage = path.sim.add_rule(FnRule::new(
+        "drop a's S1s",
+        move |p: &PacketView<'_>, _rng: &mut dyn rand_core::RngCore| match Packet::parse(p.bytes) {
+            Ok(Packet::S1 { header, .. }) if p.from == a => {
+                s.borrow_mut()
+                    .push((header.pair_id, header.flow, header.round));
+                Verdict::Drop
+            }
+            _ => Verdict::Pass,
+        },
+    ));
+    let old_pair = path.sim.node(a).endpoint().expect("A").status().peers[0].pair_id;
+    for i in 0..5 {
+        assert!(path.send(assoc, format!("during-{i}").as_bytes()));
+    }
+    path.sim.run_for(Duration::from_secs(10)).expect("run");
+    path.sim.remove_rule(outage);
+    let seen = seen.borrow().clone();
+    let old: Vec<_> = seen
+        .iter()
+        .filter(|(p, f, _)| *p == old_pair && *f == assoc)
+        .collect();
+    assert!(old.len() > 3, "the S1 was sent again ({} times)", old.len());
+    assert!(
+        old.iter().all(|x| x.2 == old[0].2),
+        "an S1 of a later round of the old pair went out: {old:?}"
+    );
+    assert!(path
+        .sim
+        .events_of(a)
+        .any(|(_, e)| matches!(e, HopEvent::Endpoint(EndpointEvent::Disconnected { .. }))));
+    let new_pair = path.sim.node(a).endpoint().expect("A").status().peers[0].pair_id;
+    assert_ne!(new_pair, old_pair, "no new pair after the outage");
 }

@@ -63,17 +63,24 @@ impl Endpoint {
             return;
         }
         self.forget(peer);
+        self.start_handshake(now, peer, via.unwrap_or(peer), None);
+    }
+
+    /// A new pair with `peer` (any old one must be gone): a random pair id, new control
+    /// chains, and the Hello sent to `next_hop`. `reconnecting` is when the peer was lost,
+    /// for a reconnection.
+    pub(super) fn start_handshake(
+        &mut self,
+        now: Timestamp,
+        peer: SocketAddr,
+        next_hop: SocketAddr,
+        reconnecting: Option<Timestamp>,
+    ) {
         let mut pair_id = [0u8; PAIR_ID_LEN];
         self.rng.fill_bytes(&mut pair_id);
         let control = self.control_chains();
-        let mut p = Peer::new(
-            peer,
-            via.unwrap_or(peer),
-            pair_id,
-            true,
-            PeerState::Hello,
-            now,
-        );
+        let mut p = Peer::new(peer, next_hop, pair_id, true, PeerState::Hello, now);
+        p.reconnecting = reconnecting;
         p.pending_control = Some(control);
         Packet::Hello(p.header(self.local)).write(&mut p.handshake);
         self.outbox.urgent(p.next_hop, p.handshake.clone());

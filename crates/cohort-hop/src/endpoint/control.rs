@@ -269,6 +269,7 @@ impl Endpoint {
                 bytes,
                 resend: Resend::new(now),
                 signed,
+                since: now,
             });
         }
         self.pump(now, peer, CONTROL);

@@ -180,7 +180,11 @@ impl Endpoint {
         let Some(p) = self.peers.get(&addr) else {
             return;
         };
-        if p.state != PeerState::Hello || p.header(local) != header {
+        // In `Syn`, a later Challenge replaces the cookie: the one we used may have expired,
+        // or been a forger's (an initiator cannot check a cookie), and the SYN resends also
+        // resend the Hello to get a fresh one. The signed part stays the same.
+        let resyn = p.state == PeerState::Syn;
+        if !(p.state == PeerState::Hello || resyn) || p.header(local) != header {
             self.counters.stale += 1;
             return;
         }
@@ -188,7 +192,11 @@ impl Endpoint {
             return;
         };
         let part = self.signed_hello(&sig, &ack);
-        let signature = self.sign(&syn_signed_bytes(&header, &part));
+        let signature = if resyn {
+            p.our_signature.clone()
+        } else {
+            self.sign(&syn_signed_bytes(&header, &part))
+        };
         let mut out = Vec::with_capacity(300);
         Packet::Syn {
             header,
@@ -203,9 +211,11 @@ impl Endpoint {
         let Some(p) = self.peers.get_mut(&addr) else {
             return;
         };
-        p.state = PeerState::Syn;
+        if !resyn {
+            p.state = PeerState::Syn;
+            p.handshake_resend = Resend::new(now);
+        }
         p.handshake = out.clone();
-        p.handshake_resend = Resend::new(now);
         p.our_signature = signature;
         self.outbox.urgent(p.next_hop, out);
     }
@@ -242,6 +252,18 @@ impl Endpoint {
                 self.counters.stale += 1;
             }
             return;
+        }
+        // A new handshake from the peer of a connected pair (it restarted, or lost the pair
+        // and reconnects) replaces that pair, but only with a cookie we made after the pair
+        // was created: a recorded SYN of an earlier handshake, replayed within its cookie's
+        // lifetime, cannot tear down the pair that followed it.
+        if let Some(existing) = self.peers.get(&header.initiator) {
+            if existing.state == PeerState::Established
+                && timestamp < Cookies::timestamp(existing.created)
+            {
+                self.counters.stale += 1;
+                return;
+            }
         }
         let Some(key) = self.check_signed_part(&initiator, &syn_signed_bytes(&header, &initiator))
         else {
@@ -301,10 +323,10 @@ impl Endpoint {
             return;
         }
         if was_connected {
-            // The peer restarted: everything we had with it is gone.
-            self.events.push_back(EndpointEvent::ConnectFailed {
+            // The peer restarted or reconnects: everything we had with it is gone.
+            self.events.push_back(EndpointEvent::Disconnected {
                 peer: header.initiator,
-                reason: "peer restarted",
+                reason: "the peer started a new handshake",
             });
         }
         self.outbox.urgent(from, ack);
@@ -427,6 +449,7 @@ impl Endpoint {
             return;
         }
         p.state = PeerState::Established;
+        p.reconnecting = None;
         p.key = Some(key);
         p.handshake = out.clone();
         p.handshake_resend.sent_at = now;

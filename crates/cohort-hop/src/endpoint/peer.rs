@@ -36,6 +36,9 @@ pub(super) struct PendingControl {
     pub(super) resend: Resend,
     /// Sent as a signed packet rather than on the control association.
     pub(super) signed: bool,
+    /// When it was first sent (the peer counts as dead when it stays unanswered for
+    /// `dead_after`).
+    pub(super) since: Timestamp,
 }
 
 pub(super) struct Peer {
@@ -61,6 +64,12 @@ pub(super) struct Peer {
     /// case a relay on the path missed it (a replayed copy may have reached the peer).
     pub(super) renewals: HashMap<(u16, u8), Vec<u8>>,
     pub(super) srtt: Option<Duration>,
+    /// When this pair was created here: a SYN whose cookie is older cannot replace it.
+    pub(super) created: Timestamp,
+    /// Since when we have been trying to get this peer back after its pair died (a
+    /// reconnection: no give-up after `max_retries`, a fresh attempt every
+    /// `ATTEMPT`, until `reconnect_for`). `None` for a first connection or a responder.
+    pub(super) reconnecting: Option<Timestamp>,
 }
 
 impl Peer {
@@ -90,6 +99,8 @@ impl Peer {
             controls: Vec::new(),
             renewals: HashMap::new(),
             srtt: None,
+            created: now,
+            reconnecting: None,
         }
     }
 

@@ -10,9 +10,15 @@ use super::{Endpoint, CONTROL};
 use crate::event::EndpointEvent;
 use crate::flow::SendTimeout;
 use crate::resend;
+use crate::wire::Packet;
 use cohort_core::Timestamp;
 use std::net::SocketAddr;
 use std::time::Duration;
+
+/// How long one reconnection attempt may take before a fresh one (new pair id, new Hello)
+/// replaces it: well under the cookie's lifetime (10 s), so a SYN resent across a long
+/// outage never carries an expired cookie.
+const ATTEMPT: Duration = Duration::from_secs(4);
 
 impl Peer {
     /// The S1 resend timeout: three smoothed round trips (between 2 ms and 2 s), or
@@ -32,6 +38,26 @@ impl Peer {
         });
     }
 
+    /// When the pair counts as dead: `dead_after` after the oldest thing we sent that still
+    /// awaits its answer (an S1 its A1, a control message its reply); `None` when nothing
+    /// awaits one. Only the peer's chains can answer (a fresh ack element, a control reply
+    /// on its control association or signed), so a forger cannot keep a dead pair alive,
+    /// and nothing it sends can make a live one count as dead sooner.
+    fn dead_at(&self, dead_after: Duration) -> Option<Timestamp> {
+        if self.state != PeerState::Established {
+            return None;
+        }
+        let flows = self.out_flows.values().filter_map(|f| f.awaiting_since());
+        let controls = self.controls.iter().map(|c| c.since);
+        flows.chain(controls).min().map(|t| t + dead_after)
+    }
+
+    /// For a reconnection still under way: (since when, whether it is the initiator's).
+    fn reconnection(&self) -> Option<Timestamp> {
+        self.reconnecting
+            .filter(|_| self.initiator && self.handshaking())
+    }
+
     /// Whether its handshake packet is still resent.
     fn handshaking(&self) -> bool {
         matches!(
@@ -42,6 +68,39 @@ impl Peer {
 }
 
 impl Endpoint {
+    /// Drops the pair with `addr` and starts a new handshake with it through the same next
+    /// hop, as initiator (a reconnection). When the pair was connected, says so with
+    /// `reason` ([`EndpointEvent::Disconnected`]).
+    pub(super) fn reconnect(&mut self, now: Timestamp, addr: SocketAddr, reason: &'static str) {
+        let Some(p) = self.peers.get(&addr) else {
+            return;
+        };
+        let next_hop = p.next_hop;
+        let since = p.reconnecting.unwrap_or(now);
+        let was_connected = p.state == PeerState::Established;
+        self.forget(addr);
+        if was_connected {
+            self.events
+                .push_back(EndpointEvent::Disconnected { peer: addr, reason });
+        }
+        self.start_handshake(now, addr, next_hop, Some(since));
+    }
+
+    /// Sends the last handshake packet to `addr` again; with a SYN, the Hello too, so that
+    /// a fresh Challenge replaces a cookie that expired or was forged.
+    fn resend_handshake(&mut self, addr: SocketAddr) {
+        let local = self.local;
+        let Some(p) = self.peers.get(&addr) else {
+            return;
+        };
+        if p.state == PeerState::Syn {
+            let mut hello = Vec::with_capacity(80);
+            Packet::Hello(p.header(local)).write(&mut hello);
+            self.outbox.urgent(p.next_hop, hello);
+        }
+        self.outbox.urgent(p.next_hop, p.handshake.clone());
+    }
+
     /// Resends what is due, reports stalled associations and gives up silent peers.
     pub(super) fn on_timeout(&mut self, now: Timestamp) {
         let initial = self.config.retransmit;
@@ -52,6 +111,25 @@ impl Endpoint {
                 continue;
             };
             let rto = p.rto(initial);
+            // A connected pair that stopped answering: start again.
+            if p.dead_at(self.config.dead_after).is_some_and(|t| now >= t) {
+                self.reconnect(now, addr, "no answer from the peer");
+                continue;
+            }
+            // A reconnection: a fresh attempt every ATTEMPT (a cookie expires, a relay may
+            // have restarted again), the handshake packet resent at least once a second,
+            // until `reconnect_for`.
+            if let Some(since) = p.reconnection() {
+                if now >= since + self.config.reconnect_for {
+                    self.fail(addr, "the peer did not come back");
+                } else if now >= p.created + ATTEMPT {
+                    self.reconnect(now, addr, "");
+                } else if p.handshake_resend.is_due(now, resend::RECONNECT, initial) {
+                    p.handshake_resend.resent(now);
+                    self.resend_handshake(addr);
+                }
+                continue;
+            }
             // Handshake retransmissions.
             let handshaking = p.handshaking();
             if handshaking && p.handshake_resend.is_due(now, resend::SIGNALLING, initial) {
@@ -64,8 +142,11 @@ impl Endpoint {
                     continue;
                 }
                 p.handshake_resend.resent(now);
-                self.outbox.urgent(p.next_hop, p.handshake.clone());
+                self.resend_handshake(addr);
             }
+            let Some(p) = self.peers.get_mut(&addr) else {
+                continue;
+            };
             // S1 retransmissions.
             let mut stalled_rounds = Vec::new();
             let mut stalled = Vec::new();
@@ -123,8 +204,17 @@ impl Endpoint {
         let mut next: Option<Timestamp> = None;
         let mut consider = |t: Timestamp| next = Some(next.map_or(t, |n: Timestamp| n.min(t)));
         for p in self.peers.values() {
+            if let Some(since) = p.reconnection() {
+                consider(p.handshake_resend.deadline(resend::RECONNECT, initial));
+                consider(p.created + ATTEMPT);
+                consider(since + self.config.reconnect_for);
+                continue;
+            }
             if p.handshaking() {
                 consider(p.handshake_resend.deadline(resend::SIGNALLING, initial));
+            }
+            if let Some(t) = p.dead_at(self.config.dead_after) {
+                consider(t);
             }
             let rto = p.rto(initial);
             for f in p.out_flows.values() {

@@ -30,6 +30,17 @@ pub struct Path {
     pub a: NodeId,
     pub b: NodeId,
     pub relays: Vec<NodeId>,
+    /// Each node's configuration, to restart it with fresh state (A, relays, B).
+    configs: Vec<NodeConfig>,
+    /// Restarts so far (each restarted endpoint gets a fresh RNG seed).
+    restarts: u8,
+}
+
+/// What a node was made from.
+#[derive(Clone)]
+enum NodeConfig {
+    Endpoint(EndpointConfig),
+    Relay(RelayConfig),
 }
 
 impl Path {
@@ -56,10 +67,12 @@ impl Path {
         let a_addr = addr(0);
         let b_addr = addr(n - 1);
         let mut ids = Vec::new();
+        let mut configs = Vec::new();
         for i in 0..n {
             let node = if i == 0 || i == n - 1 {
                 let mut config = EndpointConfig::new(identity(seed, i as u8));
                 tweak(&mut config);
+                configs.push(NodeConfig::Endpoint(config.clone()));
                 let mut rng_seed = [i as u8; 32];
                 rng_seed[..8].copy_from_slice(&seed.to_le_bytes());
                 HopNode::Endpoint(Endpoint::new(config, provider, addr(i), rng_seed))
@@ -72,6 +85,7 @@ impl Path {
                 if i > 1 {
                     config.routes.push((a_addr, addr(i - 1)));
                 }
+                configs.push(NodeConfig::Relay(config.clone()));
                 HopNode::Relay(Relay::new(config, provider, addr(i)))
             };
             ids.push(sim.add_node(node));
@@ -93,7 +107,74 @@ impl Path {
             a: ids[0],
             b: ids[n - 1],
             relays: ids[1..n - 1].to_vec(),
+            configs,
+            restarts: 0,
         }
+    }
+
+    /// Replaces node `id` with a fresh one (a process restart: all state gone, the same
+    /// configuration and identity, for an endpoint a new RNG seed). A restarted A connects
+    /// to B again, as an application does when it starts.
+    pub fn restart(&mut self, id: NodeId) {
+        let provider = CryptoProvider::default_provider();
+        let addr = self.addr(id);
+        self.restarts = self.restarts.wrapping_add(1);
+        let node = match self.configs[id.index()].clone() {
+            NodeConfig::Endpoint(config) => {
+                let mut rng_seed = [0xEE; 32];
+                rng_seed[..8].copy_from_slice(&self.sim.seed().to_le_bytes());
+                rng_seed[8] = id.index() as u8;
+                rng_seed[9] = self.restarts;
+                HopNode::Endpoint(Endpoint::new(config, provider, addr, rng_seed))
+            }
+            NodeConfig::Relay(config) => HopNode::Relay(Relay::new(config, provider, addr)),
+        };
+        self.sim.restart(id, node);
+        if id == self.a {
+            let b = self.addr(self.b);
+            let via = self.relays.first().map(|&r| self.addr(r));
+            self.sim.with_node(self.a, |n, now| {
+                n.endpoint_mut().expect("A").connect(now, b, via)
+            });
+        }
+    }
+
+    /// What an application does after a `Connected`: if A is connected to B and has no
+    /// outgoing association (open or opening), it opens one in `mode`.
+    pub fn keep_open(&mut self, mode: Mode) {
+        let b = self.addr(self.b);
+        self.sim.with_node(self.a, |n, now| {
+            let e = n.endpoint_mut().expect("A");
+            let has_one = e
+                .status()
+                .peers
+                .iter()
+                .any(|p| p.addr == b && p.associations.iter().any(|x| x.outgoing && x.id != 0));
+            if e.is_connected(b) && !has_one {
+                let _ = e.open(now, b, mode);
+            }
+        });
+    }
+
+    /// A sends `data` on any open association to B; false if none is open.
+    pub fn send_any(&mut self, data: &[u8]) -> bool {
+        let b_addr = self.addr(self.b);
+        self.sim.with_node(self.a, |n, now| {
+            n.endpoint_mut()
+                .expect("A")
+                .send_any(now, b_addr, data)
+                .is_ok()
+        })
+    }
+
+    /// Runs for `d` in steps of 50 ms, keeping an association of `mode` open at A.
+    pub fn run_keeping_open(&mut self, mode: Mode, d: Duration) -> Result<(), SimFailure> {
+        let end = self.sim.now() + d;
+        while self.sim.now() < end {
+            self.keep_open(mode);
+            self.sim.run_for(Duration::from_millis(50))?;
+        }
+        Ok(())
     }
 
     pub fn addr(&self, id: NodeId) -> SocketAddr {

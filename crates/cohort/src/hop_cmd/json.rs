@@ -2,7 +2,9 @@
 //! standard input (stdio mode), and the control socket's status answer. Payloads travel in
 //! standard base64 (with padding).
 //!
-//! Events: `started`, `connected`, `connect_failed`, `opened`, `closed`, `received`,
+//! Events: `started`, `connected`, `connect_failed`, `disconnected` (a pair died or the
+//! peer restarted: its associations are gone, the endpoint handshakes again by itself and
+//! `connected` follows), `opened`, `closed`, `received`,
 //! `report`, `renewed`, `round_abandoned`, `pair_learned` (relays), `counters` (when they
 //! changed, at most once a second), `status`, `error`.
 //!
@@ -27,6 +29,9 @@ pub fn endpoint_event(event: &EndpointEvent) -> Value {
         }
         EndpointEvent::ConnectFailed { peer, reason } => {
             json!({"event": "connect_failed", "peer": peer.to_string(), "reason": reason})
+        }
+        EndpointEvent::Disconnected { peer, reason } => {
+            json!({"event": "disconnected", "peer": peer.to_string(), "reason": reason})
         }
         EndpointEvent::Opened {
             peer,

@@ -14,6 +14,13 @@
 //!       control request, the 1 s tick (counters line), SIGINT/SIGTERM
 //! ```
 //!
+//! Recovery is the core's: an endpoint whose pair dies (nothing answered for `dead_after`,
+//! 3 s) or whose peer restarts says `disconnected` and handshakes again by itself; every
+//! `connected` opens the configured associations again, so traffic resumes with no
+//! manual step (`scripts/hop-chaos.sh` kills and restarts relays and endpoints to check
+//! it). A configured peer whose handshake fails (`connect_failed`) is tried again after
+//! `RECONNECT_AFTER`.
+//!
 //! Everything runs on one thread: the core is single-threaded by design and one thread
 //! keeps the packet order and the timing of the user-space delay exact.
 
