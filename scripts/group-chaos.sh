@@ -109,7 +109,8 @@ if [ "$MODE" = kdc ]; then
       || fail "cohort kdc add-principal m$i failed"
   done
   netns_start kdc "${NSS[0]}" /dev/null "$COHORT" kdc serve --config "$WORK/kdc/kdc.toml"
-  watch_alive "$STARTED" "the KDC"
+  KDC=$STARTED
+  watch_alive "$KDC" "the KDC"
   wait_for 10 "KDC listening on $KDC_ADDR" grep -qs "listening on $KDC_ADDR" "$WORK/kdc.err"
   echo "KDC on $KDC_ADDR (namespace A), m1..m9 registered"
 fi
@@ -124,7 +125,7 @@ DRIVER=$!
 wait "$DRIVER" || die "the driver failed"
 DRIVER=""
 [ -f "$WORK/run.json" ] || die "the driver wrote no run.json"
-if [ "$MODE" = kdc ]; then alive; fi
+if [ "$MODE" = kdc ]; then alive; stop_process "$KDC"; fi
 status=0
 python3 "$DIR/group_chaos_check.py" "$WORK" || status=$?
 echo "ran for $((SECONDS - T0)) s"

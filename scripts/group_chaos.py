@@ -118,7 +118,8 @@ class Chaos:
     def __init__(self, a):
         self.a = a
         self.work = a.work
-        self.rng = random.Random(a.seed)
+        self.rng = random.Random(a.seed)              # the fault schedule
+        self.rng_ll = random.Random(a.seed * 7 + 1)   # the long-lived members
         nss, addrs = a.ns.split(","), a.addr.split(",")
         self.members = [Member(i, nss[(i - 1) // 3], f"{addrs[(i - 1) // 3]}:{7200 + i}", a.work)
                         for i in range(1, N + 1)]
@@ -307,7 +308,8 @@ class Chaos:
             hold = round(self.rng.uniform(0.5, 4.0), 2)
             calm = round(self.rng.uniform(1.0, 2.5), 2)
             rekeys = self.rng.randrange(1, 4)
-            steps.append((kind, target, other, shift, subset, hold, calm, rekeys))
+            with_leader = self.rng.random() < 0.5
+            steps.append((kind, target, other, shift, subset, hold, calm, rekeys, with_leader))
         return steps
 
     def killable(self, idx):
@@ -317,7 +319,7 @@ class Chaos:
         return self.members[idx % N]
 
     def run_fault(self, step, n):
-        kind, target, other, shift, subset, hold, calm, rekeys = step
+        kind, target, other, shift, subset, hold, calm, rekeys, with_leader = step
         f = {"n": n, "kind": kind, "hold": hold}
         if kind in ("kill", "kill_leader"):
             m = self.killable(target)
@@ -359,8 +361,16 @@ class Chaos:
         elif kind == "trust":
             t = self.members[target]
             at = [self.members[j] for j in subset if j != target] or [self.members[(target + 1) % N]]
+            if with_leader:
+                # The leader among them: it removes the member (or, if the member is the
+                # leader, the others stop trusting their leader and go on alone).
+                lead = self.leader()
+                if lead is not None and lead is not t and lead not in at:
+                    at = [lead] + at[:-1]
+                elif lead is t:
+                    f["note"] = "the member is the leader"
             names = ",".join(m.name() for m in at)
-            f["what"] = f"{names} stop trusting {t.name()} for {hold}s"
+            f["what"] = f"{names} stop trusting {t.name()}{' (the leader)' if 'note' in f else ''} for {hold}s"
             log(f"fault {n}: {f['what']}")
             f["start"] = time.time()
             for m in at:
@@ -401,6 +411,7 @@ class Chaos:
         a = self.a
         self.kinds = KINDS
         log(f"seed {a.seed} (scripts/group-chaos.sh ... --seed {a.seed} repeats this schedule)")
+        steps = self.schedule()
         self.write_configs()
         t_begin = time.time()
         for m in self.members:
@@ -417,14 +428,13 @@ class Chaos:
         self.long_lived = []
         for k in range(3):
             pick = [3 * k + j + 1 for j in range(3) if lead is None or 3 * k + j + 1 != lead.i]
-            self.long_lived.append(pick[self.rng.randrange(len(pick))])
+            self.long_lived.append(pick[self.rng_ll.randrange(len(pick))])
         log(f"long-lived (never killed, RSS sampled): {', '.join(f'm{i}' for i in self.long_lived)}")
         threading.Thread(target=self.sampler, daemon=True).start()
         sender = threading.Thread(target=self.sender, daemon=True)
         sender.start()
         t_chaos = time.time()
         deadline = t_chaos + a.minutes * 60
-        steps = self.schedule()
         n = 0
         while time.time() < deadline and n < len(steps):
             n += 1
