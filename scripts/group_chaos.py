@@ -308,7 +308,7 @@ class Chaos:
             hold = round(self.rng.uniform(0.5, 4.0), 2)
             calm = round(self.rng.uniform(1.0, 2.5), 2)
             rekeys = self.rng.randrange(1, 4)
-            with_leader = self.rng.random() < 0.5
+            with_leader = self.rng.randrange(3)  # trust: 0 plain, 1 the leader distrusts, 2 distrusted
             steps.append((kind, target, other, shift, subset, hold, calm, rekeys, with_leader))
         return steps
 
@@ -359,16 +359,18 @@ class Chaos:
             self.ipt(self.nss[other], "-F", "OUTPUT")
             f["end"] = time.time()
         elif kind == "trust":
+            # A third of them plain (random members stop trusting a random member), a third
+            # with the leader among those who stop trusting (it removes the member), a third
+            # aimed at the leader (those who stop trusting it leave and go on alone).
+            lead = self.leader() if with_leader else None
+            if with_leader == 2 and lead is not None:
+                target = lead.i - 1
             t = self.members[target]
             at = [self.members[j] for j in subset if j != target] or [self.members[(target + 1) % N]]
-            if with_leader:
-                # The leader among them: it removes the member (or, if the member is the
-                # leader, the others stop trusting their leader and go on alone).
-                lead = self.leader()
-                if lead is not None and lead is not t and lead not in at:
-                    at = [lead] + at[:-1]
-                elif lead is t:
-                    f["note"] = "the member is the leader"
+            if with_leader == 1 and lead is not None and lead is not t and lead not in at:
+                at = [lead] + at[:-1]
+            if lead is t:
+                f["note"] = "the member is the leader"
             names = ",".join(m.name() for m in at)
             f["what"] = f"{names} stop trusting {t.name()}{' (the leader)' if 'note' in f else ''} for {hold}s"
             log(f"fault {n}: {f['what']}")
