@@ -5,6 +5,10 @@ and every incarnation's JSON lines (WORK/m<i>.<inc>.out; a restarted member is a
 incarnation and a separate log), checks them and prints the summary and PASS or FAIL
 (exit status 1 on FAIL). `python3 group_chaos_check.py WORK`
 
+`python3 group_chaos_check.py --selftest WORK` (WORK kept from a passing run with
+`group-chaos.sh --keep`) corrupts copies of its logs by hand, one way each, and requires
+that the check named for each corruption fails.
+
 Owns: what the chaos run's logs must satisfy. Must not drive anything (group_chaos.py).
 
 Checks (the names printed in the summary):
@@ -237,5 +241,96 @@ def main(work):
     return 0 if ok else 1
 
 
+def selftest(work):
+    """Copies a passing run's WORK eight times, corrupts each copy by hand in one way and
+    requires that the check named for it fails: the checker can fail."""
+    import contextlib, io, os, shutil, tempfile
+
+    def run_check(d):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            status = main(d)
+        return status, [l.strip() for l in out.getvalue().splitlines() if "FAILED" in l]
+
+    status, failed = run_check(work)
+    if status != 0:
+        print(f"selftest needs a passing run; this one fails: {failed}")
+        return 2
+    run = json.load(open(f"{work}/run.json"))
+    live = [i for i in run["incarnations"] if not i["killed"]]
+    log = max(live, key=lambda i: os.path.getsize(f"{work}/{i['out']}"))["out"]
+    me = run["members"][int(log[1:].split(".")[0]) - 1]["id"]
+
+    def rel(l):
+        return '"event":"deliver"' in l and '"channel":"reliable"' in l
+
+    def corrupt_log(L, how):
+        views = [k for k, l in enumerate(L) if '"event":"view"' in l] + [len(L)]
+        if how == "dup":  # a reliable delivery twice
+            i = next(k for k, l in enumerate(L) if rel(l))
+            L.insert(i + 1, L[i])
+        elif how == "nowhere":  # a delivery of a message nobody sent
+            i = next(k for k, l in enumerate(L) if '"event":"deliver"' in l)
+            o = json.loads(L[i])
+            o["data"] = base64.b64encode(b"m3.1.u.999999").decode()
+            L[i] = json.dumps(o, separators=(",", ":")) + "\n"
+        elif how == "swap":  # two reliable deliveries of different senders swapped
+            r = [k for k, l in enumerate(L) if rel(l)]
+            for a, b in zip(r[10:], r[11:]):
+                oa, ob = json.loads(L[a]), json.loads(L[b])
+                if oa["sender"] != ob["sender"] and oa["view_id"] == ob["view_id"]:
+                    oa["order"], ob["order"] = ob["order"], oa["order"]
+                    L[a] = json.dumps(ob, separators=(",", ":")) + "\n"
+                    L[b] = json.dumps(oa, separators=(",", ":")) + "\n"
+                    break
+        elif how == "agreement":  # the last reliable delivery of a view that has a successor
+            for x in range(len(views) - 2):
+                ks = [j for j in range(views[x], views[x + 1]) if rel(L[j])]
+                if ks:
+                    del L[ks[-1]]
+                    break
+        elif how == "epoch":  # a view event names another key epoch
+            o = json.loads(L[views[1]])
+            o["key_epoch"] += 1000
+            L[views[1]] = json.dumps(o, separators=(",", ":")) + "\n"
+        elif how == "self":  # its own last reliable messages never delivered at itself
+            ks = [j for j in range(views[-2], len(L)) if rel(L[j]) and me in L[j]]
+            for j in reversed(ks[-30:]):
+                del L[j]
+
+    cases = [("dup", "integrity"), ("nowhere", "integrity"), ("swap", "total-order"),
+             ("agreement", "agreement"), ("epoch", "key-epochs"), ("self", "self"),
+             ("rss", "rss"), ("heal", "heals")]
+    bad = 0
+    for how, check in cases:
+        d = tempfile.mkdtemp()
+        try:
+            shutil.copytree(work, d, dirs_exist_ok=True)
+            if how == "rss":  # a long-lived member's last samples 20% higher
+                r = json.load(open(f"{d}/run.json"))
+                for x in r["rss"][str(r["long_lived"][0])][-5:]:
+                    x[1] = int(x[1] * 1.2)
+                json.dump(r, open(f"{d}/run.json", "w"))
+            elif how == "heal":  # a heal over the limit, as the driver records it
+                r = json.load(open(f"{d}/run.json"))
+                r["problems"].append("fault 1 (corrupted): heal took 6.00s (limit 5.0s)")
+                json.dump(r, open(f"{d}/run.json", "w"))
+            else:
+                L = open(f"{d}/{log}").readlines()
+                corrupt_log(L, how)
+                open(f"{d}/{log}", "w").writelines(L)
+            status, failed = run_check(d)
+            caught = status == 1 and any(l.startswith(f"check {check}:") for l in failed)
+            bad += not caught
+            print(f"  {how} in {log if how not in ('rss', 'heal') else 'run.json'}:"
+                  f" {'caught' if caught else 'NOT CAUGHT'} ({'; '.join(failed) or 'PASS'})")
+        finally:
+            shutil.rmtree(d)
+    print("selftest: every corruption caught" if not bad else f"selftest: {bad} corruption(s) not caught")
+    return 1 if bad else 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--selftest":
+        sys.exit(selftest(sys.argv[2]))
     sys.exit(main(sys.argv[1]))
