@@ -350,8 +350,9 @@ fn a_member_that_stops_trusting_its_leader_leaves_and_goes_on_alone() {
 /// trusting its leader went on alone and, once it trusted the leader again, never got back.
 /// The leader refused its Id for good (the member was seen leaving, so no ticket may hand it
 /// the key drawn to keep it out), and the member, leading a component of its own, never
-/// joins. Now the leader draws a fresh key when it hears such an Id, and the Exchange runs
-/// on that key: one view again, and the member never holds the key drawn to keep it out.
+/// joined. Now it comes back as a member that left does, by joining: its component
+/// dissolves into the old leader's group, which draws a fresh key. One view again, and the
+/// member never holds the key drawn to keep it out.
 #[test]
 fn a_member_that_went_alone_merges_back_once_it_trusts_its_leader_again() {
     for seed in [24u64, 25, 26] {

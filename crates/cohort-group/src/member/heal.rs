@@ -185,16 +185,6 @@ impl GroupMember {
         true
     }
 
-    /// Whether `principal` was seen leaving and the group's key is still the one drawn to
-    /// keep it out.
-    pub(super) fn departed_holds_key(&self, principal: &MemberId) -> bool {
-        match (self.departed.get(principal), self.group_key.as_ref()) {
-            (Some(fp), Some(key)) => *fp == key.fingerprint(&self.provider),
-            (Some(_), None) => true,
-            (None, _) => false,
-        }
-    }
-
     pub(super) fn handle_gossip(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
         let Some(parsed) = exchange::decode(data) else {
             self.counters.count(Drop::Malformed);
@@ -273,18 +263,10 @@ impl GroupMember {
             return;
         }
         // Insecure: another key. Exchange only with a leader this one trusts, and not with a
-        // principal seen leaving while the key drawn to keep it out is the group's. Such a
-        // principal leads a component of its own (it went alone, and trusts us again): a
-        // fresh key first, then the Exchange runs at its next Id. (Without the fresh key it
-        // never got back: it does not join, it leads.)
-        if !self.trusts(&id.principal) {
+        // principal seen leaving (it would get the key drawn to keep it out; it comes back
+        // by joining).
+        if !self.trusts(&id.principal) || self.departed.contains(&id.principal) {
             self.counters.count(Drop::Untrusted);
-            return;
-        }
-        if self.departed_holds_key(&id.principal) {
-            self.counters.count(Drop::Untrusted);
-            self.view_change.rekey_wanted.get_or_insert(now);
-            self.maybe_start_change(now);
             return;
         }
         if !self.gossip_throttle(now, id.addr, false) {
@@ -407,14 +389,14 @@ impl GroupMember {
     }
 
     /// The local Id a ticket from `sender` answers, if the sender may hand us a key (trusted,
-    /// not seen leaving while the key drawn to keep it out is ours) and the ticket is fresh: for one of our two latest nonces, and the
+    /// not seen leaving) and the ticket is fresh: for one of our two latest nonces, and the
     /// first ticket for it. Refusals are counted.
     fn ticket_slot(
         &mut self,
         sender: &MemberId,
         nonce: &[u8; exchange::NONCE_LEN],
     ) -> Option<usize> {
-        if !self.trusts(sender) || self.departed_holds_key(sender) {
+        if !self.trusts(sender) || self.departed.contains(sender) {
             self.counters.count(Drop::Untrusted);
             return None;
         }

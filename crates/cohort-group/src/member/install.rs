@@ -476,7 +476,7 @@ impl GroupMember {
                         if self.departed.len() >= 4096 {
                             self.departed.clear();
                         }
-                        self.departed.insert(m.id, key.fingerprint(&self.provider));
+                        self.departed.insert(m.id);
                     }
                     self.pairs.forget(m.addr);
                 }

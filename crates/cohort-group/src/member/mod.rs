@@ -49,7 +49,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use reliable::Reliable;
 use reliable::{OrderedMsg, Pending};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 
 mod flush;
@@ -113,16 +113,17 @@ pub struct GroupMember {
     admission: Admission,
     /// A view change wanted, coordinated or taken part in (`flush.rs`).
     view_change: ViewChange,
-    /// Principals seen leaving a view of their own accord, each with the fingerprint of the
-    /// key drawn to keep it out (the key of the view that removed it). No Exchange runs
-    /// with such a principal while that key is the group's (a ticket would hand it over):
-    /// it comes back by joining, which draws a fresh key, or, when it leads a component of
-    /// its own (a member that stopped trusting its leader went on alone), by Exchange once
-    /// the group holds a later key; a leader that hears such a principal's Id asks for one
-    /// (`heal.rs`). (Members removed as untrusted get nothing either, by trust; members
-    /// removed as suspected or lagging did not choose to go, and a partitioned or slow
-    /// member merges back by Exchange like any component.) At most 4096.
-    departed: BTreeMap<MemberId, [u8; 8]>,
+    /// Principals seen leaving a view of their own accord. No Exchange runs with them (a
+    /// ticket would hand them the key drawn to keep them out): they come back by joining,
+    /// which draws a fresh key. (Members removed as untrusted get nothing either, by trust;
+    /// members removed as suspected or lagging did not choose to go, and a partitioned or
+    /// slow member merges back by Exchange like any component.) At most 4096.
+    departed: BTreeSet<MemberId>,
+    /// The leader this member stopped trusting and left to go on alone, and its address.
+    /// Once this member trusts it again, it comes back the way a member that left does, by
+    /// joining: its component dissolves into the group at that address (`trust.rs`). (That
+    /// group saw it leave, so it refuses Exchange with it; without this it never got back.)
+    went_alone_from: Option<(MemberId, SocketAddr)>,
     incarnation: u64,
     /// Incarnations of the view's members, by rank.
     incarnations: Vec<u64>,
@@ -247,7 +248,8 @@ impl GroupMember {
             joining: None,
             known: BTreeMap::new(),
             contacts: Vec::new(),
-            departed: BTreeMap::new(),
+            departed: BTreeSet::new(),
+            went_alone_from: None,
             incarnation: 0,
             incarnations: Vec::new(),
             expelled: false,
