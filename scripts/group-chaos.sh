@@ -10,8 +10,9 @@
 #                               bridge in netns H
 #
 #   kill        kill -9 a member, restart it (a new incarnation, a new log) after the hold
-#   kill_leader the same to the current leader (a killed member when the leader is one of
-#               the long-lived members, noted)
+#   kill_leader the same to the current leader (a long-lived leader once, which then leaves
+#               the RSS sample; after that a killed member instead when the leader is
+#               long-lived, noted)
 #   cut_ns      a namespace cut off: iptables DROP of everything in and out but loopback
 #   cut_dir     one direction only: namespace X drops what it sends to namespace Y
 #   trust       one to four members stop trusting another member, then trust it again

@@ -196,7 +196,7 @@ class Chaos:
     def sampler(self):
         """VmRSS of the long-lived members every second."""
         while not self.stop_all.is_set():
-            for i in self.long_lived:
+            for i in list(self.long_lived):
                 kb = self.members[i - 1].rss_kb()
                 if kb is not None:
                     self.rss.setdefault(i, []).append((time.time(), kb))
@@ -327,6 +327,13 @@ class Chaos:
                 lead = self.leader()
                 if lead is not None and lead.i not in self.long_lived:
                     m = lead
+                elif lead is not None and len(self.long_lived) > 2:
+                    # Leaders are killed too: a long-lived leader once (it leaves the RSS
+                    # sample; two long-lived members stay).
+                    m = lead
+                    self.long_lived.remove(lead.i)
+                    self.rss.pop(lead.i, None)
+                    f["note"] = f"the leader {lead.name()} was long-lived: no longer sampled"
                 else:
                     f["kind"] = "kill"
                     f["note"] = f"the leader {lead.name() if lead else '?'} is long-lived: killed a member"
