@@ -13,7 +13,7 @@ checks (group_chaos_check.py) nor the namespaces (group-chaos.sh).
 
 `python3 group_chaos.py --work DIR --cohort BIN --minutes M --seed S --mode identity|kdc
  --ns A,B,C --addr 10.98.0.1,10.98.0.2,10.98.0.3 [--kdc-addr IP:PORT]`"""
-import argparse, base64, json, os, random, signal, statistics, subprocess, sys, threading, time
+import argparse, base64, json, os, random, signal, subprocess, threading, time
 
 HEAL_LIMIT = 5.0        # seconds from the end of a fault to one view and one key at all
 RESYNC_LIMIT = 30.0     # after that, how long the driver waits before it goes on anyway
