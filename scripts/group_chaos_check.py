@@ -214,7 +214,9 @@ def main(work):
     print(f"summary ({run['mode']} mode, seed {run['seed']}, {run['minutes']} min of chaos):")
     print("  faults:", ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) or "none",
           f"(total {len(faults)})")
-    if heals:
+    if not heals:
+        print(f"  heals: 0 of {len(faults)} within the resync limit")
+    else:
         print(f"  heals: {len(heals)} of {len(faults)} within the resync limit; time to one view and"
               f" one key: min {heals[0]:.2f}s, median {statistics.median(heals):.2f}s,"
               f" max {heals[-1]:.2f}s (limit {run['heal_limit']}s);"
