@@ -346,6 +346,52 @@ fn a_member_that_stops_trusting_its_leader_leaves_and_goes_on_alone() {
     g.check_all().expect("checkers");
 }
 
+/// Found by scripts/group-chaos.sh (identity mode, seed 317): a member that stopped
+/// trusting its leader went on alone and, once it trusted the leader again, never got back.
+/// The leader refused its Id for good (the member was seen leaving, so no ticket may hand it
+/// the key drawn to keep it out), and the member, leading a component of its own, never
+/// joined. Now it comes back as a member that left does, by joining: its component
+/// dissolves into the old leader's group, which draws a fresh key. One view again, and the
+/// member never holds the key drawn to keep it out.
+#[test]
+fn a_member_that_went_alone_merges_back_once_it_trusts_its_leader_again() {
+    for seed in [24u64, 25, 26] {
+        let mut g = Group::new(seed, 4, |_| {});
+        g.start_all();
+        g.wait_converged(&[0, 1, 2, 3], BOUND).expect("one view");
+        let views = g.current_views();
+        let leader_id = views[0].as_ref().expect("view").1[0];
+        let leader = g.index_of(&leader_id).expect("leader");
+        let m = (leader + 2) % 4;
+        let rest: Vec<usize> = (0..4).filter(|i| *i != m).collect();
+        let all = g.ids.clone();
+        let trust: Vec<MemberId> = all.iter().copied().filter(|x| *x != leader_id).collect();
+        let n = g.nodes[m];
+        g.sim
+            .with_node(n, |node, now| node.member.set_trust(now, trust));
+        assert_eq!(
+            view_of(&g, m),
+            BTreeSet::from([m]),
+            "seed {seed}: m did not go alone"
+        );
+        g.wait_converged(&rest, BOUND).expect("the rest");
+        let kept_out = fingerprint(&g, leader).expect("key");
+        for k in 0..3 {
+            g.send(leader, Channel::Reliable, payload(leader, k));
+        }
+        g.run_for(Duration::from_secs(1)).expect("run");
+        g.sim
+            .with_node(n, |node, now| node.member.set_trust(now, all));
+        g.wait_converged(&[0, 1, 2, 3], BOUND * 2)
+            .unwrap_or_else(|e| panic!("seed {seed}: m never merged back: {e:?}"));
+        assert!(
+            !ledger(&g, m).contains(&kept_out),
+            "seed {seed}: m holds the key drawn to keep it out"
+        );
+        g.check_all().expect("checkers");
+    }
+}
+
 /// Appendix 12.1: a rekey asked for at the leader that receives a ticket. Whichever
 /// completes first wins; either way the components end up merged under one key.
 #[test]

@@ -119,6 +119,11 @@ pub struct GroupMember {
     /// members removed as suspected or lagging did not choose to go, and a partitioned or
     /// slow member merges back by Exchange like any component.) At most 4096.
     departed: BTreeSet<MemberId>,
+    /// The leader this member stopped trusting and left to go on alone, and its address.
+    /// Once this member trusts it again, it comes back the way a member that left does, by
+    /// joining: its component dissolves into the group at that address (`trust.rs`). (That
+    /// group saw it leave, so it refuses Exchange with it; without this it never got back.)
+    went_alone_from: Option<(MemberId, SocketAddr)>,
     incarnation: u64,
     /// Incarnations of the view's members, by rank.
     incarnations: Vec<u64>,
@@ -244,6 +249,7 @@ impl GroupMember {
             known: BTreeMap::new(),
             contacts: Vec::new(),
             departed: BTreeSet::new(),
+            went_alone_from: None,
             incarnation: 0,
             incarnations: Vec::new(),
             expelled: false,

@@ -115,6 +115,7 @@ impl GroupMember {
             if self.view_change.coordinator.is_none() {
                 self.gossip();
             }
+            self.maybe_go_back(now);
         }
         // The leader suspects silent members.
         if let Some(s) = self.reliable.sequencer.as_ref() {

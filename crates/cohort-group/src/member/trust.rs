@@ -4,6 +4,7 @@
 //! Owns: no state of its own beyond the config's trust list; it asks the view change for
 //! removals and drops pair channels.
 
+use super::flush::Change;
 use super::GroupMember;
 use crate::config::AuthMode;
 use crate::event::{GroupEvent, RemovalReason};
@@ -73,6 +74,40 @@ impl GroupMember {
             return;
         }
         self.maybe_start_change(now);
+        self.maybe_go_back(now);
+    }
+
+    /// A member that went alone because it stopped trusting its leader, and trusts that
+    /// leader again, leads its component back into that group: the component dissolves
+    /// (after its final flush) and its members join at the old leader's address (joins are
+    /// redirected to whoever leads there now), which draws a fresh key there. Called when
+    /// the trust changes and at every gossip tick (a view change may be running).
+    pub(super) fn maybe_go_back(&mut self, now: Timestamp) {
+        let Some((leader, addr)) = self.went_alone_from else {
+            return;
+        };
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        if view.contains(&leader) || !self.is_leader() {
+            // Back together already, or part of a component someone else leads.
+            self.went_alone_from = None;
+            return;
+        }
+        if !self.trusts(&leader)
+            || self.view_change.coordinator.is_some()
+            || self.view_change.flushing.is_some()
+        {
+            return;
+        }
+        self.went_alone_from = None;
+        self.events
+            .push_back(GroupEvent::Merging { leader, into: addr });
+        let change = Change {
+            merge_into: Some(addr),
+            ..Change::removing(&view, Vec::new(), now)
+        };
+        self.start_coordinating(now, change);
     }
 
     /// The principals this member trusts.
@@ -83,8 +118,9 @@ impl GroupMember {
     /// Leaves the component (telling the leader) and founds one of its own, keeping its
     /// undelivered reliable messages for the new view.
     pub(super) fn go_alone(&mut self, now: Timestamp) {
-        if let Some(leader) = self.view.as_ref().map(|v| v.leader().addr) {
-            self.send_msg(leader, &Msg::Leave);
+        if let Some((id, addr)) = self.view.as_ref().map(|v| (v.leader().id, v.leader().addr)) {
+            self.send_msg(addr, &Msg::Leave);
+            self.went_alone_from = Some((id, addr));
         }
         self.drop_component();
         self.found(now);
