@@ -7,6 +7,7 @@
 //!
 //! ```text
 //! tunnel_flood half|idle --server ADDR --count N [--concurrency C] [--sources K] [--hold S]
+//!              [--rate PER_SECOND]
 //! ```
 //!
 //! Each connection is held until the server closes it or `--hold` seconds pass. At most
@@ -33,11 +34,13 @@ struct Options {
     concurrency: usize,
     sources: u8,
     hold: Duration,
+    /// Connections opened per second at most (0: as fast as the concurrency allows).
+    rate: u64,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: tunnel_flood half|idle --server ADDR --count N [--concurrency C] [--sources K] [--hold SECONDS]"
+        "usage: tunnel_flood half|idle --server ADDR --count N [--concurrency C] [--sources K] [--hold SECONDS] [--rate PER_SECOND]"
     );
     std::process::exit(2)
 }
@@ -56,6 +59,7 @@ fn options() -> Options {
         concurrency: 10_000,
         sources: 8,
         hold: Duration::from_secs(30),
+        rate: 0,
     };
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_else(|| usage());
@@ -64,6 +68,7 @@ fn options() -> Options {
             "--count" => o.count = value.parse().unwrap_or_else(|_| usage()),
             "--concurrency" => o.concurrency = value.parse().unwrap_or_else(|_| usage()),
             "--sources" => o.sources = value.parse().unwrap_or_else(|_| usage()),
+            "--rate" => o.rate = value.parse().unwrap_or_else(|_| usage()),
             "--hold" => o.hold = Duration::from_secs(value.parse().unwrap_or_else(|_| usage())),
             _ => usage(),
         }
@@ -150,6 +155,10 @@ async fn main() {
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..o.count {
+        if o.rate > 0 {
+            let due = started + Duration::from_secs_f64(i as f64 / o.rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
         let permit = slots.clone().acquire_owned().await.unwrap();
         let source = Ipv4Addr::new(127, 0, 0, 2 + (i % u64::from(o.sources)) as u8);
         let (tally, hello, client, server, hold, idle) = (
