@@ -409,7 +409,7 @@ fn a_real_client_is_served_when_the_pending_cap_is_full() {
             "--forward",
             &format!("127.0.0.1:{http_port}"),
             "--handshake-timeout",
-            "60",
+            "10",
             "--max-pending",
             "4",
         ],
@@ -423,7 +423,7 @@ fn a_real_client_is_served_when_the_pending_cap_is_full() {
         &dir.join("client.log"),
     );
     // Eight slowloris connections against a cap of four: the oldest four are closed to make
-    // room, long before their 60 s deadline.
+    // room, long before their 10 s deadline.
     let mut hung: Vec<TcpStream> = (0..8).map(|_| slowloris(server_port)).collect();
     for (i, tcp) in hung.iter_mut().take(4).enumerate() {
         assert!(
