@@ -114,9 +114,11 @@ pub struct ServerArgs {
 /// The server's limits and bounds, shown by `cohort tunnel server --help`.
 const SERVER_LIMITS_HELP: &str = "\
 Limits against floods (defaults; see docs/reliability.md):
-  A connection that has not completed its handshake within --handshake-timeout (5 s) is
-  closed. At most --max-pending (1024) connections are in their handshake; a new one beyond
-  that closes the oldest pending one, so a new client always gets its chance. At most
+  A connection that has not completed its handshake within --handshake-timeout (5 s, at
+  most 10) is closed. At most --max-pending (1024) connections are in their handshake; a new
+  one beyond that closes pending ones (a sixteenth of the cap at a time), first the oldest
+  whose first flight the server has not answered (stalled clients), then the oldest, so a
+  new client always gets its chance. The listen queue is 4096 connections. At most
   --max-established (1024) tunnels are open; a new one beyond that closes the tunnel idle the
   longest, and a tunnel that carries no bytes for --idle-timeout (300 s) is closed.
   File descriptors: at most max-pending + 2 x max-established + 64 (3136 by default); the
