@@ -22,6 +22,7 @@ use cohort_crypto::CryptoProvider;
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -35,6 +36,10 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_QUEUED_OUTPUT: usize = 256 * 1024;
 /// Bytes read from the socket at a time.
 const READ_CHUNK: usize = 64 * 1024;
+/// Bytes read from the socket at a time during the handshake: its messages are a few KiB,
+/// and a server may hold many connections in their handshake at once (a flood of clients
+/// that never finish), each with this buffer.
+const HANDSHAKE_READ_CHUNK: usize = 4 * 1024;
 
 /// Time since this process first asked, as the cores' [`Timestamp`].
 pub fn now() -> Timestamp {
@@ -140,8 +145,9 @@ async fn handshake(
     mut tcp: TcpStream,
     mut conn: Connection,
     signer: Option<&BatchService>,
+    answered: Option<&AtomicBool>,
 ) -> io::Result<SecureStream> {
-    let mut buf = vec![0u8; READ_CHUNK].into_boxed_slice();
+    let mut buf = vec![0u8; HANDSHAKE_READ_CHUNK].into_boxed_slice();
     let run = async {
         loop {
             // Send what is ready before waiting on anything (the ServerHello goes out while
@@ -178,6 +184,11 @@ async fn handshake(
                 let _ = tcp.write_all(conn.output()).await;
                 return Err(channel_error(e));
             }
+            if let Some(answered) = answered {
+                if !conn.output().is_empty() || conn.is_established() {
+                    answered.store(true, Ordering::Relaxed);
+                }
+            }
         }
     };
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, run).await {
@@ -205,7 +216,7 @@ pub async fn connect(
     let conn = client
         .connect(now(), &mut rng, server_name)
         .map_err(channel_error)?;
-    handshake(tcp, conn, None).await
+    handshake(tcp, conn, None, None).await
 }
 
 /// Accepts a client on a TCP connection. Signature mode needs `signer`.
@@ -214,7 +225,19 @@ pub async fn accept(
     tcp: TcpStream,
     signer: Option<&BatchService>,
 ) -> io::Result<SecureStream> {
-    handshake(tcp, server.accept(), signer).await
+    handshake(tcp, server.accept(), signer, None).await
+}
+
+/// Accepts like [`accept`], and sets `answered` once the client's first flight was whole and
+/// the server answered it: a server that must close some pending connections can spare the
+/// clients that are not stalling (a slowloris sends part of a flight and waits).
+pub async fn accept_tracked(
+    server: &Server,
+    tcp: TcpStream,
+    signer: Option<&BatchService>,
+    answered: &AtomicBool,
+) -> io::Result<SecureStream> {
+    handshake(tcp, server.accept(), signer, Some(answered)).await
 }
 
 /// Randomness from the operating system (through the crypto provider), as a
@@ -268,6 +291,16 @@ impl SecureStream {
     /// The TCP peer address.
     pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
         self.tcp.peer_addr()
+    }
+
+    /// Waits until a read would not block: plaintext is buffered, reading has ended, or
+    /// the socket has bytes (or an error) to read. Holds no buffer while it waits, so an
+    /// idle connection can wait here cheaply before a copy loop allocates its buffers.
+    pub async fn wait_readable(&self) -> io::Result<()> {
+        if self.conn.readable() > 0 || self.read_error.is_some() || self.conn.peer_closed() {
+            return Ok(());
+        }
+        self.tcp.readable().await
     }
 
     /// Writes queued output to the socket until it is empty or the socket would block.

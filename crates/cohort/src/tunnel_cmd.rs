@@ -23,8 +23,18 @@ use tokio::net::{TcpListener, TcpStream};
 /// Bytes moved per read in each direction: large enough for four full records per write.
 const COPY_BUFFER: usize = 64 * 1024;
 
-/// Most connections one tunnel end serves at once; more wait in the kernel's accept queue.
+/// Most connections the tunnel client serves at once; more wait in the kernel's accept
+/// queue. (The server's limits are flags: see [`ServerArgs`] and [`Limits`].)
 const MAX_CONNECTIONS: usize = 1024;
+/// The server's listen queue (the kernel caps it at net.core.somaxconn, 4096 by default).
+const LISTEN_BACKLOG: u32 = 4096;
+/// File descriptors the server holds apart from its connections: stdio, the listener, the
+/// runtime's epoll and wakers, and slack for connections being closed.
+const BASE_FDS: usize = 64;
+/// Handshake failures logged one by one per report interval; the rest are only counted.
+const LOGGED_FAILURES_PER_INTERVAL: u64 = 10;
+/// How often the server prints its flood counters (when any changed).
+const REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 /// A server that accepts passwords lets one client address start this many handshakes per
 /// minute: SPAKE2 allows one guess per handshake, so this bounds online guessing.
 const PASSWORD_HANDSHAKES_PER_MINUTE: u32 = 20;
@@ -56,6 +66,7 @@ impl Attempts {
 #[derive(Subcommand)]
 pub enum TunnelCommand {
     /// Accept cohort channels and forward each to a plain TCP target.
+    #[command(after_long_help = SERVER_LIMITS_HELP)]
     Server(ServerArgs),
     /// Accept plain TCP from local applications and carry each over a cohort channel.
     Client(ClientArgs),
@@ -83,7 +94,40 @@ pub struct ServerArgs {
     /// File holding the password (first line), for `password`.
     #[arg(long)]
     password_file: Option<PathBuf>,
+    /// Seconds (1 to 10) a connection has to complete its handshake; then it is closed.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=10))]
+    handshake_timeout: u64,
+    /// Most connections in their handshake at once (1 file descriptor each). A new
+    /// connection beyond this closes the oldest one still in its handshake.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_pending: u64,
+    /// Most established tunnels at once (2 file descriptors each: the channel and the
+    /// target). A new one beyond this closes the longest-idle one.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_established: u64,
+    /// Seconds an established tunnel may carry no bytes in either direction; then it is
+    /// closed.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    idle_timeout: u64,
 }
+
+/// The server's limits and bounds, shown by `cohort tunnel server --help`.
+const SERVER_LIMITS_HELP: &str = "\
+Limits against floods (defaults; see docs/reliability.md):
+  A connection that has not completed its handshake within --handshake-timeout (5 s, at
+  most 10) is closed. At most --max-pending (1024) connections are in their handshake; a new
+  one beyond that closes pending ones (a sixteenth of the cap at a time), first the oldest
+  whose first flight the server has not answered (stalled clients), then the oldest, so a
+  new client always gets its chance. The listen queue is 4096 connections. At most
+  --max-established (1024) tunnels are open; a new one beyond that closes the tunnel idle the
+  longest, and a tunnel that carries no bytes for --idle-timeout (300 s) is closed.
+  File descriptors: at most max-pending + 2 x max-established + 64 (3136 by default); the
+  server warns at start if `ulimit -n` is lower.
+  Memory: about 11 KiB per pending connection and 13 KiB per idle tunnel (measured with
+  10,000 and 5,000 of them), up to about 210 KiB per tunnel that has moved data (its two
+  64 KiB copy buffers and the channel's 64 KiB read buffer), on top of about 16 MiB for the
+  process: at most about 240 MiB with the defaults.
+  Counters of closed, timed-out and evicted connections are printed every 10 s.";
 
 /// `cohort tunnel client`.
 #[derive(Args)]
@@ -203,13 +247,13 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
     }
     let signer = identity.map(|id| BatchService::spawn(provider, id, BatchConfig::default()));
     let server = Server::new(provider, config);
-    let listener = TcpListener::bind(args.listen)
-        .await
+    let listener = listen(args.listen)
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", args.listen)))?;
     eprintln!(
         "cohort tunnel server: listening on {}, forwarding to {}",
         args.listen, args.forward
     );
+    let limits = Limits::new(&args);
     let forward = std::sync::Arc::new(args.forward);
     // Expired resumption keys are erased every minute even when no one connects.
     let expiring = server.clone();
@@ -219,17 +263,17 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
             expiring.expire_sessions(stream::now());
         }
     });
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    limits.check_fd_limit();
+    tokio::spawn(limits.clone().sweep_and_report());
     let limit_passwords = server.config().supports(AuthMode::Password);
     let mut attempts = Attempts::default();
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return Ok(());
-        };
         let (tcp, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
                 eprintln!("cohort tunnel server: accept failed: {e}");
+                // Out of file descriptors (a limit below the stated bound): do not spin.
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                 continue;
             }
         };
@@ -241,42 +285,486 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
             continue;
         }
         let _ = tcp.set_nodelay(true);
-        let (server, signer, forward) = (server.clone(), signer.clone(), forward.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            let mut secure = match stream::accept(&server, tcp, signer.as_ref()).await {
-                Ok(s) => s,
-                Err(e) => {
+        // Admitted before the task runs, so the oldest pending one is closed now (and its
+        // file descriptor, before this one counts).
+        let Some(pending) = limits.admit_pending().await else {
+            return Ok(());
+        };
+        let (server, signer, forward, limits) = (
+            server.clone(),
+            signer.clone(),
+            forward.clone(),
+            limits.clone(),
+        );
+        tokio::spawn(serve(server, signer, forward, limits, tcp, peer, pending));
+    }
+}
+
+/// Serves one accepted connection: its handshake within the deadline (unless evicted
+/// first), then the tunnel to the target until either end closes, the tunnel idles out or
+/// it is evicted.
+async fn serve(
+    server: Server,
+    signer: Option<BatchService>,
+    forward: std::sync::Arc<String>,
+    limits: Limits,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    pending: Admitted,
+) {
+    let Admitted {
+        slot: pending,
+        closed: evicted,
+        answered,
+        ..
+    } = pending;
+    let handshake = tokio::time::timeout(
+        limits.handshake_timeout,
+        stream::accept_tracked(&server, tcp, signer.as_ref(), &answered),
+    );
+    let mut secure = tokio::select! {
+        result = handshake => match result {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                limits.count.failed.fetch_add(1, Relaxed);
+                if limits.count.logged.fetch_add(1, Relaxed) < LOGGED_FAILURES_PER_INTERVAL {
                     eprintln!("cohort tunnel server: {peer}: handshake failed: {e}");
-                    return;
                 }
-            };
-            log_session("server", peer, &secure);
-            let mut target = match TcpStream::connect(forward.as_str()).await {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("cohort tunnel server: {peer}: cannot reach {forward}: {e}");
-                    return;
+                return;
+            }
+            Err(_) => {
+                limits.count.timed_out.fetch_add(1, Relaxed);
+                return;
+            }
+        },
+        _ = evicted => {
+            limits.count.evicted_pending.fetch_add(1, Relaxed);
+            return;
+        }
+    };
+    log_session("server", peer, &secure);
+    let Some(Admitted {
+        slot: _established,
+        closed: mut evicted,
+        active,
+        ..
+    }) = limits.admit_established().await
+    else {
+        return;
+    };
+    // Its file descriptor now counts as an established tunnel's.
+    drop(pending);
+    let mut target = tokio::select! {
+        result = TcpStream::connect(forward.as_str()) => match result {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("cohort tunnel server: {peer}: cannot reach {forward}: {e}");
+                return;
+            }
+        },
+        _ = &mut evicted => {
+            limits.count.evicted_idle.fetch_add(1, Relaxed);
+            return;
+        }
+    };
+    let _ = target.set_nodelay(true);
+    let session = secure.session_id();
+    // An idle tunnel waits here without the copy loop's buffers (128 KiB).
+    let ready = tokio::select! {
+        r = secure.wait_readable() => Some(r),
+        r = target.readable() => Some(r),
+        _ = &mut evicted => None,
+    };
+    let result = match ready {
+        None => None,
+        Some(Err(e)) => Some(Err(e)),
+        Some(Ok(())) => {
+            let mut channel = Active::new(&mut secure, &active);
+            let mut plain = Active::new(&mut target, &active);
+            tokio::select! {
+                r = tokio::io::copy_bidirectional_with_sizes(&mut channel, &mut plain, COPY_BUFFER, COPY_BUFFER) => Some(r),
+                _ = &mut evicted => None,
+            }
+        }
+    };
+    match result {
+        Some(Ok((up, down))) => eprintln!(
+            "cohort tunnel server: {peer}: session {session} closed cleanly ({up} bytes in, {down} out)"
+        ),
+        Some(Err(e)) => {
+            eprintln!("cohort tunnel server: {peer}: session {session} ended: {e}");
+            // A reset, not a clean end: the target must not take a truncated stream for a
+            // complete one.
+            let _ = target.set_zero_linger();
+        }
+        None => {
+            // Closed idle or for a newer tunnel: counted, and a reset for the target too.
+            limits.count.evicted_idle.fetch_add(1, Relaxed);
+            let _ = target.set_zero_linger();
+        }
+    }
+}
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+
+/// What the server counts instead of logging each event (a flood would fill the log).
+#[derive(Default)]
+struct Counters {
+    /// Handshakes not completed within the deadline.
+    timed_out: AtomicU64,
+    /// Pending connections closed to make room for a newer one.
+    evicted_pending: AtomicU64,
+    /// Established tunnels closed for idling out or to make room.
+    evicted_idle: AtomicU64,
+    /// Handshakes that failed (bad input, the peer left, authentication).
+    failed: AtomicU64,
+    /// Failures logged one by one in this interval.
+    logged: AtomicU64,
+}
+
+/// One admitted connection in a [`Table`]. Closing it (eviction, or the table dropping
+/// its entry) resolves the connection's receiver; the connection's [`Slot`] removes the
+/// entry when the connection ends by itself.
+struct Entry {
+    /// Held, never sent: dropping it tells the connection to close.
+    _close: tokio::sync::oneshot::Sender<()>,
+    /// Nanoseconds on [`stream::now`]'s clock when bytes last moved.
+    active: std::sync::Arc<AtomicU64>,
+    /// Whether the server answered the client's first flight (pending connections).
+    answered: std::sync::Arc<AtomicBool>,
+}
+
+/// What a connection gets on admission.
+struct Admitted {
+    /// Its place; dropped when the connection ends.
+    slot: Slot,
+    /// Resolves when the server closes it (eviction or idle).
+    closed: tokio::sync::oneshot::Receiver<()>,
+    /// Its activity clock.
+    active: std::sync::Arc<AtomicU64>,
+    /// Its handshake's progress.
+    answered: std::sync::Arc<AtomicBool>,
+}
+
+/// Pending or established connections, oldest admitted first.
+#[derive(Default)]
+struct Table {
+    next: u64,
+    entries: std::collections::BTreeMap<u64, Entry>,
+}
+
+type Shared = std::sync::Arc<std::sync::Mutex<Table>>;
+
+fn lock(table: &Shared) -> std::sync::MutexGuard<'_, Table> {
+    // A panic while holding the lock cannot leave the map inconsistent: keep going.
+    table
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A connection's place in a [`Table`], and its file descriptors' permit; dropping it
+/// (after the connection's sockets are closed) frees both.
+struct Slot {
+    table: Shared,
+    id: u64,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        lock(&self.table).entries.remove(&self.id);
+    }
+}
+
+/// The server's flood limits: caps on pending and established connections with eviction,
+/// the handshake deadline and the idle timeout.
+#[derive(Clone)]
+struct Limits {
+    handshake_timeout: std::time::Duration,
+    idle_timeout: std::time::Duration,
+    max_pending: usize,
+    max_established: usize,
+    pending: Shared,
+    established: Shared,
+    /// One permit per pending connection whose socket is open, evicted or not.
+    pending_open: std::sync::Arc<tokio::sync::Semaphore>,
+    /// One permit per established tunnel whose sockets are open, evicted or not.
+    established_open: std::sync::Arc<tokio::sync::Semaphore>,
+    count: std::sync::Arc<Counters>,
+}
+
+impl Limits {
+    fn new(args: &ServerArgs) -> Self {
+        let cap = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        Limits {
+            handshake_timeout: std::time::Duration::from_secs(args.handshake_timeout),
+            idle_timeout: std::time::Duration::from_secs(args.idle_timeout),
+            max_pending: cap(args.max_pending),
+            max_established: cap(args.max_established),
+            pending: Shared::default(),
+            established: Shared::default(),
+            pending_open: std::sync::Arc::new(tokio::sync::Semaphore::new(cap(args.max_pending))),
+            established_open: std::sync::Arc::new(tokio::sync::Semaphore::new(cap(
+                args.max_established
+            ))),
+            count: std::sync::Arc::default(),
+        }
+    }
+
+    /// Most file descriptors the server holds.
+    fn fd_bound(&self) -> usize {
+        self.max_pending + 2 * self.max_established + BASE_FDS
+    }
+
+    /// Warns if the process may not open as many file descriptors as the limits allow.
+    fn check_fd_limit(&self) {
+        let bound = self.fd_bound();
+        eprintln!(
+            "cohort tunnel server: limits: handshake {} s, {} pending, {} established, idle {} s; at most {bound} file descriptors",
+            self.handshake_timeout.as_secs(),
+            self.max_pending,
+            self.max_established,
+            self.idle_timeout.as_secs()
+        );
+        match open_files_limit() {
+            Some(limit) if limit < bound as u64 => eprintln!(
+                "cohort tunnel server: WARNING: `ulimit -n` is {limit}, below the {bound} file descriptors the limits allow: raise it (ulimit -n {bound}) or lower --max-pending/--max-established, or accepts will fail under load"
+            ),
+            _ => {}
+        }
+    }
+
+    /// Admits a connection into its handshake, first closing pending ones if the table is
+    /// full: each the oldest whose first flight the server has not answered (a stalling
+    /// client), else the oldest.
+    async fn admit_pending(&self) -> Option<Admitted> {
+        // A sixteenth at a time: the accept loop then waits for closed sockets once per
+        // that many connections, not for each, and keeps ahead of a flood.
+        let batch = (self.max_pending / 16).max(1);
+        admit(
+            &self.pending,
+            &self.pending_open,
+            self.max_pending,
+            batch,
+            |table: &mut Table| {
+                let stalled = table
+                    .entries
+                    .iter()
+                    .find(|(_, e)| !e.answered.load(Relaxed))
+                    .map(|(id, _)| *id);
+                match stalled {
+                    Some(id) => {
+                        table.entries.remove(&id);
+                    }
+                    None => {
+                        table.entries.pop_first();
+                    }
                 }
+            },
+        )
+        .await
+    }
+
+    /// Admits an established tunnel, first closing the longest-idle one if the table is
+    /// full.
+    async fn admit_established(&self) -> Option<Admitted> {
+        admit(
+            &self.established,
+            &self.established_open,
+            self.max_established,
+            1,
+            |table: &mut Table| {
+                let idlest = table
+                    .entries
+                    .iter()
+                    .min_by_key(|(_, e)| e.active.load(Relaxed))
+                    .map(|(id, _)| *id);
+                if let Some(id) = idlest {
+                    table.entries.remove(&id);
+                }
+            },
+        )
+        .await
+    }
+
+    /// Every second closes tunnels idle too long; every [`REPORT_INTERVAL`] prints the
+    /// counters if they changed.
+    async fn sweep_and_report(self) {
+        let mut last = [0u64; 4];
+        let mut since_report = std::time::Duration::ZERO;
+        let tick = std::time::Duration::from_secs(1);
+        loop {
+            tokio::time::sleep(tick).await;
+            let now = stream::now().as_nanos();
+            let idle = u64::try_from(self.idle_timeout.as_nanos()).unwrap_or(u64::MAX);
+            let closed = {
+                let mut table = lock(&self.established);
+                let before = table.entries.len();
+                table
+                    .entries
+                    .retain(|_, e| now.saturating_sub(e.active.load(Relaxed)) < idle);
+                before - table.entries.len()
             };
-            let _ = target.set_nodelay(true);
-            match tokio::io::copy_bidirectional_with_sizes(&mut secure, &mut target, COPY_BUFFER, COPY_BUFFER).await {
-                Ok((up, down)) => eprintln!(
-                    "cohort tunnel server: {peer}: session {} closed cleanly ({up} bytes in, {down} out)",
-                    secure.session_id()
-                ),
-                Err(e) => {
-                    eprintln!(
-                        "cohort tunnel server: {peer}: session {} ended: {e}",
-                        secure.session_id()
-                    );
-                    // A reset, not a clean end: the target must not take a truncated stream
-                    // for a complete one.
-                    let _ = target.set_zero_linger();
+            if closed > 0 {
+                eprintln!(
+                    "cohort tunnel server: closed {closed} tunnels idle for {} s",
+                    self.idle_timeout.as_secs()
+                );
+            }
+            since_report += tick;
+            if since_report < REPORT_INTERVAL {
+                continue;
+            }
+            since_report = std::time::Duration::ZERO;
+            let c = &self.count;
+            let now_counts = [
+                c.timed_out.load(Relaxed),
+                c.evicted_pending.load(Relaxed),
+                c.evicted_idle.load(Relaxed),
+                c.failed.load(Relaxed),
+            ];
+            let logged = c.logged.swap(0, Relaxed);
+            if now_counts != last {
+                let pending = lock(&self.pending).entries.len();
+                let established = lock(&self.established).entries.len();
+                eprintln!(
+                    "cohort tunnel server: so far: {} handshakes timed out, {} pending closed for newer ones, {} tunnels closed idle or for newer ones, {} handshakes failed ({} not logged); now {pending} pending, {established} established",
+                    now_counts[0],
+                    now_counts[1],
+                    now_counts[2],
+                    now_counts[3],
+                    logged.saturating_sub(LOGGED_FAILURES_PER_INTERVAL),
+                );
+                last = now_counts;
+            }
+        }
+    }
+}
+
+/// Admits into `table`: closes `batch` entries with `evict` when the table is at `max`
+/// (closing several at once lets the next admissions go on without waiting), and waits until a closed connection's sockets are gone (its permit from `open` is free), so
+/// the file descriptors never exceed the bound. None if the semaphore was closed.
+async fn admit(
+    table: &Shared,
+    open: &std::sync::Arc<tokio::sync::Semaphore>,
+    max: usize,
+    batch: usize,
+    evict: impl Fn(&mut Table),
+) -> Option<Admitted> {
+    let permit = loop {
+        {
+            let mut t = lock(table);
+            if t.entries.len() >= max {
+                for _ in 0..batch {
+                    evict(&mut t);
                 }
             }
-        });
+        }
+        if let Ok(permit) = open.clone().try_acquire_owned() {
+            break permit;
+        }
+        // An evicted connection closes its sockets when its task next runs; if none is
+        // closing (others took the permits), evict again after a moment.
+        tokio::select! {
+            permit = open.clone().acquire_owned() => break permit.ok()?,
+            () = tokio::time::sleep(std::time::Duration::from_millis(1)) => {}
+        }
+    };
+    let (close, closed) = tokio::sync::oneshot::channel();
+    let active = std::sync::Arc::new(AtomicU64::new(stream::now().as_nanos()));
+    let answered = std::sync::Arc::new(AtomicBool::new(false));
+    let mut t = lock(table);
+    let id = t.next;
+    t.next += 1;
+    t.entries.insert(
+        id,
+        Entry {
+            _close: close,
+            active: active.clone(),
+            answered: answered.clone(),
+        },
+    );
+    drop(t);
+    Some(Admitted {
+        slot: Slot {
+            table: table.clone(),
+            id,
+            _permit: permit,
+        },
+        closed,
+        active,
+        answered,
+    })
+}
+
+/// The soft limit on open files (`ulimit -n`), from /proc/self/limits.
+fn open_files_limit() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+/// A stream that records, on its connection's activity clock, when bytes last arrived.
+struct Active<'a, S> {
+    inner: &'a mut S,
+    active: &'a AtomicU64,
+}
+
+impl<'a, S> Active<'a, S> {
+    fn new(inner: &'a mut S, active: &'a AtomicU64) -> Self {
+        Active { inner, active }
     }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Active<'_, S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let result = std::pin::Pin::new(&mut *self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.active.store(stream::now().as_nanos(), Relaxed);
+        }
+        result
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Active<'_, S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut *self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut *self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Listens on `addr` with a queue of [`LISTEN_BACKLOG`] connections not yet accepted: a
+/// burst of connections beyond the queue makes the kernel drop new clients' SYNs, which they
+/// retry only after a second.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 fn log_session(side: &str, peer: SocketAddr, secure: &SecureStream) {

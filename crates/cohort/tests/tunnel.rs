@@ -8,6 +8,7 @@
 
 mod support;
 
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -312,4 +313,152 @@ fn weak_psks_and_ignored_pins_are_usage_errors() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(support::text(&out.stderr).contains("--pin needs --auth signature"));
+}
+
+/// The first half of a real ClientHello: what a slowloris client sends before it hangs.
+fn half_hello() -> Vec<u8> {
+    use rand_chacha::rand_core::SeedableRng;
+    let client = cohort_channel::Client::new(
+        cohort_crypto::CryptoProvider::default_provider(),
+        cohort_channel::ClientConfig::new(cohort_channel::ClientAuth::None),
+    );
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(17);
+    let conn = client
+        .connect(cohort_core::Timestamp::from_nanos(0), &mut rng, "half")
+        .unwrap();
+    let hello = conn.output();
+    assert!(hello.len() > 100, "a ClientHello of {} bytes", hello.len());
+    hello[..hello.len() / 2].to_vec()
+}
+
+/// Opens a connection to `port` and sends half a ClientHello.
+fn slowloris(port: u16) -> TcpStream {
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.write_all(&half_hello()).unwrap();
+    tcp
+}
+
+/// Whether the server has closed `tcp` (EOF or a reset) within `within`.
+fn closed_within(tcp: &mut TcpStream, within: Duration) -> bool {
+    tcp.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 64];
+    match tcp.read(&mut buf) {
+        Ok(0) => true,
+        Ok(n) => panic!("the server sent {n} bytes to half a ClientHello"),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            false
+        }
+        Err(_) => true, // a reset
+    }
+}
+
+#[test]
+fn a_half_hello_is_closed_after_the_handshake_deadline() {
+    let dir = tempdir("tunnel-deadline");
+    let server_port = free_port();
+    let log = dir.join("server.log");
+    let _server = spawn_logged(
+        &[
+            "tunnel",
+            "server",
+            "--listen",
+            &format!("127.0.0.1:{server_port}"),
+            "--forward",
+            &format!("127.0.0.1:{}", free_port()),
+            "--handshake-timeout",
+            "1",
+        ],
+        &log,
+    );
+    let text = wait_for_log(&log, "listening");
+    assert!(text.contains("handshake 1 s"), "{text}");
+    let mut tcp = slowloris(server_port);
+    let start = std::time::Instant::now();
+    assert!(
+        !closed_within(&mut tcp, Duration::from_millis(700)),
+        "closed before the deadline"
+    );
+    assert!(
+        closed_within(&mut tcp, Duration::from_secs(3)),
+        "still open 3.7 s after half a ClientHello, with a 1 s deadline"
+    );
+    let waited = start.elapsed();
+    assert!(
+        waited < Duration::from_millis(2500),
+        "closed after {waited:?}"
+    );
+}
+
+#[test]
+fn a_real_client_is_served_when_the_pending_cap_is_full() {
+    let dir = tempdir("tunnel-pending-cap");
+    let (original, _http, http_port) = http_server(&dir, 64 << 10);
+    let server_port = free_port();
+    let server_log = dir.join("server.log");
+    let _server = spawn_logged(
+        &[
+            "tunnel",
+            "server",
+            "--listen",
+            &format!("127.0.0.1:{server_port}"),
+            "--forward",
+            &format!("127.0.0.1:{http_port}"),
+            "--handshake-timeout",
+            "10",
+            "--max-pending",
+            "4",
+        ],
+        &server_log,
+    );
+    let text = wait_for_log(&server_log, "listening");
+    assert!(text.contains("4 pending"), "{text}");
+    let (_client, client_port) = tunnel_client(
+        &format!("127.0.0.1:{server_port}"),
+        &[],
+        &dir.join("client.log"),
+    );
+    // Eight slowloris connections against a cap of four: the oldest four are closed to make
+    // room, long before their 10 s deadline.
+    let mut hung: Vec<TcpStream> = (0..8).map(|_| slowloris(server_port)).collect();
+    for (i, tcp) in hung.iter_mut().take(4).enumerate() {
+        assert!(
+            closed_within(tcp, Duration::from_secs(5)),
+            "slowloris connection {i} still open with 8 against a cap of 4"
+        );
+    }
+    for (i, tcp) in hung.iter_mut().enumerate().skip(5) {
+        assert!(
+            !closed_within(tcp, Duration::from_millis(100)),
+            "slowloris connection {i} closed, but it is one of the newest four"
+        );
+    }
+    // The cap is full of hung connections; a real client still gets through.
+    let out = dir.join("fetched.bin");
+    let start = std::time::Instant::now();
+    let result = curl(client_port, &out);
+    assert!(
+        result.status.success(),
+        "curl failed: {}",
+        support::text(&result.stderr)
+    );
+    assert!(std::fs::read(&out).unwrap() == original, "bytes differ");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        start.elapsed()
+    );
+    // Its connection made room by closing the oldest hung connection left (number 4).
+    assert!(
+        closed_within(&mut hung[4], Duration::from_secs(5)),
+        "the oldest pending connection was not closed for the real client"
+    );
+    assert!(
+        !closed_within(&mut hung[7], Duration::from_millis(100)),
+        "the newest hung connection was closed too"
+    );
 }
