@@ -458,18 +458,9 @@ fn captured_kdc_pair_traffic_is_a_whole_session_and_replays_deliver_nothing() {
 
 // ---- the fuzz corpus (fuzz/corpus/<target>) -------------------------------------------------
 
-/// `name-<i>` for each input.
-fn numbered(name: &str, inputs: impl IntoIterator<Item = Vec<u8>>) -> Vec<(String, Vec<u8>)> {
-    inputs
-        .into_iter()
-        .enumerate()
-        .map(|(i, d)| (format!("{name}-{i:02}"), d))
-        .collect()
-}
-
 /// A control byte and then each of `datagrams` alone, and all of them at once.
 fn each_and_all(name: &str, control: u8, datagrams: &[Vec<u8>]) -> Vec<(String, Vec<u8>)> {
-    let mut out = numbered(
+    let mut out = cohort_sim::corpus::numbered(
         name,
         datagrams
             .iter()
@@ -537,9 +528,18 @@ fn corpus_seeds() -> Vec<(&'static str, cohort_sim::corpus::Seeds)> {
         ));
     }
     vec![
-        ("group_msg", numbered("msg", encoded_msgs())),
-        ("group_pair_msg", numbered("pair-msg", encoded_pair_msgs())),
-        ("group_gossip", numbered("gossip", sample_gossip())),
+        (
+            "group_msg",
+            cohort_sim::corpus::numbered("msg", encoded_msgs()),
+        ),
+        (
+            "group_pair_msg",
+            cohort_sim::corpus::numbered("pair-msg", encoded_pair_msgs()),
+        ),
+        (
+            "group_gossip",
+            cohort_sim::corpus::numbered("gossip", sample_gossip()),
+        ),
         ("group_member", member),
         ("group_pair_table", pair),
         ("group_kdc_pair", kdc_pair),
@@ -577,16 +577,6 @@ fn corpus_harness(target: &str) -> fn(&[u8]) {
 #[test]
 fn fuzz_corpus_replays() {
     for (target, seeds) in corpus_seeds() {
-        assert!(!seeds.is_empty(), "{target}: no seeds");
-        let harness = corpus_harness(target);
-        if cohort_sim::corpus::writing() {
-            cohort_sim::corpus::write_seeds(target, &seeds);
-        } else {
-            for (_, data) in &seeds {
-                harness(data);
-            }
-        }
-        let n = cohort_sim::corpus::replay(target, harness);
-        eprintln!("{target}: {n} corpus inputs");
+        cohort_sim::corpus::check(target, corpus_harness(target), &seeds);
     }
 }

@@ -9,19 +9,10 @@ use cohort_hop::fuzzing::{
     MutantSpec, Mutation,
 };
 
-/// `name-<i>` for each input.
-fn numbered(name: &str, inputs: impl IntoIterator<Item = Vec<u8>>) -> Vec<(String, Vec<u8>)> {
-    inputs
-        .into_iter()
-        .enumerate()
-        .map(|(i, d)| (format!("{name}-{i:02}"), d))
-        .collect()
-}
-
 /// A control byte, then each real datagram alone (the first 24), and the first 16 at once.
 fn each_and_all(name: &str, control: u8) -> Vec<(String, Vec<u8>)> {
     let real: Vec<&[u8]> = captured().iter().map(|(_, d)| d.as_slice()).collect();
-    let mut out = numbered(
+    let mut out = cohort_sim::corpus::numbered(
         name,
         real.iter().take(24).map(|d| {
             let mut input = vec![control];
@@ -62,7 +53,7 @@ fn corpus_seeds() -> Vec<(&'static str, cohort_sim::corpus::Seeds)> {
     vec![
         (
             "hop_packet",
-            numbered("captured", real.iter().map(|(_, d)| d.clone())),
+            cohort_sim::corpus::numbered("captured", real.iter().map(|(_, d)| d.clone())),
         ),
         ("hop_endpoint", endpoints),
         ("hop_relay", relays),
@@ -97,12 +88,6 @@ fn fuzz_corpus_replays() {
         assert!(packet(d).0, "a captured datagram does not parse");
     }
     for (target, seeds) in corpus_seeds() {
-        assert!(!seeds.is_empty(), "{target}: no seeds");
-        let harness = corpus_harness(target);
-        if cohort_sim::corpus::writing() {
-            cohort_sim::corpus::write_seeds(target, &seeds);
-        }
-        let n = cohort_sim::corpus::replay(target, harness);
-        eprintln!("{target}: {n} corpus inputs");
+        cohort_sim::corpus::check(target, corpus_harness(target), &seeds);
     }
 }

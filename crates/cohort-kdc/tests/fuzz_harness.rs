@@ -153,15 +153,18 @@ fn fuzz_corpus_replays() {
         Outcome::Answered { .. }
     ));
     assert!(fuzzing::response(&responses[1].1).is_ok());
-    if cohort_sim::corpus::writing() {
-        cohort_sim::corpus::write_seeds("kdc_request", &requests);
-        cohort_sim::corpus::write_seeds("kdc_response", &responses);
-    }
-    let n = cohort_sim::corpus::replay("kdc_request", |d| {
-        let _ = fuzzing::request(d);
-    });
-    let m = cohort_sim::corpus::replay("kdc_response", |d| {
-        let _ = fuzzing::response(d);
-    });
-    eprintln!("kdc_request: {n} corpus inputs, kdc_response: {m}");
+    cohort_sim::corpus::check(
+        "kdc_request",
+        |d| {
+            let _ = fuzzing::request(d);
+        },
+        &requests,
+    );
+    cohort_sim::corpus::check(
+        "kdc_response",
+        |d| {
+            let _ = fuzzing::response(d);
+        },
+        &responses,
+    );
 }

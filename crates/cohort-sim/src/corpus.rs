@@ -91,6 +91,36 @@ pub fn write_seeds(target: &str, seeds: &[(String, Vec<u8>)]) {
     }
 }
 
+/// `name-<i>` (two digits at least) for each of `inputs`, in order.
+pub fn numbered(name: &str, inputs: impl IntoIterator<Item = Vec<u8>>) -> Seeds {
+    inputs
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| (format!("{name}-{i:02}"), d))
+        .collect()
+}
+
+/// What every crate's `fuzz_corpus_replays` test does for one target: the seeds run through
+/// `harness` (a seed that stopped being valid fails here, not silently in the fuzzer); with
+/// `COHORT_WRITE_CORPUS=1` they are written into the corpus; then the whole corpus is
+/// replayed ([`replay`]). Returns how many corpus inputs ran.
+pub fn check(target: &str, harness: impl Fn(&[u8]), seeds: &Seeds) -> usize {
+    assert!(!seeds.is_empty(), "{target}: no seeds");
+    for (name, data) in seeds {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| harness(data)));
+        if let Err(panic) = outcome {
+            eprintln!("seed {name} of {target} failed");
+            std::panic::resume_unwind(panic);
+        }
+    }
+    if writing() {
+        write_seeds(target, seeds);
+    }
+    let n = replay(target, harness);
+    eprintln!("{target}: {n} corpus inputs");
+    n
+}
+
 /// Whether this run should write seeds: `COHORT_WRITE_CORPUS=1` (set by
 /// `scripts/fuzz-corpus.sh`).
 pub fn writing() -> bool {
