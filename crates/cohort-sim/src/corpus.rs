@@ -25,15 +25,13 @@ pub fn corpus_dir(target: &str) -> PathBuf {
 
 /// Every fuzz target, from the file names in `fuzz/fuzz_targets/`, sorted.
 pub fn targets() -> Vec<String> {
-    let mut out: Vec<String> = read_dir_sorted(&fuzz_dir().join("fuzz_targets"))
+    read_dir_sorted(&fuzz_dir().join("fuzz_targets"))
         .into_iter()
         .filter_map(|p| {
             let name = p.file_name()?.to_str()?;
             name.strip_suffix(".rs").map(str::to_owned)
         })
-        .collect();
-    out.sort();
-    out
+        .collect()
 }
 
 fn read_dir_sorted(dir: &Path) -> Vec<PathBuf> {
