@@ -329,3 +329,91 @@ fn debug_seed() {
     let r = random_run(seed);
     println!("{r:?}");
 }
+
+/// A joiner whose Welcome is held up is not removed by the very next view change: the
+/// leader holds that change until the joiner confirms its Install (up to a flush timeout).
+/// (Found by the group chaos runs: members "removed as suspected right after rejoining".)
+#[test]
+fn a_slow_joiner_is_not_removed_by_the_next_change() {
+    use cohort_group::pair::PAIR_KIND;
+    use cohort_sim::{FnRule, Verdict};
+    use std::sync::{Arc, Mutex};
+    let mut g = Group::new(5, 6, |_| {});
+    let addrs: Vec<_> = g.nodes.iter().map(|n| g.sim.addr(*n)).collect();
+    let start = |g: &mut Group, i: usize| {
+        let contacts: Vec<_> = (0..4).filter(|c| *c != i).map(|c| addrs[c]).collect();
+        let n = g.nodes[i];
+        g.sim
+            .with_node(n, |node, now| node.member.start(now, &contacts));
+    };
+    for i in 0..4 {
+        start(&mut g, i);
+    }
+    g.wait_converged(&[0, 1, 2, 3], Duration::from_secs(5))
+        .expect("four");
+    // Once the leader has let member 4 in, its pair channel datagrams to member 4 (the
+    // Welcome among them) are lost for 350 ms, more than a flush timeout (300 ms).
+    let window: Arc<
+        Mutex<
+            Option<(
+                cohort_sim::NodeId,
+                cohort_sim::NodeId,
+                cohort_core::Timestamp,
+            )>,
+        >,
+    > = Arc::new(Mutex::new(None));
+    let dropped = Arc::new(Mutex::new(0usize));
+    let (rule_window, rule_dropped) = (window.clone(), dropped.clone());
+    g.sim.add_rule(FnRule::new("hold-the-welcome", move |p, _| {
+        if let Some((from, to, until)) = *rule_window.lock().expect("lock") {
+            if p.from == from && p.to == to && p.now < until && p.bytes.first() == Some(&PAIR_KIND)
+            {
+                *rule_dropped.lock().expect("lock") += 1;
+                return Verdict::Drop;
+            }
+        }
+        Verdict::Pass
+    }));
+    start(&mut g, 4);
+    let joiner = g.ids[4];
+    let mut armed = false;
+    for _ in 0..5000 {
+        g.run_for(Duration::from_millis(1)).expect("run");
+        let views = g.current_views();
+        let leader = views[0].as_ref().map(|(_, m, _)| m[0]).expect("view");
+        let l = g.index_of(&leader).expect("leader");
+        if g.sim.node(g.nodes[l]).member.status().changing_view {
+            // The leader is letting member 4 in (nothing else changes here).
+            let until = g.sim.now().saturating_add(Duration::from_millis(350));
+            *window.lock().expect("lock") = Some((g.nodes[l], g.nodes[4], until));
+            armed = true;
+            break;
+        }
+    }
+    assert!(armed, "the leader never started letting member 4 in");
+    // A second joiner as soon as the first is in: the leader wants another change at once.
+    let mut second = false;
+    for _ in 0..5000 {
+        g.run_for(Duration::from_millis(1)).expect("run");
+        if g.current_views()[0]
+            .as_ref()
+            .is_some_and(|(_, m, _)| m.contains(&joiner))
+        {
+            start(&mut g, 5);
+            second = true;
+            break;
+        }
+    }
+    assert!(second, "member 4 never got into the view");
+    g.wait_converged(&[0, 1, 2, 3, 4, 5], Duration::from_secs(5))
+        .expect("six");
+    assert!(*dropped.lock().expect("lock") > 0, "nothing was held up");
+    let removed = g
+        .events_per_node()
+        .iter()
+        .flatten()
+        .any(|e| matches!(e, GroupEvent::Removed { member, .. } if *member == joiner));
+    assert!(!removed, "the slow joiner was removed");
+    g.run_for(Duration::from_secs(1)).expect("run");
+    g.check_all().expect("checkers");
+}

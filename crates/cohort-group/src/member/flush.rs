@@ -55,6 +55,10 @@ pub(super) enum Phase {
     Pairing,
     /// Waiting for the tree's acknowledgements.
     Tree,
+    /// The merge Install is out: staying in the component, resending it and serving the
+    /// positions it needs, until every member confirms or the deadline passes; then
+    /// dissolving into the component led at `target`.
+    Dissolving { target: SocketAddr },
 }
 
 /// What a flush answer carried.
@@ -146,6 +150,8 @@ pub(super) struct Coordinator {
     pub(super) deadline: Timestamp,
     pub(super) resend_at: Timestamp,
     pub(super) final_order: u64,
+    /// Dissolving: the merge Install and the members that have not confirmed it.
+    pub(super) dissolving: Option<(Box<Install>, Vec<Member>)>,
 }
 
 impl GroupMember {
@@ -170,6 +176,14 @@ impl GroupMember {
             || self.view_change.coordinator.is_some()
             || self.view_change.flushing.is_some()
         {
+            return;
+        }
+        // The last Install is still unconfirmed somewhere (a joiner still opening its pair
+        // channel, say): a flush now would find that member unable to answer and remove it
+        // as suspected right after letting it in. Hold the change for up to a flush timeout.
+        if self.view_change.announce.as_ref().is_some_and(|a| {
+            !a.unacked.is_empty() && now < a.sent.saturating_add(self.config.flush_timeout)
+        }) {
             return;
         }
         // An Exchange goes first: an empty view change that installs the other component's
@@ -306,6 +320,7 @@ impl GroupMember {
             deadline: now.saturating_add(self.config.flush_timeout),
             resend_at: now,
             final_order: 0,
+            dissolving: None,
         });
         self.progress_flush(now);
     }
@@ -372,6 +387,15 @@ impl GroupMember {
             return;
         }
         if !survivors.contains(&self.rank) {
+            return;
+        }
+        if self
+            .view_change
+            .coordinator
+            .as_ref()
+            .is_some_and(|c| matches!(c.phase, Phase::Dissolving { .. }))
+        {
+            // Our merge Install is out: this component ends in it, not in another change.
             return;
         }
         let current = self
@@ -530,6 +554,17 @@ impl GroupMember {
                     }
                 }
             }
+            Phase::Dissolving { target } => {
+                let done = c
+                    .dissolving
+                    .as_ref()
+                    .is_none_or(|(_, left)| left.is_empty());
+                if done {
+                    self.finish_dissolving(now, target);
+                } else if now >= c.resend_at {
+                    self.resend_merge_install(now);
+                }
+            }
             Phase::Pairing => {
                 let new_ids: Vec<(MemberId, SocketAddr)> =
                     self.new_members().iter().map(|m| (m.id, m.addr)).collect();
@@ -635,6 +670,12 @@ impl GroupMember {
         let Some(phase) = self.view_change.coordinator.as_ref().map(|c| c.phase) else {
             return;
         };
+        if let Phase::Dissolving { target } = phase {
+            // Members that did not confirm by now fall back on their own (takeover, then
+            // an Exchange); the merge does not wait for them any longer.
+            self.finish_dissolving(now, target);
+            return;
+        }
         // Who did not answer, computed while the coordinator state is still in place.
         let silent: Vec<MemberId> = match phase {
             Phase::Collect => self
@@ -657,6 +698,7 @@ impl GroupMember {
                 .filter(|m| m.id != self.id && self.pairs.pair_key(&m.id).is_none())
                 .map(|m| m.id)
                 .collect(),
+            Phase::Dissolving { .. } => Vec::new(),
             Phase::Tree => {
                 let holders = self
                     .view_change

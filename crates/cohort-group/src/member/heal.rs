@@ -40,9 +40,36 @@ pub(super) struct Heal {
     pub(super) exchanged: Vec<[u8; 8]>,
     /// After an Exchange: the other leader, told at the next gossip that the keys match.
     pub(super) exchange_reply_to: Option<SocketAddr>,
+    /// After an Exchange: when to check that the leader who handed its key over has merged
+    /// in, that leader, and the key's fingerprint (see `check_exchange_merged`).
+    pub(super) exchange_check: Option<(Timestamp, MemberId, [u8; 8])>,
 }
 
 impl GroupMember {
+    /// Leader, some time after taking another component's key through an Exchange: if that
+    /// component's leader has not merged in by now (it left, crashed or went elsewhere) and
+    /// the group still uses its key, a principal outside the group holds the group key, so
+    /// the group rekeys. (Once it has merged, it is a member; in KDC mode its joining
+    /// brought a fresh key anyway.)
+    pub(super) fn check_exchange_merged(&mut self, now: Timestamp) {
+        let Some((at, giver, fingerprint)) = self.heal.exchange_check else {
+            return;
+        };
+        if now < at {
+            return;
+        }
+        self.heal.exchange_check = None;
+        let merged = self.view.as_ref().is_some_and(|v| v.contains(&giver));
+        let same_key = self
+            .group_key
+            .as_ref()
+            .is_some_and(|k| k.fingerprint(&self.provider) == fingerprint);
+        if !merged && same_key {
+            self.view_change.rekey_wanted.get_or_insert(now);
+            self.maybe_start_change(now);
+        }
+    }
+
     pub(super) fn new_local_id(&self, nonce: [u8; exchange::NONCE_LEN]) -> Option<LocalId> {
         if self.identity.is_none() {
             return Some(LocalId::nonce_only(nonce));

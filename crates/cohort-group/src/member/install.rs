@@ -7,7 +7,7 @@
 //! (leaving, in `trust.rs`, and the grace timer, in `timers.rs`, only drop them). It starts
 //! the new view's reliable channel through `Reliable::start_view`.
 
-use super::flush::Change;
+use super::flush::{Change, Coordinator, Phase};
 use super::join::Joining;
 use super::timers::interval;
 use super::{GroupMember, OldView};
@@ -33,7 +33,13 @@ pub(super) struct Announce {
     pub(super) unacked: Vec<(Member, bool)>,
     pub(super) resend_at: Timestamp,
     pub(super) until: Timestamp,
+    /// When the Install first went out.
+    pub(super) sent: Timestamp,
 }
+
+/// Suspicion timeouts (gossip rounds) an Exchange's other component has to merge in before
+/// the key it handed over is replaced.
+const EXCHANGE_MERGE_ROUNDS: u32 = 5;
 
 /// Largest Install body sent whole: leaves room in a 64 KiB datagram for the headers.
 pub(super) const MAX_INSTALL_BODY: usize = 60_000;
@@ -246,8 +252,22 @@ impl GroupMember {
             }
         }
         if let Some(target) = c.merge_into {
-            self.deliver_up_to(install.final_order);
-            self.dissolve(now, target);
+            // The component ends here, but the coordinator stays in it until every member
+            // confirms the merge Install (or the flush timeout passes): it resends the
+            // Install and serves the positions it needs meanwhile. Dissolving at once left a
+            // member that missed the one copy waiting out its takeover turn, then alone,
+            // then merging through an Exchange of its own: seconds (the group chaos runs).
+            let waiting: Vec<Member> = unacked.iter().map(|(m, _)| *m).collect();
+            self.view_change.coordinator = Some(Coordinator {
+                phase: Phase::Dissolving { target },
+                deadline: now.saturating_add(self.config.flush_timeout),
+                resend_at: now.saturating_add(interval::flush_resend(&self.config)),
+                final_order: install.final_order,
+                dissolving: Some((install, waiting)),
+                new_key: None,
+                ..c
+            });
+            self.progress_flush(now);
             return;
         }
         let took = now.saturating_duration_since(c.started);
@@ -273,6 +293,13 @@ impl GroupMember {
             // Gossip at once, so the other leader sees that the keys match.
             self.heal.next_gossip = now;
             self.heal.exchange_reply_to = Some(from_addr);
+            // Its component should merge in within a few gossip rounds; if its leader has
+            // not by then, the key it handed over is rekeyed away.
+            self.heal.exchange_check = Some((
+                now.saturating_add(self.config.suspect_timeout * EXCHANGE_MERGE_ROUNDS),
+                from,
+                new_key.fingerprint(&self.provider),
+            ));
         }
         self.view_change.announce = Some(Announce {
             view: install.view,
@@ -281,6 +308,7 @@ impl GroupMember {
             unacked,
             resend_at: now.saturating_add(interval::flush_resend(&self.config)),
             until: now.saturating_add(self.config.key_grace),
+            sent: now,
         });
         let _ = old_view;
         if leaving_self {
@@ -292,11 +320,58 @@ impl GroupMember {
         self.install_view(now, &install, new_key, Some((took, removed)));
     }
 
-    /// `member` acknowledged the announced Install: it is not resent there.
-    pub(super) fn on_install_ack(&mut self, member: MemberId) {
+    /// `member` acknowledged the announced Install (or, while this coordinator dissolves
+    /// its component, the merge Install): it is not resent there.
+    pub(super) fn on_install_ack(&mut self, now: Timestamp, member: MemberId) {
         if let Some(a) = self.view_change.announce.as_mut() {
             a.unacked.retain(|(m, _)| m.id != member);
+            if a.unacked.is_empty() {
+                // A change held back for the last confirmation can start now.
+                self.maybe_start_change(now);
+            }
         }
+        let dissolving = self.view_change.coordinator.as_mut().and_then(|c| {
+            matches!(c.phase, Phase::Dissolving { .. })
+                .then_some(())
+                .and(c.dissolving.as_mut())
+        });
+        if let Some((_, waiting)) = dissolving {
+            waiting.retain(|m| m.id != member);
+            self.progress_flush(now);
+        }
+    }
+
+    /// Dissolving coordinator: sends the merge Install again to the members that have not
+    /// confirmed it (under the component's keys, which they still hold).
+    pub(super) fn resend_merge_install(&mut self, now: Timestamp) {
+        let Some(c) = self.view_change.coordinator.as_mut() else {
+            return;
+        };
+        c.resend_at = now.saturating_add(interval::flush_resend(&self.config));
+        let Some((install, waiting)) = c.dissolving.as_ref() else {
+            return;
+        };
+        let whole_fits = fits_one_datagram(install);
+        let copies: Vec<(SocketAddr, Box<Install>)> = waiting
+            .iter()
+            .map(|m| (m.addr, install_copy_for(install, &m.id, whole_fits)))
+            .collect();
+        for (addr, copy) in copies {
+            self.send_msg(addr, &Msg::Install(copy));
+        }
+    }
+
+    /// Dissolving coordinator: every member confirmed the merge Install, or the wait is
+    /// over. Delivers what the component's final flush decided and joins the target.
+    pub(super) fn finish_dissolving(&mut self, now: Timestamp, target: SocketAddr) {
+        let final_order = self
+            .view_change
+            .coordinator
+            .as_ref()
+            .map_or(self.reliable.delivered, |c| c.final_order);
+        self.view_change.coordinator = None;
+        self.deliver_up_to(final_order);
+        self.dissolve(now, target);
     }
 
     pub(super) fn on_install(&mut self, now: Timestamp, rank: u16, install: Box<Install>) {
@@ -381,6 +456,9 @@ impl GroupMember {
     pub(super) fn finish_participant_install(&mut self, now: Timestamp, install: Box<Install>) {
         if let Some(target) = install.merge_into {
             self.deliver_up_to(install.final_order);
+            // Confirm under the component's keys before dropping them: the coordinator stays
+            // until every member has.
+            self.ack_install(&install);
             self.dissolve(now, target);
             return;
         }

@@ -205,7 +205,7 @@ impl GroupMember {
                 pending,
             } => self.on_flush_ok(now, rank, proposal, delivered, next_seq, pending),
             Msg::Install(install) => self.on_install(now, rank, install),
-            Msg::InstallAck => self.on_install_ack(sender.id),
+            Msg::InstallAck => self.on_install_ack(now, sender.id),
             Msg::Leave => self.on_leave_request(now, sender.id),
             Msg::RekeyRequest => self.on_rekey_request(now),
         }

@@ -117,6 +117,9 @@ impl GroupMember {
             }
             self.maybe_go_back(now);
         }
+        if self.is_leader() {
+            self.check_exchange_merged(now);
+        }
         // The leader suspects silent members.
         if let Some(s) = self.reliable.sequencer.as_ref() {
             if self.view_change.coordinator.is_none() && self.view_change.flushing.is_none() {
