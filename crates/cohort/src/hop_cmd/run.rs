@@ -21,6 +21,10 @@
 //! it). A configured peer whose handshake fails (`connect_failed`) is tried again after
 //! `RECONNECT_AFTER`.
 //!
+//! With `metrics` set (file or `--metrics`), the counters, drops by reason, handshakes,
+//! messages and bytes, and the associations by state and mode are served in the Prometheus
+//! text format; the core's counters are copied into them on every 1 s tick.
+//!
 //! Everything runs on one thread: the core is single-threaded by design and one thread
 //! keeps the packet order and the timing of the user-space delay exact.
 
@@ -29,14 +33,18 @@ use super::ctl::{self, CtlRequest, Request};
 use super::json;
 use super::tun::{is_ip_packet, TunDevice};
 use super::RunArgs;
-use crate::group_cmd::os_seed;
 use crate::jsonl;
 use crate::UsageError;
+use cohort::metrics::{MetricsEndpoint, Registry};
+use cohort::os_seed;
 use cohort_core::{Machine, Timestamp};
 use cohort_crypto::CryptoProvider;
 use cohort_hop::{
     Endpoint, EndpointConfig, EndpointEvent, HopEvent, HopNode, Mode, Relay, RelayConfig,
 };
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -62,6 +70,7 @@ pub fn run(args: &RunArgs) -> Result<(), UsageError> {
         associations: args.associations,
         ctl: args.ctl.clone(),
         delay_ms: args.delay_ms,
+        metrics: args.metrics,
     };
     let setup =
         config::load(&provider, &args.config, &overrides).map_err(|e| UsageError(e.to_string()))?;
@@ -111,6 +120,161 @@ struct Daemon {
     tun: Option<TunDevice>,
     tun_counters: TunCounters,
     send_errors: u64,
+    metrics: HopMetrics,
+}
+
+/// Labels of the hop families: a few fixed keys with owned values (modes are formatted).
+type Labels = Vec<(&'static str, String)>;
+
+/// What `hop run` exports with `metrics` (names carry the `cohort_hop_` prefix).
+#[derive(Default)]
+struct HopMetrics {
+    /// Messages the application sent and received (`direction`).
+    messages: Family<Labels, Counter>,
+    /// UDP payload bytes sent and received (`direction`).
+    bytes: Family<Labels, Counter>,
+    /// Packets by fate: verified, forwarded, delivered, unprotected (`fate`).
+    packets: Family<Labels, Counter>,
+    /// Packets dropped, by reason (the core's drop counters, and send errors).
+    drops: Family<Labels, Counter>,
+    /// Handshakes completed (`result="connected"`), failed and pairs lost, by `reason`.
+    handshakes: Family<Labels, Counter>,
+    /// Associations now, by `state` (open, opening), `direction` and `mode`.
+    associations: Family<Labels, Gauge>,
+    /// Peers (endpoint) or pairs (relay) now, by handshake `state`.
+    peers: Family<Labels, Gauge>,
+    /// The core's counters at the last copy.
+    last: cohort_hop::HopCounters,
+}
+
+/// The core's counters that are drops, as they are named in [`cohort_hop::HopCounters`].
+const DROP_COUNTERS: &[&str] = &[
+    "malformed",
+    "unknown",
+    "forged",
+    "replayed",
+    "stale",
+    "unverifiable",
+    "bad_cookie",
+    "untrusted",
+    "no_room",
+    "queue_full",
+];
+/// The core's counters that are packet fates.
+const FATE_COUNTERS: &[&str] = &["verified", "forwarded", "delivered", "unprotected"];
+
+fn label(key: &'static str, value: impl Into<String>) -> Labels {
+    vec![(key, value.into())]
+}
+
+impl HopMetrics {
+    /// Registers the families and binds `addr`; the endpoint is spawned by the caller once
+    /// the runtime runs the loop.
+    async fn bind(&self, addr: SocketAddr) -> Result<MetricsEndpoint, UsageError> {
+        let mut registry = Registry::with_prefix("cohort_hop");
+        registry.register(
+            "messages",
+            "Application messages by direction",
+            self.messages.clone(),
+        );
+        registry.register(
+            "bytes",
+            "UDP payload bytes by direction",
+            self.bytes.clone(),
+        );
+        registry.register("packets", "Packets by fate", self.packets.clone());
+        registry.register("drops", "Packets dropped, by reason", self.drops.clone());
+        registry.register(
+            "handshakes",
+            "Handshakes by result (connected, failed, disconnected) and reason",
+            self.handshakes.clone(),
+        );
+        registry.register(
+            "associations",
+            "Associations by state, direction and mode (the ALPHA mode is the gear)",
+            self.associations.clone(),
+        );
+        registry.register(
+            "peers",
+            "Peers or relay pairs by handshake state",
+            self.peers.clone(),
+        );
+        MetricsEndpoint::bind(addr, registry)
+            .await
+            .map_err(|e| UsageError(format!("cannot serve metrics on {addr}: {e}")))
+    }
+
+    fn message(&self, direction: &'static str) {
+        self.messages
+            .get_or_create(&label("direction", direction))
+            .inc();
+    }
+
+    fn bytes(&self, direction: &'static str, n: usize) {
+        self.bytes
+            .get_or_create(&label("direction", direction))
+            .inc_by(n as u64);
+    }
+
+    fn handshake(&self, result: &'static str, reason: &'static str) {
+        self.handshakes
+            .get_or_create(&vec![
+                ("result", result.to_string()),
+                ("reason", reason.to_string()),
+            ])
+            .inc();
+    }
+
+    /// Copies what changed in the core's counters, and the associations and peers now.
+    fn update(&mut self, node: &HopNode) {
+        let counters = match node {
+            HopNode::Endpoint(e) => *e.counters(),
+            HopNode::Relay(r) => *r.counters(),
+        };
+        let last: HashMap<&str, u64> = self.last.iter().collect();
+        for (name, value) in counters.iter() {
+            let delta = value.saturating_sub(last.get(name).copied().unwrap_or(0));
+            if delta == 0 {
+                continue;
+            }
+            if DROP_COUNTERS.contains(&name) {
+                self.drops
+                    .get_or_create(&label("reason", name))
+                    .inc_by(delta);
+            } else if FATE_COUNTERS.contains(&name) {
+                self.packets
+                    .get_or_create(&label("fate", name))
+                    .inc_by(delta);
+            }
+        }
+        self.last = counters;
+        self.associations.clear();
+        self.peers.clear();
+        match node {
+            HopNode::Endpoint(e) => {
+                for peer in e.status().peers {
+                    self.peers.get_or_create(&label("state", peer.state)).inc();
+                    for a in peer.associations.iter().filter(|a| a.id != 0) {
+                        let labels = vec![
+                            ("state", if a.open { "open" } else { "opening" }.to_string()),
+                            (
+                                "direction",
+                                if a.outgoing { "out" } else { "in" }.to_string(),
+                            ),
+                            ("mode", a.mode.to_string()),
+                        ];
+                        self.associations.get_or_create(&labels).inc();
+                    }
+                }
+            }
+            HopNode::Relay(r) => {
+                let pairs = r.status().pairs.len();
+                self.peers
+                    .get_or_create(&label("state", "relayed"))
+                    .set(pairs as i64);
+            }
+        }
+    }
 }
 
 async fn serve(
@@ -125,8 +289,15 @@ async fn serve(
         ctl: ctl_path,
         trust,
         delay,
+        metrics: metrics_addr,
         peers,
     } = setup;
+    // Bound before anything else starts, so an address in use stops us cleanly.
+    let metrics = HopMetrics::default();
+    let metrics_endpoint = match metrics_addr {
+        Some(addr) => Some(metrics.bind(addr).await?),
+        None => None,
+    };
     let socket = cohort_net::bind_udp(listen)
         .map_err(|e| UsageError(format!("cannot listen on {listen}: {e}")))?;
     let local = socket
@@ -178,7 +349,7 @@ async fn serve(
                 }
                 tun = Some(device);
             }
-            let seed = os_seed(&provider)?;
+            let seed = os_seed(&provider).map_err(|e| UsageError(e.to_string()))?;
             let endpoint = Endpoint::new(config, provider, local, seed);
             (HopNode::Endpoint(endpoint), "endpoint", Some(key))
         }
@@ -206,6 +377,12 @@ async fn serve(
     if let Some(t) = &tun {
         started["tun"] = json!(t.name());
     }
+    if let Some(endpoint) = metrics_endpoint {
+        if let Ok(addr) = endpoint.local_addr() {
+            started["metrics"] = json!(addr.to_string());
+        }
+        endpoint.spawn();
+    }
     emit(&started);
 
     let mut d = Daemon {
@@ -220,6 +397,7 @@ async fn serve(
         tun,
         tun_counters: TunCounters::default(),
         send_errors: 0,
+        metrics,
     };
     if d.node.endpoint().is_some() {
         let now = d.now();
@@ -268,10 +446,14 @@ async fn serve(
         match wake {
             Wake::Datagram(Ok((len, from))) => {
                 let now = d.now();
+                d.metrics.bytes("received", len);
                 d.node.handle_datagram(now, from, &recv_buf[..len]);
                 for _ in 0..BURST {
                     match d.socket.try_recv_from(&mut recv_buf) {
-                        Ok((len, from)) => d.node.handle_datagram(now, from, &recv_buf[..len]),
+                        Ok((len, from)) => {
+                            d.metrics.bytes("received", len);
+                            d.node.handle_datagram(now, from, &recv_buf[..len]);
+                        }
                         Err(_) => break,
                     }
                 }
@@ -314,6 +496,7 @@ async fn serve(
             }
             Wake::Ctl(None) => {}
             Wake::Tick => {
+                d.metrics.update(&d.node);
                 let counters = *d.counters();
                 if counters != last_counters {
                     let mut line = json::counters(&counters);
@@ -374,8 +557,9 @@ impl Daemon {
         if self.delay.is_zero() {
             // A full socket buffer or an unreachable next hop loses the datagram, as a
             // network would; the protocol above recovers.
-            if self.socket.send_to(bytes, to).await.is_err() {
-                self.send_errors += 1;
+            match self.socket.send_to(bytes, to).await {
+                Ok(n) => self.metrics.bytes("sent", n),
+                Err(_) => self.send_error(),
             }
         } else {
             self.delayed
@@ -383,12 +567,21 @@ impl Daemon {
         }
     }
 
+    fn send_error(&mut self) {
+        self.send_errors += 1;
+        self.metrics
+            .drops
+            .get_or_create(&label("reason", "send_error"))
+            .inc();
+    }
+
     async fn flush_delayed(&mut self) {
         let now = Instant::now();
         while self.delayed.front().is_some_and(|(at, _, _)| *at <= now) {
             if let Some((_, to, bytes)) = self.delayed.pop_front() {
-                if self.socket.send_to(&bytes, to).await.is_err() {
-                    self.send_errors += 1;
+                match self.socket.send_to(&bytes, to).await {
+                    Ok(n) => self.metrics.bytes("sent", n),
+                    Err(_) => self.send_error(),
                 }
             }
         }
@@ -398,6 +591,7 @@ impl Daemon {
         match event {
             HopEvent::Relay(e) => emit(&json::relay_event(&e)),
             HopEvent::Endpoint(EndpointEvent::Received { peer, assoc, data }) => {
+                self.metrics.message("received");
                 if let Some(tun) = &self.tun {
                     if tun.send(&data).await.is_ok() {
                         self.tun_counters.written += 1;
@@ -415,6 +609,16 @@ impl Daemon {
             HopEvent::Endpoint(e) => {
                 emit(&json::endpoint_event(&e));
                 let now = self.now();
+                match &e {
+                    EndpointEvent::Connected { .. } => self.metrics.handshake("connected", ""),
+                    EndpointEvent::ConnectFailed { reason, .. } => {
+                        self.metrics.handshake("failed", reason);
+                    }
+                    EndpointEvent::Disconnected { reason, .. } => {
+                        self.metrics.handshake("disconnected", reason);
+                    }
+                    _ => {}
+                }
                 match e {
                     EndpointEvent::Connected { peer, .. } => {
                         self.reconnect.remove(&peer);
@@ -489,7 +693,10 @@ impl Daemon {
         // One connection stays on one association (so TCP sees no reordering); several
         // connections spread over the associations.
         match e.send_keyed(now, peer, connection_hash(packet), packet) {
-            Ok(()) => self.tun_counters.sent += 1,
+            Ok(()) => {
+                self.tun_counters.sent += 1;
+                self.metrics.message("sent");
+            }
             // Like a router with a full queue: drop; TCP above slows down and resends.
             Err(_) => self.tun_counters.refused += 1,
         }
@@ -548,7 +755,9 @@ impl Daemon {
                     Some(a) => e.send(now, peer, a, &data),
                     None => e.send_any(now, peer, &data),
                 }
-                .map_err(|err| format!("{peer}: {err}"))
+                .map_err(|err| format!("{peer}: {err}"))?;
+                self.metrics.message("sent");
+                Ok(())
             })()
             .map_err(|e| ("send", e)),
             json::Command::Open { peer, mode } => (|| {
