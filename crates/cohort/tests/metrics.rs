@@ -24,14 +24,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::{arg, cohort, exits_2, free_port, keygen, need, tempdir, Daemon, StderrWatch, WAIT};
 
-/// The parser run on a scrape: one JSON line per sample, `[name, labels, value]`.
-const PARSE: &str = r#"
-import json, sys
-from prometheus_client.openmetrics.parser import text_string_to_metric_families
-for family in text_string_to_metric_families(sys.stdin.read()):
-    for s in family.samples:
-        print(json.dumps([s.name, s.labels, s.value]))
-"#;
+/// The parser run on a scrape (one JSON line per sample, `[name, labels, value]`): the
+/// operators' script, so that it is tested too.
+fn metrics_check() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/metrics_check.py")
+}
 
 /// One parsed sample.
 #[derive(Debug)]
@@ -103,7 +100,7 @@ fn scrape(addr: &str) -> Scrape {
         String::from_utf8_lossy(&out.stderr)
     );
     let mut python = Command::new("python3")
-        .args(["-c", PARSE])
+        .arg(metrics_check())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
