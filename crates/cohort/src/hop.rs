@@ -2,12 +2,15 @@
 //! associations to peers and sends and receives on them, and a [`Relay`] that verifies what
 //! it forwards.
 //!
-//! This module owns the handles and the task that routes the core's events to them; the
-//! core is `cohort_hop`'s sans-IO [`cohort_hop::Endpoint`] / [`cohort_hop::Relay`], driven on
-//! one UDP socket by `cohort_net`'s driver.
+//! This module owns the handles, the task that routes the core's events to them, and
+//! [`Node`]: the I/O around one sans-IO core ([`cohort_hop::Endpoint`] or
+//! [`cohort_hop::Relay`]) on one UDP socket, with an optional user-space delay line. The
+//! handles run a `Node` on a task of their own; `cohort hop run` runs one in its own loop
+//! (which also reads a TUN device, stdin and a control socket), so both drive the core the
+//! same way.
 //!
 //! ```text
-//!   Endpoint::associate/send/status ─▶ closures ─▶ cohort_net driver (UDP socket, timers)
+//!   Endpoint::associate/send/status ─▶ closures ─▶ task: Node (UDP socket, timers, delay)
 //!                                                    │ owns cohort_hop::Endpoint
 //!   waiters (connected, opened) ◀── router task ◀────┘ events
 //!   Endpoint::recv ◀── bounded queue (Received) ◀──┘   other events ─▶ Endpoint::next_event
@@ -39,23 +42,297 @@
 //! # }
 //! ```
 
-use cohort_core::Timestamp;
+use cohort_core::{Machine, Timestamp};
 use cohort_crypto::CryptoProvider;
+use cohort_hop::{HopEvent, HopNode};
 use cohort_net::Command;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::time::Instant;
 
 pub use cohort_channel::identity::{Identity, PublicKey};
 pub use cohort_hop::{
     AssocId, AssocStatus, EndpointConfig, EndpointEvent, EndpointStatus, HopCounters, HopError,
     Mode, PeerStatus, RelayConfig, RelayEvent, RelayStatus, MAX_MESSAGE,
 };
+
+/// Most datagrams [`Node::wait`] takes from the socket before returning (so the caller
+/// drains the core again).
+const BURST: usize = 64;
+/// Largest datagram read.
+const MAX_DATAGRAM: usize = 65_536;
+
+/// What a [`Node`] counts about its socket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Datagrams sent.
+    pub datagrams_sent: u64,
+    /// Their payload bytes.
+    pub bytes_sent: u64,
+    /// Datagrams received.
+    pub datagrams_received: u64,
+    /// Their payload bytes.
+    pub bytes_received: u64,
+    /// Sends that failed (a full socket buffer, an unreachable next hop): lost, as a
+    /// network would lose them.
+    pub send_errors: u64,
+}
+
+/// What a [`Node::wait`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Woke {
+    /// Datagrams arrived and went to the core (this many).
+    Datagrams(usize),
+    /// The core's deadline passed and it handled its timers.
+    Timeout,
+    /// Held datagrams became due and were sent.
+    DelaySent,
+}
+
+/// One hop core (endpoint or relay) on one UDP socket: the drain order of
+/// `cohort_core::Machine` (every transmit, then every event), reads in bursts, the core's
+/// timers, and an optional user-space delay on everything sent. Owned by one task; the
+/// handles ([`Endpoint`], [`Relay`]) run one, and so does `cohort hop run`.
+pub struct Node {
+    core: HopNode,
+    socket: UdpSocket,
+    epoch: Instant,
+    delay: Duration,
+    delayed: VecDeque<(Instant, SocketAddr, Vec<u8>)>,
+    send_buf: Vec<u8>,
+    recv_buf: Vec<u8>,
+    stats: NodeStats,
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Node")
+            .field("delay", &self.delay)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// `core` on `socket`; everything sent is held `delay` first (zero: sent at once).
+    pub fn new(core: HopNode, socket: UdpSocket, delay: Duration) -> Node {
+        Node {
+            core,
+            socket,
+            epoch: Instant::now(),
+            delay,
+            delayed: VecDeque::new(),
+            send_buf: Vec::with_capacity(MAX_DATAGRAM),
+            recv_buf: vec![0u8; MAX_DATAGRAM],
+            stats: NodeStats::default(),
+        }
+    }
+
+    /// The core's clock now.
+    pub fn now(&self) -> Timestamp {
+        Timestamp::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The core.
+    pub fn core(&self) -> &HopNode {
+        &self.core
+    }
+
+    /// The core, to command it.
+    pub fn core_mut(&mut self) -> &mut HopNode {
+        &mut self.core
+    }
+
+    /// The endpoint core, if this is one.
+    pub fn endpoint_mut(&mut self) -> Option<&mut cohort_hop::Endpoint> {
+        self.core.endpoint_mut()
+    }
+
+    /// The socket (for options such as a firewall mark).
+    pub fn socket(&self) -> &UdpSocket {
+        &self.socket
+    }
+
+    /// The user-space delay.
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    /// The socket's counts so far.
+    pub fn stats(&self) -> NodeStats {
+        self.stats
+    }
+
+    /// Sends (or holds) everything the core has to send.
+    pub async fn transmit(&mut self) {
+        let now = self.now();
+        let mut buf = std::mem::take(&mut self.send_buf);
+        while let Some(t) = self.core.poll_transmit(now, &mut buf) {
+            if self.delay.is_zero() {
+                self.send(t.destination, &buf[..t.size]).await;
+            } else {
+                self.delayed.push_back((
+                    Instant::now() + self.delay,
+                    t.destination,
+                    buf[..t.size].to_vec(),
+                ));
+            }
+            buf.clear();
+        }
+        self.send_buf = buf;
+    }
+
+    async fn send(&mut self, to: SocketAddr, bytes: &[u8]) {
+        match self.socket.send_to(bytes, to).await {
+            Ok(n) => {
+                self.stats.datagrams_sent += 1;
+                self.stats.bytes_sent += n as u64;
+            }
+            Err(_) => self.stats.send_errors += 1,
+        }
+    }
+
+    /// The core's next event.
+    pub fn poll_event(&mut self) -> Option<HopEvent> {
+        self.core.poll_event()
+    }
+
+    /// Waits for the first of: datagrams (up to a burst, handed to the core), the core's
+    /// deadline (its timers run), held datagrams becoming due (sent). Cancel-safe: nothing
+    /// is lost if another branch of a `select!` wins. Fails only if the socket fails.
+    pub async fn wait(&mut self) -> io::Result<Woke> {
+        let deadline = self
+            .core
+            .poll_timeout()
+            .map(|at| self.epoch + Duration::from_nanos(at.as_nanos()));
+        let due = self.delayed.front().map(|(at, _, _)| *at);
+        tokio::select! {
+            r = self.socket.recv_from(&mut self.recv_buf) => match r {
+                Ok((len, from)) => {
+                    let now = self.now();
+                    let mut count = 1;
+                    self.received(now, from, len);
+                    while count < BURST {
+                        match self.socket.try_recv_from(&mut self.recv_buf) {
+                            Ok((len, from)) => {
+                                self.received(now, from, len);
+                                count += 1;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    Ok(Woke::Datagrams(count))
+                }
+                // ICMP errors (port unreachable) surface here; they are not fatal.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(Woke::Datagrams(0)),
+                Err(e) => Err(e),
+            },
+            () = sleep_until(deadline) => {
+                let now = self.now();
+                self.core.handle_timeout(now);
+                Ok(Woke::Timeout)
+            }
+            () = sleep_until(due) => {
+                self.send_due().await;
+                Ok(Woke::DelaySent)
+            }
+        }
+    }
+
+    fn received(&mut self, now: Timestamp, from: SocketAddr, len: usize) {
+        self.stats.datagrams_received += 1;
+        self.stats.bytes_received += len as u64;
+        self.core.handle_datagram(now, from, &self.recv_buf[..len]);
+    }
+
+    async fn send_due(&mut self) {
+        let now = Instant::now();
+        while self.delayed.front().is_some_and(|(at, _, _)| *at <= now) {
+            if let Some((_, to, bytes)) = self.delayed.pop_front() {
+                self.send(to, &bytes).await;
+            }
+        }
+    }
+
+    /// Sends every held datagram as it becomes due (a clean stop should not lose what the
+    /// core already sent).
+    pub async fn finish(&mut self) {
+        while let Some(at) = self.delayed.front().map(|(at, _, _)| *at) {
+            tokio::time::sleep_until(at).await;
+            self.send_due().await;
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs `node` until every command sender is gone, running each command on the core and
+/// passing its events to `events`.
+async fn run_node(
+    mut node: Node,
+    mut commands: mpsc::Receiver<Command<HopNode>>,
+    events: mpsc::Sender<HopEvent>,
+) {
+    loop {
+        node.transmit().await;
+        while let Some(event) = node.poll_event() {
+            // The router never blocks; a relay's reader drains; a gone reader is no loss.
+            let _ = events.send(event).await;
+        }
+        tokio::select! {
+            r = node.wait() => {
+                if r.is_err() {
+                    return;
+                }
+            }
+            command = commands.recv() => match command {
+                Some(f) => {
+                    let now = node.now();
+                    f(node.core_mut(), now);
+                }
+                None => {
+                    node.finish().await;
+                    return;
+                }
+            },
+        }
+    }
+}
+
+/// The parts of a started node: its command sender, its events and its address.
+type Started = (
+    mpsc::Sender<Command<HopNode>>,
+    mpsc::Receiver<HopEvent>,
+    SocketAddr,
+);
+
+/// Starts the core `make` builds on a [`Node`] bound to `listen`, everything it sends held
+/// `delay`.
+fn spawn_node(
+    make: impl FnOnce(SocketAddr) -> io::Result<HopNode>,
+    listen: SocketAddr,
+    delay: Duration,
+) -> io::Result<Started> {
+    let socket = cohort_net::bind_udp(listen)?;
+    let local = socket.local_addr()?;
+    let node = Node::new(make(local)?, socket, delay);
+    let (commands, command_rx) = mpsc::channel(1024);
+    let (event_tx, events) = mpsc::channel(4096);
+    tokio::spawn(run_node(node, command_rx, event_tx));
+    Ok((commands, events, local))
+}
 
 /// Messages received and not yet read by [`Endpoint::recv`]; more are dropped (and counted
 /// in [`Endpoint::lost`]).
@@ -129,7 +406,7 @@ pub struct Endpoint {
 struct Inner {
     local: SocketAddr,
     key: PublicKey,
-    commands: mpsc::Sender<Command<cohort_hop::Endpoint>>,
+    commands: mpsc::Sender<Command<HopNode>>,
     waits: mpsc::UnboundedSender<Wait>,
     received: Mutex<mpsc::Receiver<Message>>,
     events: Mutex<mpsc::Receiver<EndpointEvent>>,
@@ -149,18 +426,23 @@ impl Endpoint {
     /// from the operating system. Its overlay address is the bound address.
     pub fn start(config: EndpointConfig, listen: SocketAddr) -> io::Result<Endpoint> {
         let provider = CryptoProvider::default_provider();
-        let socket = cohort_net::bind_udp(listen)?;
-        let local = socket.local_addr()?;
         let key = config.identity.public();
         let seed = crate::os_seed(&provider)?;
-        let core = cohort_hop::Endpoint::new(config, provider, local, seed);
-        let driver = cohort_net::spawn(core, socket);
+        let (commands, node_events, local) = spawn_node(
+            |local| {
+                Ok(HopNode::Endpoint(cohort_hop::Endpoint::new(
+                    config, provider, local, seed,
+                )))
+            },
+            listen,
+            Duration::ZERO,
+        )?;
         let (wait_tx, wait_rx) = mpsc::unbounded_channel();
         let (received_tx, received) = mpsc::channel(RECEIVE_QUEUE);
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         let lost = Arc::new(AtomicU64::new(0));
         tokio::spawn(route(
-            driver.events,
+            node_events,
             wait_rx,
             received_tx,
             events_tx,
@@ -170,7 +452,7 @@ impl Endpoint {
             inner: Arc::new(Inner {
                 local,
                 key,
-                commands: driver.commands,
+                commands,
                 waits: wait_tx,
                 received: Mutex::new(received),
                 events: Mutex::new(events),
@@ -197,8 +479,10 @@ impl Endpoint {
         let (tx, rx) = oneshot::channel();
         self.inner
             .commands
-            .send(Box::new(move |e, now| {
-                let _ = tx.send(f(e, now));
+            .send(Box::new(move |node: &mut HopNode, now| {
+                if let Some(e) = node.endpoint_mut() {
+                    let _ = tx.send(f(e, now));
+                }
             }))
             .await
             .map_err(|_| Error::Stopped)?;
@@ -298,7 +582,7 @@ impl Endpoint {
 /// Routes the core's events: messages to the receive queue, the rest to the event queue,
 /// and each to the waiters it completes.
 async fn route(
-    mut events: mpsc::Receiver<EndpointEvent>,
+    mut events: mpsc::Receiver<HopEvent>,
     mut waits: mpsc::UnboundedReceiver<Wait>,
     received: mpsc::Sender<Message>,
     others: mpsc::Sender<EndpointEvent>,
@@ -326,6 +610,7 @@ async fn route(
             },
             event = events.recv() => {
                 let Some(event) = event else { return };
+                let HopEvent::Endpoint(event) = event else { continue };
                 match &event {
                     EndpointEvent::Received { peer, assoc, data } => {
                         let message = Message { peer: *peer, assoc: *assoc, data: data.clone() };
@@ -377,7 +662,7 @@ async fn route(
 #[derive(Clone)]
 pub struct Relay {
     local: SocketAddr,
-    commands: mpsc::Sender<Command<cohort_hop::HopNode>>,
+    commands: mpsc::Sender<Command<HopNode>>,
 }
 
 impl fmt::Debug for Relay {
@@ -393,16 +678,18 @@ impl Relay {
     /// (pairs learned) are not reported; [`status`](Self::status) shows the pairs.
     pub fn start(config: RelayConfig, listen: SocketAddr) -> io::Result<Relay> {
         let provider = CryptoProvider::default_provider();
-        let socket = cohort_net::bind_udp(listen)?;
-        let local = socket.local_addr()?;
-        let node = cohort_hop::HopNode::Relay(cohort_hop::Relay::new(config, provider, local));
-        let mut driver = cohort_net::spawn(node, socket);
-        // Drain the events so the driver never waits on them.
-        tokio::spawn(async move { while driver.events.recv().await.is_some() {} });
-        Ok(Relay {
-            local,
-            commands: driver.commands,
-        })
+        let (commands, mut events, local) = spawn_node(
+            |local| {
+                Ok(HopNode::Relay(cohort_hop::Relay::new(
+                    config, provider, local,
+                )))
+            },
+            listen,
+            Duration::ZERO,
+        )?;
+        // Drain the events so the node never waits on them.
+        tokio::spawn(async move { while events.recv().await.is_some() {} });
+        Ok(Relay { local, commands })
     }
 
     /// The relay's UDP address.
@@ -472,6 +759,50 @@ mod tests {
         // A second associate reuses the pair.
         let second = a.associate(b.local_addr(), None, Mode::N).await.unwrap();
         assert_ne!(second, assoc);
+    }
+
+    #[tokio::test]
+    async fn a_node_holds_what_it_sends_for_its_delay() {
+        let (a, b) = pair();
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let b = Endpoint::start(b, any).unwrap();
+        let delay = Duration::from_millis(150);
+        let provider = CryptoProvider::default_provider();
+        let seed = [9u8; 32];
+        let (commands, mut events, _) = spawn_node(
+            |local| {
+                Ok(HopNode::Endpoint(cohort_hop::Endpoint::new(
+                    a, provider, local, seed,
+                )))
+            },
+            any,
+            delay,
+        )
+        .unwrap();
+        let started = Instant::now();
+        let peer = b.local_addr();
+        commands
+            .send(Box::new(move |node: &mut HopNode, now| {
+                if let Some(e) = node.endpoint_mut() {
+                    e.connect(now, peer, None);
+                }
+            }))
+            .await
+            .unwrap();
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            if matches!(event, HopEvent::Endpoint(EndpointEvent::Connected { .. })) {
+                break;
+            }
+        }
+        // The handshake needs two of our packets to leave (and an answer between them):
+        // each held for the delay.
+        let took = started.elapsed();
+        assert!(took >= 2 * delay, "connected after {took:?}");
+        assert!(took < 20 * delay, "connected after {took:?}");
     }
 
     #[tokio::test]

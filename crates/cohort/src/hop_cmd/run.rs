@@ -1,17 +1,18 @@
 //! `cohort hop run`: the event loop around one [`HopNode`] (an endpoint or a relay).
 //!
-//! The tokio driver in `cohort-net` runs a machine on one socket; an endpoint in TUN mode
-//! has a second input (the TUN device), and every node has the control socket and, for
-//! experiments, a user-space delay on everything it sends. So this loop is its own, with the
-//! same call order as the driver (see `cohort_core::Machine`):
+//! The socket side is the library's [`cohort::hop::Node`] (the same that runs under the
+//! `cohort::hop::Endpoint` handle): the drain order of `cohort_core::Machine`, bursts of
+//! datagrams, the core's timers and the user-space delay line. An endpoint in TUN mode has a
+//! second input (the TUN device), and every node has stdin and the control socket, so this
+//! loop selects over the node and those:
 //!
 //! ```text
 //!   loop:
-//!     drain: poll_transmit (until None) ─▶ UDP now, or the delay line (held delay_ms)
-//!            poll_event    (until None) ─▶ stdout / TUN; Connected ─▶ open associations
-//!     wait for the first of: a datagram (then up to BURST more without waiting), a TUN
-//!       packet (likewise), the core's deadline, the delay line's head, a stdin line, a
-//!       control request, the 1 s tick (counters line), SIGINT/SIGTERM
+//!     drain: Node::transmit (UDP now, or the delay line, held delay_ms)
+//!            Node::poll_event (until None) ─▶ stdout / TUN; Connected ─▶ open associations
+//!     wait for the first of: Node::wait (datagrams, the core's deadline, the delay line's
+//!       head), a TUN packet (then up to BURST more), a stdin line, a control request, the
+//!       1 s tick (counters line, metrics), SIGINT/SIGTERM
 //! ```
 //!
 //! Recovery is the core's: an endpoint whose pair dies (nothing answered for `dead_after`,
@@ -35,9 +36,10 @@ use super::tun::{is_ip_packet, TunDevice};
 use super::RunArgs;
 use crate::jsonl;
 use crate::UsageError;
+use cohort::hop::{Node, NodeStats, Woke};
 use cohort::metrics::{MetricsEndpoint, Registry};
 use cohort::os_seed;
-use cohort_core::{Machine, Timestamp};
+use cohort_core::Timestamp;
 use cohort_crypto::CryptoProvider;
 use cohort_hop::{
     Endpoint, EndpointConfig, EndpointEvent, HopEvent, HopNode, Mode, Relay, RelayConfig,
@@ -46,10 +48,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{json, Value};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
 /// Most packets taken from one input before the loop drains the core again.
@@ -58,7 +59,7 @@ const BURST: usize = 64;
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 /// Longest stdin command line.
 const MAX_LINE: usize = 256 * 1024;
-/// Largest datagram or TUN packet read.
+/// Largest TUN packet read.
 const MAX_PACKET: usize = 65_536;
 
 /// Runs `cohort hop run`.
@@ -83,10 +84,8 @@ pub fn run(args: &RunArgs) -> Result<(), UsageError> {
 
 /// What woke the loop.
 enum Wake {
-    Datagram(std::io::Result<(usize, SocketAddr)>),
+    Node(std::io::Result<Woke>),
     Tun(std::io::Result<usize>),
-    Timeout,
-    DelayDue,
     Stdin(Option<Result<json::Command, Value>>),
     Ctl(Option<CtlRequest>),
     Tick,
@@ -109,17 +108,11 @@ struct TunCounters {
 }
 
 struct Daemon {
-    node: HopNode,
-    socket: UdpSocket,
-    epoch: Instant,
-    delay: Duration,
-    delayed: VecDeque<(Instant, SocketAddr, Vec<u8>)>,
-    send_buf: Vec<u8>,
+    node: Node,
     peers: Vec<PeerSetup>,
     reconnect: HashMap<SocketAddr, Instant>,
     tun: Option<TunDevice>,
     tun_counters: TunCounters,
-    send_errors: u64,
     metrics: HopMetrics,
 }
 
@@ -145,6 +138,8 @@ struct HopMetrics {
     peers: Family<Labels, Gauge>,
     /// The core's counters at the last copy.
     last: cohort_hop::HopCounters,
+    /// The socket's counts at the last copy.
+    last_io: NodeStats,
 }
 
 /// The core's counters that are drops, as they are named in [`cohort_hop::HopCounters`].
@@ -210,12 +205,6 @@ impl HopMetrics {
             .inc();
     }
 
-    fn bytes(&self, direction: &'static str, n: usize) {
-        self.bytes
-            .get_or_create(&label("direction", direction))
-            .inc_by(n as u64);
-    }
-
     fn handshake(&self, result: &'static str, reason: &'static str) {
         self.handshakes
             .get_or_create(&vec![
@@ -225,8 +214,28 @@ impl HopMetrics {
             .inc();
     }
 
-    /// Copies what changed in the core's counters, and the associations and peers now.
-    fn update(&mut self, node: &HopNode) {
+    /// Copies what changed in the core's and the socket's counters, and the associations
+    /// and peers now.
+    fn update(&mut self, node: &HopNode, io: NodeStats) {
+        let last = self.last_io;
+        let by = |now: u64, before: u64| now.saturating_sub(before);
+        for (direction, n) in [
+            ("sent", by(io.bytes_sent, last.bytes_sent)),
+            ("received", by(io.bytes_received, last.bytes_received)),
+        ] {
+            if n > 0 {
+                self.bytes
+                    .get_or_create(&label("direction", direction))
+                    .inc_by(n);
+            }
+        }
+        let errors = by(io.send_errors, last.send_errors);
+        if errors > 0 {
+            self.drops
+                .get_or_create(&label("reason", "send_error"))
+                .inc_by(errors);
+        }
+        self.last_io = io;
         let counters = match node {
             HopNode::Endpoint(e) => *e.counters(),
             HopNode::Relay(r) => *r.counters(),
@@ -386,20 +395,14 @@ async fn serve(
     emit(&started);
 
     let mut d = Daemon {
-        node,
-        socket,
-        epoch: Instant::now(),
-        delay,
-        delayed: VecDeque::new(),
-        send_buf: Vec::with_capacity(MAX_PACKET),
+        node: Node::new(node, socket, delay),
         peers,
         reconnect: HashMap::new(),
         tun,
         tun_counters: TunCounters::default(),
-        send_errors: 0,
         metrics,
     };
-    if d.node.endpoint().is_some() {
+    if d.node.core().endpoint().is_some() {
         let now = d.now();
         for p in d.peers.clone() {
             if p.connect {
@@ -419,23 +422,15 @@ async fn serve(
         .map_err(|e| UsageError(format!("cannot watch SIGTERM: {e}")))?;
     let mut interrupt = signal(SignalKind::interrupt())
         .map_err(|e| UsageError(format!("cannot watch SIGINT: {e}")))?;
-    let mut recv_buf = vec![0u8; MAX_PACKET];
     let mut tun_buf = vec![0u8; MAX_PACKET];
 
     loop {
         d.drain().await;
-        let deadline = d
-            .node
-            .poll_timeout()
-            .map(|at| d.epoch + Duration::from_nanos(at.as_nanos()));
-        let delay_due = d.delayed.front().map(|(at, _, _)| *at);
         let wake = {
             let tun = d.tun.as_ref();
             tokio::select! {
-                r = d.socket.recv_from(&mut recv_buf) => Wake::Datagram(r),
+                r = d.node.wait() => Wake::Node(r),
                 r = tun_recv(tun, &mut tun_buf) => Wake::Tun(r),
-                () = sleep_until(deadline) => Wake::Timeout,
-                () = sleep_until(delay_due) => Wake::DelayDue,
                 input = stdin.recv(), if stdin_open => Wake::Stdin(input),
                 request = ctl_rx.recv() => Wake::Ctl(request),
                 _ = tick.tick() => Wake::Tick,
@@ -444,25 +439,14 @@ async fn serve(
             }
         };
         match wake {
-            Wake::Datagram(Ok((len, from))) => {
+            Wake::Node(Ok(Woke::Timeout)) => {
                 let now = d.now();
-                d.metrics.bytes("received", len);
-                d.node.handle_datagram(now, from, &recv_buf[..len]);
-                for _ in 0..BURST {
-                    match d.socket.try_recv_from(&mut recv_buf) {
-                        Ok((len, from)) => {
-                            d.metrics.bytes("received", len);
-                            d.node.handle_datagram(now, from, &recv_buf[..len]);
-                        }
-                        Err(_) => break,
-                    }
-                }
+                d.retry_connects(now);
             }
-            // ICMP errors (port unreachable) surface here; they are not fatal.
-            Wake::Datagram(Err(e)) if e.kind() != std::io::ErrorKind::ConnectionRefused => {
+            Wake::Node(Ok(_)) => {}
+            Wake::Node(Err(e)) => {
                 return Err(UsageError(format!("the UDP socket failed: {e}")));
             }
-            Wake::Datagram(Err(_)) => {}
             Wake::Tun(Ok(len)) => {
                 d.tun_packet(&tun_buf[..len]);
                 for _ in 0..BURST {
@@ -476,12 +460,6 @@ async fn serve(
             Wake::Tun(Err(e)) => {
                 return Err(UsageError(format!("the TUN device failed: {e}")));
             }
-            Wake::Timeout => {
-                let now = d.now();
-                d.node.handle_timeout(now);
-                d.retry_connects(now);
-            }
-            Wake::DelayDue => d.flush_delayed().await,
             Wake::Stdin(Some(Ok(command))) => d.command(command),
             Wake::Stdin(Some(Err(line))) => emit(&line),
             Wake::Stdin(None) => {
@@ -496,7 +474,7 @@ async fn serve(
             }
             Wake::Ctl(None) => {}
             Wake::Tick => {
-                d.metrics.update(&d.node);
+                d.metrics.update(d.node.core(), d.node.stats());
                 let counters = *d.counters();
                 if counters != last_counters {
                     let mut line = json::counters(&counters);
@@ -511,21 +489,17 @@ async fn serve(
         }
     }
     // Let held datagrams go (a clean stop should not lose what the core already sent).
-    while !d.delayed.is_empty() {
-        let at = d.delayed.front().map(|(at, _, _)| *at);
-        sleep_until(at).await;
-        d.flush_delayed().await;
-    }
+    d.node.finish().await;
     Ok(())
 }
 
 impl Daemon {
     fn now(&self) -> Timestamp {
-        Timestamp::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+        self.node.now()
     }
 
     fn counters(&self) -> &cohort_hop::HopCounters {
-        match &self.node {
+        match self.node.core() {
             HopNode::Endpoint(e) => e.counters(),
             HopNode::Relay(r) => r.counters(),
         }
@@ -535,13 +509,7 @@ impl Daemon {
     /// commands, so again), until neither has anything.
     async fn drain(&mut self) {
         loop {
-            let now = self.now();
-            let mut buf = std::mem::take(&mut self.send_buf);
-            while let Some(t) = self.node.poll_transmit(now, &mut buf) {
-                self.transmit(t.destination, &buf[..t.size]).await;
-                buf.clear();
-            }
-            self.send_buf = buf;
+            self.node.transmit().await;
             let mut any = false;
             while let Some(event) = self.node.poll_event() {
                 any = true;
@@ -549,40 +517,6 @@ impl Daemon {
             }
             if !any {
                 return;
-            }
-        }
-    }
-
-    async fn transmit(&mut self, to: SocketAddr, bytes: &[u8]) {
-        if self.delay.is_zero() {
-            // A full socket buffer or an unreachable next hop loses the datagram, as a
-            // network would; the protocol above recovers.
-            match self.socket.send_to(bytes, to).await {
-                Ok(n) => self.metrics.bytes("sent", n),
-                Err(_) => self.send_error(),
-            }
-        } else {
-            self.delayed
-                .push_back((Instant::now() + self.delay, to, bytes.to_vec()));
-        }
-    }
-
-    fn send_error(&mut self) {
-        self.send_errors += 1;
-        self.metrics
-            .drops
-            .get_or_create(&label("reason", "send_error"))
-            .inc();
-    }
-
-    async fn flush_delayed(&mut self) {
-        let now = Instant::now();
-        while self.delayed.front().is_some_and(|(at, _, _)| *at <= now) {
-            if let Some((_, to, bytes)) = self.delayed.pop_front() {
-                match self.socket.send_to(&bytes, to).await {
-                    Ok(n) => self.metrics.bytes("sent", n),
-                    Err(_) => self.send_error(),
-                }
             }
         }
     }
@@ -707,7 +641,7 @@ impl Daemon {
         if let Some(p) = named {
             return Ok(p);
         }
-        let known: Vec<SocketAddr> = match self.node.endpoint() {
+        let known: Vec<SocketAddr> = match self.node.core().endpoint() {
             Some(e) => e.status().peers.iter().map(|p| p.addr).collect(),
             None => Vec::new(),
         };
@@ -835,12 +769,12 @@ impl Daemon {
     }
 
     fn status(&self) -> Value {
-        let mut v = match &self.node {
+        let mut v = match self.node.core() {
             HopNode::Endpoint(e) => json::endpoint_status(&e.status()),
             HopNode::Relay(r) => json::relay_status(&r.status()),
         };
-        v["delay_ms"] = json!(self.delay.as_secs_f64() * 1e3);
-        v["send_errors"] = json!(self.send_errors);
+        v["delay_ms"] = json!(self.node.delay().as_secs_f64() * 1e3);
+        v["send_errors"] = json!(self.node.stats().send_errors);
         if let Some(t) = &self.tun {
             let c = &self.tun_counters;
             v["tun"] = json!({
@@ -884,13 +818,6 @@ fn connection_hash(packet: &[u8]) -> u64 {
 async fn tun_recv(tun: Option<&TunDevice>, buf: &mut [u8]) -> std::io::Result<usize> {
     match tun {
         Some(t) => t.recv(buf).await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
