@@ -195,6 +195,13 @@ impl Connector {
         net::connect(&self.client, tcp, server_name).await
     }
 
+    /// Erases expired session tickets and their resumption keys. Each connect does it too;
+    /// a client that may sit idle should also call it now and then (once a minute), so that
+    /// expired keys do not stay in memory.
+    pub fn expire_sessions(&self) {
+        self.client.expire(net::now());
+    }
+
     /// The sans-IO client inside.
     pub fn client(&self) -> &Client {
         &self.client
@@ -328,8 +335,8 @@ impl Acceptor {
         net::accept_tracked(&self.server, tcp, self.signer.as_ref(), answered).await
     }
 
-    /// Erases expired resumption keys (call now and then; [`Listener`] does it every
-    /// minute).
+    /// Erases expired resumption keys (call it once a minute or so; [`Listener`] does it
+    /// every minute).
     pub fn expire_sessions(&self) {
         self.server.expire_sessions(net::now());
     }
@@ -468,9 +475,17 @@ async fn accept_loop(
     stats: Arc<ListenerStats>,
 ) {
     let pending = Arc::new(tokio::sync::Semaphore::new(config.max_pending.max(1)));
-    let mut last_expiry = tokio::time::Instant::now();
+    // Expired resumption keys are erased every minute, even when no one connects.
+    let mut expiry = tokio::time::interval(Duration::from_secs(60));
     loop {
-        let (conn, peer) = match tcp.accept().await {
+        let accepted = tokio::select! {
+            accepted = tcp.accept() => accepted,
+            _ = expiry.tick() => {
+                acceptor.expire_sessions();
+                continue;
+            }
+        };
+        let (conn, peer) = match accepted {
             Ok(x) => x,
             Err(_) => {
                 // Out of descriptors and the like: back off, keep accepting.
@@ -478,10 +493,6 @@ async fn accept_loop(
                 continue;
             }
         };
-        if last_expiry.elapsed() >= Duration::from_secs(60) {
-            acceptor.expire_sessions();
-            last_expiry = tokio::time::Instant::now();
-        }
         let Ok(permit) = pending.clone().try_acquire_owned() else {
             stats.refused.fetch_add(1, Ordering::Relaxed);
             continue;

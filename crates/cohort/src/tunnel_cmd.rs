@@ -1019,6 +1019,14 @@ async fn run_client(args: ClientArgs, metrics: TunnelMetrics) -> Result<(), Usag
         args.listen, args.connect, args.kem
     );
     let remote = std::sync::Arc::new(args.connect);
+    // Expired tickets and their resumption keys are erased every minute, even when idle.
+    let expiring = connector.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            expiring.expire_sessions();
+        }
+    });
     let allow_plaintext = args.allow_plaintext;
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
