@@ -476,6 +476,12 @@ fn hop_run_exports_messages_handshakes_and_associations() {
         1.0,
         "{sa:?}"
     );
+    // A's round trips to B were measured (S1 to A1 on loopback: well under a second).
+    let sa = scrape_until(&a_metrics, "a round-trip time", |s| {
+        s.has("cohort_hop_srtt_seconds")
+    });
+    let srtt = sa.sum("cohort_hop_srtt_seconds", &[("peer", &b_listen)]);
+    assert!(srtt > 0.0 && srtt < 1.0, "{sa:?}");
     let sb = scrape_until(&b_metrics, "the delivered messages", |s| {
         s.sum("cohort_hop_packets_total", &[("fate", "delivered")]) >= n
     });

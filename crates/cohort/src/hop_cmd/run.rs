@@ -136,6 +136,8 @@ struct HopMetrics {
     associations: Family<Labels, Gauge>,
     /// Peers (endpoint) or pairs (relay) now, by handshake `state`.
     peers: Family<Labels, Gauge>,
+    /// Each peer's smoothed round-trip time (S1 to A1), once measured.
+    srtt: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// The core's counters at the last copy.
     last: cohort_hop::HopCounters,
     /// The socket's counts at the last copy.
@@ -193,6 +195,11 @@ impl HopMetrics {
             "peers",
             "Peers or relay pairs by handshake state",
             self.peers.clone(),
+        );
+        registry.register(
+            "srtt_seconds",
+            "Smoothed round-trip time (S1 to A1) by peer",
+            self.srtt.clone(),
         );
         MetricsEndpoint::bind(addr, registry)
             .await
@@ -259,10 +266,16 @@ impl HopMetrics {
         self.last = counters;
         self.associations.clear();
         self.peers.clear();
+        self.srtt.clear();
         match node {
             HopNode::Endpoint(e) => {
                 for peer in e.status().peers {
                     self.peers.get_or_create(&label("state", peer.state)).inc();
+                    if let Some(rtt) = peer.srtt {
+                        self.srtt
+                            .get_or_create(&label("peer", peer.addr.to_string()))
+                            .set(rtt.as_secs_f64());
+                    }
                     for a in peer.associations.iter().filter(|a| a.id != 0) {
                         let labels = vec![
                             ("state", if a.open { "open" } else { "opening" }.to_string()),
