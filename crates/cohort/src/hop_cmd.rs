@@ -59,6 +59,10 @@ pub struct RunArgs {
     /// for experiments).
     #[arg(long)]
     pub delay_ms: Option<u64>,
+    /// Serve Prometheus metrics over HTTP on this address (GET /metrics), instead of the
+    /// file's `metrics`.
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
     /// Exit when standard input ends (stdio mode; by default the node runs until SIGINT or
     /// SIGTERM).
     #[arg(long)]

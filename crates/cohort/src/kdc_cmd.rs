@@ -7,7 +7,8 @@
 //!
 //!   serve: database ─▶ Kdc ◀── UDP request ── leader
 //!                       │ ──── UDP response ─▶ leader
-//!                       └─▶ stderr: one line per request (names and outcome, no secrets)
+//!                       ├─▶ stderr: one line per request (names and outcome, no secrets)
+//!                       └─▶ metrics (optional): GET /metrics, Prometheus text
 //!          SIGHUP: read the database again; SIGINT / SIGTERM: print the counters, exit
 //! ```
 //!
@@ -17,6 +18,7 @@
 //! listen = "0.0.0.0:7600"      # the KDC's UDP address
 //! database = "kdc.db"          # relative to this file; created by add-principal
 //! replay_cache = 16384         # optional: how many recent requests are remembered
+//! metrics = "127.0.0.1:9600"   # optional: serve Prometheus metrics here (TCP)
 //! ```
 //!
 //! Any other key is an error, and every error names its key.
@@ -25,8 +27,13 @@ use crate::config_file::{err, from_toml, parse_addr, read_config, ConfigError, W
 use crate::keygen_cmd::{create_new, replace};
 use crate::UsageError;
 use clap::{Args, Subcommand};
+use cohort::metrics::MetricsEndpoint;
 use cohort_crypto::CryptoProvider;
-use cohort_kdc::{Kdc, KeyFile, PrincipalKey, PrincipalName, Registry, RegistryError};
+use cohort_kdc::{Kdc, KeyFile, Outcome, PrincipalKey, PrincipalName, Registry, RegistryError};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use serde::Deserialize;
 use std::io;
 use std::net::SocketAddr;
@@ -46,9 +53,14 @@ pub enum KdcCommand {
 /// `cohort kdc serve`
 #[derive(Args)]
 pub struct ServeArgs {
-    /// The KDC's configuration file (TOML: listen, database, optional replay_cache).
+    /// The KDC's configuration file (TOML: listen, database, optional replay_cache and
+    /// metrics).
     #[arg(long)]
     pub config: PathBuf,
+    /// Serve Prometheus metrics over HTTP on this address (GET /metrics), instead of the
+    /// file's `metrics`.
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
 }
 
 /// `cohort kdc add-principal`
@@ -85,6 +97,8 @@ pub struct KdcSetup {
     pub database: PathBuf,
     /// How many recent `(requester, nonce)` pairs the KDC remembers.
     pub replay_cache: usize,
+    /// Where to serve metrics, if anywhere.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// The KDC's config file as written, typed but not yet checked (see
@@ -99,6 +113,8 @@ pub struct KdcFile {
     /// How many recent requests are remembered (default
     /// [`cohort_kdc::DEFAULT_REPLAY_CAPACITY`]).
     pub replay_cache: Option<Whole>,
+    /// Serve Prometheus metrics on this TCP `IP:PORT` (optional).
+    pub metrics: Option<String>,
 }
 
 /// Largest replay cache accepted (about 64 MiB).
@@ -135,10 +151,15 @@ impl KdcFile {
                 ))
             }
         };
+        let metrics = match self.metrics.as_deref() {
+            None => None,
+            Some(text) => Some(parse_addr("metrics", text)?),
+        };
         Ok(KdcSetup {
             listen,
             database,
             replay_cache,
+            metrics,
         })
     }
 }
@@ -217,7 +238,10 @@ fn add_principal(args: &AddPrincipalArgs) -> Result<(), UsageError> {
 }
 
 fn serve(args: &ServeArgs) -> Result<(), UsageError> {
-    let setup = load(&args.config).map_err(|e| UsageError(e.to_string()))?;
+    let mut setup = load(&args.config).map_err(|e| UsageError(e.to_string()))?;
+    if args.metrics.is_some() {
+        setup.metrics = args.metrics;
+    }
     let registry = read_database(&setup.database).map_err(|e| UsageError(e.to_string()))?;
     warn_if_readable_by_others(&setup.database);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -256,8 +280,89 @@ fn count(principals: usize) -> String {
 /// Largest datagram read (requests are at most 114 bytes; anything longer is malformed).
 const MAX_DATAGRAM: usize = 2048;
 
+/// Labels with one pair (`outcome`, `reason`, `direction`).
+type Label = [(&'static str, &'static str); 1];
+
+/// What `kdc serve --metrics` exports (names carry the `cohort_kdc_` prefix).
+#[derive(Default)]
+struct KdcMetrics {
+    /// Requests answered, by outcome (answered, unknown_principal, unknown_requester).
+    requests: Family<Label, Counter>,
+    /// Requests dropped without an answer, by reason (malformed, bad_mac, replayed).
+    drops: Family<Label, Counter>,
+    /// UDP payload bytes, received and sent.
+    bytes: Family<Label, Counter>,
+    /// Principals in the database.
+    principals: Gauge,
+    /// Database reloads (SIGHUP), by result.
+    reloads: Family<Label, Counter>,
+    /// Time to handle one request (parse, verify, answer).
+    handle_seconds: Option<Histogram>,
+}
+
+impl KdcMetrics {
+    /// The families, registered and served on `addr`; binds first so that an address in use
+    /// fails before the KDC starts.
+    async fn serve(addr: SocketAddr) -> Result<Self, UsageError> {
+        let m = KdcMetrics {
+            handle_seconds: Some(Histogram::new(exponential_buckets(0.000_002, 2.0, 16))),
+            ..KdcMetrics::default()
+        };
+        let mut registry = cohort::metrics::Registry::with_prefix("cohort_kdc");
+        registry.register(
+            "requests",
+            "Requests answered, by outcome",
+            m.requests.clone(),
+        );
+        registry.register("drops", "Requests dropped, by reason", m.drops.clone());
+        registry.register("bytes", "UDP payload bytes by direction", m.bytes.clone());
+        registry.register(
+            "principals",
+            "Principals in the database",
+            m.principals.clone(),
+        );
+        registry.register("reloads", "Database reloads by result", m.reloads.clone());
+        if let Some(h) = &m.handle_seconds {
+            registry.register("handle_seconds", "Time to handle one request", h.clone());
+        }
+        let endpoint = MetricsEndpoint::bind(addr, registry)
+            .await
+            .map_err(|e| UsageError(format!("cannot serve metrics on {addr}: {e}")))?;
+        let bound = endpoint
+            .local_addr()
+            .map_err(|e| UsageError(format!("cannot serve metrics on {addr}: {e}")))?;
+        eprintln!("cohort kdc: metrics on http://{bound}/metrics");
+        endpoint.spawn();
+        Ok(m)
+    }
+
+    fn count(&self, outcome: &Outcome, received: usize, took: std::time::Duration) {
+        let (family, key, label) = match outcome {
+            Outcome::Answered { .. } => (&self.requests, "outcome", "answered"),
+            Outcome::UnknownPrincipal { .. } => (&self.requests, "outcome", "unknown_principal"),
+            Outcome::UnknownRequester { .. } => (&self.requests, "outcome", "unknown_requester"),
+            Outcome::Malformed(_) => (&self.drops, "reason", "malformed"),
+            Outcome::BadMac { .. } => (&self.drops, "reason", "bad_mac"),
+            Outcome::Replayed { .. } => (&self.drops, "reason", "replayed"),
+        };
+        family.get_or_create(&[(key, label)]).inc();
+        self.bytes
+            .get_or_create(&[("direction", "received")])
+            .inc_by(received as u64);
+        if let Some(h) = &self.handle_seconds {
+            h.observe(took.as_secs_f64());
+        }
+    }
+}
+
 async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageError> {
     use tokio::signal::unix::{signal, SignalKind};
+    // Bound before anything else starts, so an address in use stops us cleanly.
+    let metrics = match setup.metrics {
+        Some(addr) => KdcMetrics::serve(addr).await?,
+        None => KdcMetrics::default(),
+    };
+    metrics.principals.set(registry.len() as i64);
     let listen = setup.listen;
     let socket = cohort_net::bind_udp(listen)
         .map_err(|e| UsageError(format!("cannot listen on {listen}: {e}")))?;
@@ -283,11 +388,19 @@ async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageErro
         tokio::select! {
             received = socket.recv_from(&mut buf) => match received {
                 Ok((len, from)) => {
+                    #[allow(clippy::disallowed_methods)] // reason: the binary is the I/O shell and owns the clock
+                    let started = std::time::Instant::now();
                     let handled = kdc.handle(from, &buf[..len]);
+                    metrics.count(&handled.outcome, len, started.elapsed());
                     eprintln!("cohort kdc: {from}: {}", handled.outcome);
                     if let Some(reply) = handled.reply {
-                        if let Err(e) = socket.send_to(&reply, from).await {
-                            eprintln!("cohort kdc: {from}: cannot send the response: {e}");
+                        match socket.send_to(&reply, from).await {
+                            Ok(n) => {
+                                metrics.bytes.get_or_create(&[("direction", "sent")]).inc_by(n as u64);
+                            }
+                            Err(e) => {
+                                eprintln!("cohort kdc: {from}: cannot send the response: {e}");
+                            }
                         }
                     }
                 }
@@ -302,9 +415,14 @@ async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageErro
                         setup.database.display(),
                         count(registry.len())
                     );
+                    metrics.principals.set(registry.len() as i64);
+                    metrics.reloads.get_or_create(&[("result", "ok")]).inc();
                     kdc.replace_registry(registry);
                 }
-                Err(e) => eprintln!("cohort kdc: not reloaded, keeping the old database: {e}"),
+                Err(e) => {
+                    metrics.reloads.get_or_create(&[("result", "failed")]).inc();
+                    eprintln!("cohort kdc: not reloaded, keeping the old database: {e}");
+                }
             },
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
@@ -333,6 +451,7 @@ mod tests {
                 listen: "127.0.0.1:7600".parse().unwrap(),
                 database: PathBuf::from("/etc/cohort/kdc.db"),
                 replay_cache: cohort_kdc::DEFAULT_REPLAY_CAPACITY,
+                metrics: None,
             }
         );
         let with_cache = parse(
@@ -360,6 +479,10 @@ mod tests {
             (
                 "listen = \"127.0.0.1:1\"\ndatabase = \"x\"\nport = 1",
                 "port",
+            ),
+            (
+                "listen = \"127.0.0.1:1\"\ndatabase = \"x\"\nmetrics = \"nowhere\"",
+                "metrics",
             ),
             ("listen = ", ""),
         ] {

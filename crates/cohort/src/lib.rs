@@ -17,6 +17,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod channel;
+pub mod hop;
 pub mod metrics;
 
 use cohort_crypto::CryptoProvider;

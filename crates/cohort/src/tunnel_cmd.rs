@@ -5,17 +5,29 @@
 //!   app ──TCP──▶ tunnel client ══ cohort channel (TCP) ══▶ tunnel server ──TCP──▶ target
 //! ```
 //!
-//! Each side logs, per connection, the session ID, the suites and the authentication result.
+//! Each side logs, per connection, the session ID, the suites and the authentication result,
+//! and with `--metrics ADDR` serves its counters (connections, bytes, handshakes full,
+//! resumed and failed by reason, drops by reason, the gears in use, a handshake latency
+//! histogram) in the Prometheus text format.
+//!
+//! Both ends are thin layers over the library's [`cohort::channel`]: the client is a
+//! [`Connector`], the server an [`Acceptor`] behind this command's own accept loop, which
+//! adds the flood limits (see [`Limits`]) that a general-purpose `Listener` does not have.
 
 use crate::UsageError;
 use clap::{Args, Subcommand};
-use cohort_channel::batch::BatchConfig;
+use cohort::channel::{
+    as_channel_error, failure_reason, Acceptor, AuthMode, ChannelError, ClientAuth, Connector,
+    HandshakeKind, Identity, KemSuite, PublicKey, SecureStream,
+};
+use cohort::metrics::{MetricsEndpoint, Registry};
 use cohort_channel::config::MIN_PSK_LEN;
-use cohort_channel::identity::{Identity, PublicKey};
-use cohort_channel::{AuthMode, ChannelError, Client, ClientAuth, ClientConfig, KemSuite};
-use cohort_channel::{Server, ServerConfig};
 use cohort_crypto::{CryptoProvider, Secret};
-use cohort_net::stream::{self, as_channel_error, BatchService, SecureStream};
+use cohort_net::stream;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -109,6 +121,9 @@ pub struct ServerArgs {
     /// closed.
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     idle_timeout: u64,
+    /// Serve Prometheus metrics over HTTP on this address (GET /metrics).
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
 }
 
 /// The server's limits and bounds, shown by `cohort tunnel server --help`.
@@ -159,6 +174,9 @@ pub struct ClientArgs {
     /// warning) instead of refusing. Never with an authentication mode.
     #[arg(long)]
     allow_plaintext: bool,
+    /// Serve Prometheus metrics over HTTP on this address (GET /metrics).
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
 }
 
 /// Runs a tunnel end until interrupted.
@@ -168,9 +186,159 @@ pub fn run(command: TunnelCommand) -> Result<(), UsageError> {
         .enable_all()
         .build()
         .map_err(|e| UsageError(format!("cannot start the runtime: {e}")))?;
-    match command {
-        TunnelCommand::Server(args) => runtime.block_on(run_server(args)),
-        TunnelCommand::Client(args) => runtime.block_on(run_client(args)),
+    let side = match &command {
+        TunnelCommand::Server(_) => "server",
+        TunnelCommand::Client(_) => "client",
+    };
+    let metrics_addr = match &command {
+        TunnelCommand::Server(a) => a.metrics,
+        TunnelCommand::Client(a) => a.metrics,
+    };
+    runtime.block_on(async move {
+        // Bound before anything else starts, so an address in use stops us cleanly.
+        let metrics = TunnelMetrics::new(side, metrics_addr).await?;
+        match command {
+            TunnelCommand::Server(args) => run_server(args, metrics).await,
+            TunnelCommand::Client(args) => run_client(args, metrics).await,
+        }
+    })
+}
+
+/// Labels with one pair (`reason`, `kind`, `direction`, `gear`).
+type Label = [(&'static str, &'static str); 1];
+
+/// What a tunnel end exports with `--metrics` (names carry the `cohort_tunnel_` prefix).
+#[derive(Clone)]
+struct TunnelMetrics {
+    /// TCP connections accepted (server: from tunnel clients; client: from applications).
+    connections: Counter,
+    /// Tunnels open now (handshake done, bytes may flow).
+    open: Gauge,
+    /// Completed handshakes by kind (full, resumed).
+    handshakes: Family<Label, Counter>,
+    /// Failed handshakes by reason.
+    failures: Family<Label, Counter>,
+    /// Handshake durations.
+    handshake_seconds: Histogram,
+    /// Connections the end closed or refused, by reason.
+    drops: Family<Label, Counter>,
+    /// Plaintext bytes by direction: `sent` into the channel, `received` from it.
+    bytes: Family<Label, Counter>,
+    /// Open tunnels by record gear.
+    gears: Family<Label, Gauge>,
+}
+
+impl TunnelMetrics {
+    /// The families, registered and served on `addr` if given.
+    async fn new(side: &str, addr: Option<SocketAddr>) -> Result<Self, UsageError> {
+        let m = TunnelMetrics {
+            connections: Counter::default(),
+            open: Gauge::default(),
+            handshakes: Family::default(),
+            failures: Family::default(),
+            handshake_seconds: Histogram::new(exponential_buckets(0.000_25, 2.0, 16)),
+            drops: Family::default(),
+            bytes: Family::default(),
+            gears: Family::default(),
+        };
+        let Some(addr) = addr else { return Ok(m) };
+        let mut registry = Registry::with_prefix("cohort_tunnel");
+        registry.register(
+            "connections",
+            "TCP connections accepted",
+            m.connections.clone(),
+        );
+        registry.register("open", "Tunnels open now", m.open.clone());
+        registry.register(
+            "handshakes",
+            "Completed channel handshakes by kind (full, resumed)",
+            m.handshakes.clone(),
+        );
+        registry.register(
+            "handshake_failures",
+            "Failed channel handshakes by reason",
+            m.failures.clone(),
+        );
+        registry.register(
+            "handshake_seconds",
+            "Channel handshake duration",
+            m.handshake_seconds.clone(),
+        );
+        registry.register(
+            "drops",
+            "Connections closed or refused by the tunnel, by reason",
+            m.drops.clone(),
+        );
+        registry.register(
+            "bytes",
+            "Plaintext bytes, sent into or received from the channel",
+            m.bytes.clone(),
+        );
+        registry.register(
+            "gear_tunnels",
+            "Open tunnels by record gear",
+            m.gears.clone(),
+        );
+        let endpoint = MetricsEndpoint::bind(addr, registry)
+            .await
+            .map_err(|e| UsageError(format!("cannot serve metrics on {addr}: {e}")))?;
+        let bound = endpoint
+            .local_addr()
+            .map_err(|e| UsageError(format!("cannot serve metrics on {addr}: {e}")))?;
+        eprintln!("cohort tunnel {side}: metrics on http://{bound}/metrics");
+        endpoint.spawn();
+        Ok(m)
+    }
+
+    fn drop_for(&self, reason: &'static str) {
+        self.drops.get_or_create(&[("reason", reason)]).inc();
+    }
+
+    fn failed(&self, e: &std::io::Error) {
+        self.failures
+            .get_or_create(&[("reason", failure_reason(e))])
+            .inc();
+    }
+
+    /// Counts a completed handshake; the returned guard keeps the tunnel counted as open.
+    fn established(&self, secure: &SecureStream, took: std::time::Duration) -> OpenTunnel {
+        self.handshakes
+            .get_or_create(&[("kind", HandshakeKind::of(secure).name())])
+            .inc();
+        self.handshake_seconds.observe(took.as_secs_f64());
+        let gears: Vec<&'static str> = secure
+            .session()
+            .map(|info| info.gears.iter().map(|g| g.name()).collect())
+            .unwrap_or_default();
+        for gear in &gears {
+            self.gears.get_or_create(&[("gear", gear)]).inc();
+        }
+        self.open.inc();
+        OpenTunnel {
+            metrics: self.clone(),
+            gears,
+        }
+    }
+
+    fn byte_counter(&self, direction: &'static str) -> Counter {
+        self.bytes
+            .get_or_create(&[("direction", direction)])
+            .clone()
+    }
+}
+
+/// An open tunnel in the metrics; dropping it takes it out.
+struct OpenTunnel {
+    metrics: TunnelMetrics,
+    gears: Vec<&'static str>,
+}
+
+impl Drop for OpenTunnel {
+    fn drop(&mut self) {
+        self.metrics.open.dec();
+        for gear in &self.gears {
+            self.metrics.gears.get_or_create(&[("gear", gear)]).dec();
+        }
     }
 }
 
@@ -206,20 +374,19 @@ fn load_password(path: &Path) -> Result<Secret, UsageError> {
     Ok(Secret::from_slice(line.as_bytes()))
 }
 
-async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
+async fn run_server(args: ServerArgs, metrics: TunnelMetrics) -> Result<(), UsageError> {
     let provider = CryptoProvider::default_provider();
-    let mut config = ServerConfig::new();
-    let identity = match &args.key {
-        Some(path) => Some(
+    let mut builder = Acceptor::builder();
+    let has_identity = args.key.is_some();
+    if let Some(path) = &args.key {
+        builder = builder.identity(
             Identity::from_file_text(&provider, &read_file(path, "identity")?)
                 .map_err(|e| UsageError(format!("{}: {e}", path.display())))?,
-        ),
-        None => None,
-    };
-    config.auth_modes = if args.auth.is_empty() {
-        // The server signing its session IDs costs the client nothing, and clients that do
-        // not pin a key still get encryption.
-        if identity.is_some() {
+        );
+    }
+    // The library's default with and without an identity: `signature,none` or `none`.
+    let modes = if args.auth.is_empty() {
+        if has_identity {
             vec![AuthMode::ServerSignature, AuthMode::None]
         } else {
             vec![AuthMode::None]
@@ -227,26 +394,28 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
     } else {
         args.auth.clone()
     };
-    config.identity = identity.as_ref().map(Identity::public);
     if let Some(path) = &args.psk_file {
-        config.psk = Some(load_psk(path)?);
+        builder = builder.psk(load_psk(path)?);
     }
     if let Some(path) = &args.password_file {
-        config.password = Some(load_password(path)?);
+        builder = builder.password(load_password(path)?);
     }
-    for mode in &config.auth_modes {
-        if !config.supports(*mode) {
-            let need = match mode {
-                AuthMode::ServerSignature => "--key",
-                AuthMode::Psk => "--psk-file",
-                AuthMode::Password => "--password-file",
-                AuthMode::None => "nothing",
-            };
+    // Name the missing flag (the library names the missing secret).
+    for mode in &modes {
+        let (given, need) = match mode {
+            AuthMode::ServerSignature => (has_identity, "--key"),
+            AuthMode::Psk => (args.psk_file.is_some(), "--psk-file"),
+            AuthMode::Password => (args.password_file.is_some(), "--password-file"),
+            AuthMode::None => (true, "nothing"),
+        };
+        if !given {
             return Err(UsageError(format!("--auth {mode} needs {need}")));
         }
     }
-    let signer = identity.map(|id| BatchService::spawn(provider, id, BatchConfig::default()));
-    let server = Server::new(provider, config);
+    let acceptor = builder
+        .auth_modes(modes)
+        .build()
+        .map_err(|e| UsageError(e.to_string()))?;
     let listener = listen(args.listen)
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", args.listen)))?;
     eprintln!(
@@ -256,16 +425,16 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
     let limits = Limits::new(&args);
     let forward = std::sync::Arc::new(args.forward);
     // Expired resumption keys are erased every minute even when no one connects.
-    let expiring = server.clone();
+    let expiring = acceptor.clone();
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(std::time::Duration::from_secs(60)).await;
-            expiring.expire_sessions(stream::now());
+            expiring.expire_sessions();
         }
     });
     limits.check_fd_limit();
     tokio::spawn(limits.clone().sweep_and_report());
-    let limit_passwords = server.config().supports(AuthMode::Password);
+    let limit_passwords = acceptor.supports(AuthMode::Password);
     let mut attempts = Attempts::default();
     loop {
         let (tcp, peer) = match listener.accept().await {
@@ -277,7 +446,9 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
                 continue;
             }
         };
+        metrics.connections.inc();
         if limit_passwords && !attempts.allow(peer.ip()) {
+            metrics.drop_for("password_rate_limit");
             eprintln!(
                 "cohort tunnel server: {peer}: refused: over {PASSWORD_HANDSHAKES_PER_MINUTE} handshakes a minute from {} (password guessing limit)",
                 peer.ip()
@@ -290,13 +461,15 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
         let Some(pending) = limits.admit_pending().await else {
             return Ok(());
         };
-        let (server, signer, forward, limits) = (
-            server.clone(),
-            signer.clone(),
+        let (acceptor, forward, limits, metrics) = (
+            acceptor.clone(),
             forward.clone(),
             limits.clone(),
+            metrics.clone(),
         );
-        tokio::spawn(serve(server, signer, forward, limits, tcp, peer, pending));
+        tokio::spawn(serve(
+            acceptor, forward, limits, metrics, tcp, peer, pending,
+        ));
     }
 }
 
@@ -304,10 +477,10 @@ async fn run_server(args: ServerArgs) -> Result<(), UsageError> {
 /// first), then the tunnel to the target until either end closes, the tunnel idles out or
 /// it is evicted.
 async fn serve(
-    server: Server,
-    signer: Option<BatchService>,
+    acceptor: Acceptor,
     forward: std::sync::Arc<String>,
     limits: Limits,
+    metrics: TunnelMetrics,
     tcp: TcpStream,
     peer: SocketAddr,
     pending: Admitted,
@@ -318,14 +491,17 @@ async fn serve(
         answered,
         ..
     } = pending;
+    #[allow(clippy::disallowed_methods)] // reason: the binary is the I/O shell and owns the clock
+    let started = std::time::Instant::now();
     let handshake = tokio::time::timeout(
         limits.handshake_timeout,
-        stream::accept_tracked(&server, tcp, signer.as_ref(), &answered),
+        acceptor.accept_tracked(tcp, &answered),
     );
     let mut secure = tokio::select! {
         result = handshake => match result {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
+                metrics.failed(&e);
                 limits.count.failed.fetch_add(1, Relaxed);
                 if limits.count.logged.fetch_add(1, Relaxed) < LOGGED_FAILURES_PER_INTERVAL {
                     eprintln!("cohort tunnel server: {peer}: handshake failed: {e}");
@@ -333,15 +509,18 @@ async fn serve(
                 return;
             }
             Err(_) => {
+                metrics.failures.get_or_create(&[("reason", "timeout")]).inc();
                 limits.count.timed_out.fetch_add(1, Relaxed);
                 return;
             }
         },
         _ = evicted => {
+            metrics.drop_for("evicted_pending");
             limits.count.evicted_pending.fetch_add(1, Relaxed);
             return;
         }
     };
+    let _open = metrics.established(&secure, started.elapsed());
     log_session("server", peer, &secure);
     let Some(Admitted {
         slot: _established,
@@ -358,11 +537,13 @@ async fn serve(
         result = TcpStream::connect(forward.as_str()) => match result {
             Ok(t) => t,
             Err(e) => {
+                metrics.drop_for("target_unreachable");
                 eprintln!("cohort tunnel server: {peer}: cannot reach {forward}: {e}");
                 return;
             }
         },
         _ = &mut evicted => {
+            metrics.drop_for("evicted_idle");
             limits.count.evicted_idle.fetch_add(1, Relaxed);
             return;
         }
@@ -379,8 +560,12 @@ async fn serve(
         None => None,
         Some(Err(e)) => Some(Err(e)),
         Some(Ok(())) => {
-            let mut channel = Active::new(&mut secure, &active);
-            let mut plain = Active::new(&mut target, &active);
+            let (received, sent) = (
+                metrics.byte_counter("received"),
+                metrics.byte_counter("sent"),
+            );
+            let mut channel = Active::new(&mut secure, &active, Some(&received));
+            let mut plain = Active::new(&mut target, &active, Some(&sent));
             tokio::select! {
                 r = tokio::io::copy_bidirectional_with_sizes(&mut channel, &mut plain, COPY_BUFFER, COPY_BUFFER) => Some(r),
                 _ = &mut evicted => None,
@@ -399,6 +584,7 @@ async fn serve(
         }
         None => {
             // Closed idle or for a newer tunnel: counted, and a reset for the target too.
+            metrics.drop_for("evicted_idle");
             limits.count.evicted_idle.fetch_add(1, Relaxed);
             let _ = target.set_zero_linger();
         }
@@ -708,11 +894,17 @@ fn open_files_limit() -> Option<u64> {
 struct Active<'a, S> {
     inner: &'a mut S,
     active: &'a AtomicU64,
+    /// Counts the bytes read (for the metrics).
+    bytes: Option<&'a Counter>,
 }
 
 impl<'a, S> Active<'a, S> {
-    fn new(inner: &'a mut S, active: &'a AtomicU64) -> Self {
-        Active { inner, active }
+    fn new(inner: &'a mut S, active: &'a AtomicU64, bytes: Option<&'a Counter>) -> Self {
+        Active {
+            inner,
+            active,
+            bytes,
+        }
     }
 }
 
@@ -724,8 +916,12 @@ impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Active<'_, S> {
     ) -> std::task::Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let result = std::pin::Pin::new(&mut *self.inner).poll_read(cx, buf);
-        if buf.filled().len() > before {
+        let read = buf.filled().len() - before;
+        if read > 0 {
             self.active.store(stream::now().as_nanos(), Relaxed);
+            if let Some(bytes) = self.bytes {
+                bytes.inc_by(read as u64);
+            }
         }
         result
     }
@@ -780,8 +976,7 @@ fn log_session(side: &str, peer: SocketAddr, secure: &SecureStream) {
     }
 }
 
-async fn run_client(args: ClientArgs) -> Result<(), UsageError> {
-    let provider = CryptoProvider::default_provider();
+async fn run_client(args: ClientArgs, metrics: TunnelMetrics) -> Result<(), UsageError> {
     let mode = args.auth.unwrap_or(if args.pin.is_some() {
         AuthMode::ServerSignature
     } else {
@@ -815,7 +1010,7 @@ async fn run_client(args: ClientArgs) -> Result<(), UsageError> {
             "--allow-plaintext cannot be combined with --auth {mode}: authentication is never dropped"
         )));
     }
-    let client = Client::new(provider, ClientConfig::new(auth).with_kem(args.kem));
+    let connector = Connector::builder(auth).kem(args.kem).build();
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", args.listen)))?;
@@ -824,14 +1019,15 @@ async fn run_client(args: ClientArgs) -> Result<(), UsageError> {
         args.listen, args.connect, args.kem
     );
     let remote = std::sync::Arc::new(args.connect);
-    let allow_plaintext = args.allow_plaintext;
-    let expiring = client.clone();
+    // Expired tickets and their resumption keys are erased every minute, even when idle.
+    let expiring = connector.clone();
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(std::time::Duration::from_secs(60)).await;
-            expiring.expire(stream::now());
+            expiring.expire_sessions();
         }
     });
+    let allow_plaintext = args.allow_plaintext;
     let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
@@ -845,18 +1041,27 @@ async fn run_client(args: ClientArgs) -> Result<(), UsageError> {
             }
         };
         let _ = local.set_nodelay(true);
-        let (client, remote) = (client.clone(), remote.clone());
+        metrics.connections.inc();
+        let (connector, remote, metrics) = (connector.clone(), remote.clone(), metrics.clone());
         tokio::spawn(async move {
             let _slot = slot;
             let tcp = match TcpStream::connect(remote.as_str()).await {
                 Ok(t) => t,
                 Err(e) => {
+                    metrics.drop_for("server_unreachable");
                     eprintln!("cohort tunnel client: {peer}: cannot reach {remote}: {e}");
                     return;
                 }
             };
             let _ = tcp.set_nodelay(true);
-            let mut secure = match stream::connect(&client, tcp, &remote).await {
+            #[allow(clippy::disallowed_methods)]
+            // reason: the binary is the I/O shell and owns the clock
+            let started = std::time::Instant::now();
+            let result = connector.connect_tcp(tcp, &remote).await;
+            if let Err(e) = &result {
+                metrics.failed(e);
+            }
+            let mut secure = match result {
                 Ok(s) => s,
                 Err(e) if as_channel_error(&e) == Some(ChannelError::NotCohort) => {
                     if !allow_plaintext {
@@ -876,8 +1081,25 @@ async fn run_client(args: ClientArgs) -> Result<(), UsageError> {
                     return;
                 }
             };
+            let _open = metrics.established(&secure, started.elapsed());
             log_session("client", peer, &secure);
-            match tokio::io::copy_bidirectional_with_sizes(&mut local, &mut secure, COPY_BUFFER, COPY_BUFFER).await {
+            let (received, sent) = (
+                metrics.byte_counter("received"),
+                metrics.byte_counter("sent"),
+            );
+            let never = AtomicU64::new(0);
+            let copied = {
+                let mut plain = Active::new(&mut local, &never, Some(&sent));
+                let mut channel = Active::new(&mut secure, &never, Some(&received));
+                tokio::io::copy_bidirectional_with_sizes(
+                    &mut plain,
+                    &mut channel,
+                    COPY_BUFFER,
+                    COPY_BUFFER,
+                )
+                .await
+            };
+            match copied {
                 Ok((up, down)) => eprintln!(
                     "cohort tunnel client: {peer}: session {} closed cleanly ({up} bytes out, {down} in)",
                     secure.session_id()

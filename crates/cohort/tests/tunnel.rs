@@ -377,17 +377,21 @@ fn a_half_hello_is_closed_after_the_handshake_deadline() {
     );
     let text = wait_for_log(&log, "listening");
     assert!(text.contains("handshake 1 s"), "{text}");
-    let mut tcp = slowloris(server_port);
+    // Timed from before the connection exists: the server's deadline starts later, so a
+    // close seen before 1 s would be a close before the deadline, however slowly this test
+    // thread runs on a loaded machine (a stall between the connect and the first read made
+    // the old "not closed within 0.7 s of the connect" check fail now and then).
     let start = std::time::Instant::now();
+    let mut tcp = slowloris(server_port);
     assert!(
-        !closed_within(&mut tcp, Duration::from_millis(700)),
-        "closed before the deadline"
-    );
-    assert!(
-        closed_within(&mut tcp, Duration::from_secs(3)),
-        "still open 3.7 s after half a ClientHello, with a 1 s deadline"
+        closed_within(&mut tcp, Duration::from_secs(4)),
+        "still open 4 s after half a ClientHello, with a 1 s deadline"
     );
     let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1),
+        "closed before the deadline, after {waited:?}"
+    );
     assert!(
         waited < Duration::from_millis(2500),
         "closed after {waited:?}"

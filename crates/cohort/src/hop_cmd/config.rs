@@ -14,8 +14,8 @@
 //! app = "stdio"                      # or "tun" (Linux, root)
 //! mode = "m:32"                      # default for peers: "none", "n", "c:K", "m:K"
 //! associations = 1                   # outgoing associations opened per peer
-//! # optional: ctl, delay_ms, chain_rounds, storage, delivery_reports, max_queue,
-//! #           retransmit_ms, max_retries
+//! # optional: ctl, delay_ms, metrics ("IP:PORT": Prometheus over HTTP), chain_rounds,
+//! #           storage, delivery_reports, max_queue, retransmit_ms, max_retries
 //!
 //! [tun]                              # only with app = "tun"
 //! name = "cohort0"
@@ -33,6 +33,7 @@
 //! ```
 //!
 //! A relay has `role = "relay"`, `listen`, optional `identity`, `trust`, `ctl`, `delay_ms`,
+//! `metrics`,
 //! and `[[peer]]` tables that are routes: packets for the endpoint `address` go to the next
 //! hop `via` (endpoints without a route are sent to directly).
 //!
@@ -69,6 +70,8 @@ pub struct HopSetup {
     pub trust: Vec<PublicKey>,
     /// How long every outgoing datagram is held before it is sent (user-space delay).
     pub delay: Duration,
+    /// Where to serve Prometheus metrics (TCP), if anywhere.
+    pub metrics: Option<SocketAddr>,
     /// The peers (endpoint) or routes (relay).
     pub peers: Vec<PeerSetup>,
 }
@@ -154,6 +157,8 @@ pub struct Overrides {
     pub ctl: Option<PathBuf>,
     /// `--delay-ms`.
     pub delay_ms: Option<u64>,
+    /// `--metrics`.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// The TUN MTU unless configured: an IP packet of this size plus the largest ALPHA header
@@ -185,6 +190,8 @@ pub struct HopFile {
     pub trust: Vec<String>,
     /// User-space delay on everything sent (`--delay-ms` overrides it).
     pub delay_ms: Option<Whole>,
+    /// Serve Prometheus metrics on this TCP `IP:PORT` (`--metrics` overrides it).
+    pub metrics: Option<String>,
     /// The `[[peer]]` tables: peers (endpoint) or routes (relay).
     #[serde(default)]
     pub peer: Vec<PeerFile>,
@@ -436,6 +443,11 @@ impl HopFile {
         } else {
             Role::Relay
         };
+        let metrics = match (overrides.metrics, self.metrics.as_deref()) {
+            (Some(addr), _) => Some(addr),
+            (None, Some(text)) => Some(parse_addr("metrics", text)?),
+            (None, None) => None,
+        };
         Ok(HopSetup {
             role,
             identity,
@@ -443,6 +455,7 @@ impl HopFile {
             ctl,
             trust,
             delay: Duration::from_millis(delay_ms),
+            metrics,
             peers,
         })
     }
@@ -717,6 +730,7 @@ mod tests {
             associations: Some(8),
             ctl: Some(PathBuf::from("/tmp/x.sock")),
             delay_ms: Some(0),
+            metrics: None,
         };
         let setup = parse_with(&dir, &text, &o).unwrap();
         assert_eq!(setup.listen.port(), 9000);

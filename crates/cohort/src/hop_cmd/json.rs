@@ -194,7 +194,8 @@ pub fn relay_status(status: &RelayStatus) -> Value {
     })
 }
 
-/// The first line.
+/// The first line. `hop run` adds `tun` (the device's name) in TUN mode and `metrics` (the
+/// bound metrics address, useful with port 0) when metrics are served.
 pub fn started(role: &str, listen: SocketAddr, key: Option<String>, ctl: &str) -> Value {
     json!({"event": "started", "role": role, "listen": listen.to_string(), "key": key, "ctl": ctl})
 }

@@ -1,17 +1,18 @@
 //! `cohort hop run`: the event loop around one [`HopNode`] (an endpoint or a relay).
 //!
-//! The tokio driver in `cohort-net` runs a machine on one socket; an endpoint in TUN mode
-//! has a second input (the TUN device), and every node has the control socket and, for
-//! experiments, a user-space delay on everything it sends. So this loop is its own, with the
-//! same call order as the driver (see `cohort_core::Machine`):
+//! The socket side is the library's [`cohort::hop::Node`] (the same that runs under the
+//! `cohort::hop::Endpoint` handle): the drain order of `cohort_core::Machine`, bursts of
+//! datagrams, the core's timers and the user-space delay line. An endpoint in TUN mode has a
+//! second input (the TUN device), and every node has stdin and the control socket, so this
+//! loop selects over the node and those:
 //!
 //! ```text
 //!   loop:
-//!     drain: poll_transmit (until None) ─▶ UDP now, or the delay line (held delay_ms)
-//!            poll_event    (until None) ─▶ stdout / TUN; Connected ─▶ open associations
-//!     wait for the first of: a datagram (then up to BURST more without waiting), a TUN
-//!       packet (likewise), the core's deadline, the delay line's head, a stdin line, a
-//!       control request, the 1 s tick (counters line), SIGINT/SIGTERM
+//!     drain: Node::transmit (UDP now, or the delay line, held delay_ms)
+//!            Node::poll_event (until None) ─▶ stdout / TUN; Connected ─▶ open associations
+//!     wait for the first of: Node::wait (datagrams, the core's deadline, the delay line's
+//!       head), a TUN packet (then up to BURST more), a stdin line, a control request, the
+//!       1 s tick (counters line, metrics), SIGINT/SIGTERM
 //! ```
 //!
 //! Recovery is the core's: an endpoint whose pair dies (nothing answered for `dead_after`,
@@ -21,6 +22,10 @@
 //! it). A configured peer whose handshake fails (`connect_failed`) is tried again after
 //! `RECONNECT_AFTER`.
 //!
+//! With `metrics` set (file or `--metrics`), the counters, drops by reason, handshakes,
+//! messages and bytes, and the associations by state and mode are served in the Prometheus
+//! text format; the core's counters are copied into them on every 1 s tick.
+//!
 //! Everything runs on one thread: the core is single-threaded by design and one thread
 //! keeps the packet order and the timing of the user-space delay exact.
 
@@ -29,19 +34,23 @@ use super::ctl::{self, CtlRequest, Request};
 use super::json;
 use super::tun::{is_ip_packet, TunDevice};
 use super::RunArgs;
-use crate::group_cmd::os_seed;
 use crate::jsonl;
 use crate::UsageError;
-use cohort_core::{Machine, Timestamp};
+use cohort::hop::{Node, NodeStats, Woke};
+use cohort::metrics::{MetricsEndpoint, Registry};
+use cohort::os_seed;
+use cohort_core::Timestamp;
 use cohort_crypto::CryptoProvider;
 use cohort_hop::{
     Endpoint, EndpointConfig, EndpointEvent, HopEvent, HopNode, Mode, Relay, RelayConfig,
 };
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{json, Value};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
 /// Most packets taken from one input before the loop drains the core again.
@@ -50,7 +59,7 @@ const BURST: usize = 64;
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 /// Longest stdin command line.
 const MAX_LINE: usize = 256 * 1024;
-/// Largest datagram or TUN packet read.
+/// Largest TUN packet read.
 const MAX_PACKET: usize = 65_536;
 
 /// Runs `cohort hop run`.
@@ -62,6 +71,7 @@ pub fn run(args: &RunArgs) -> Result<(), UsageError> {
         associations: args.associations,
         ctl: args.ctl.clone(),
         delay_ms: args.delay_ms,
+        metrics: args.metrics,
     };
     let setup =
         config::load(&provider, &args.config, &overrides).map_err(|e| UsageError(e.to_string()))?;
@@ -74,10 +84,8 @@ pub fn run(args: &RunArgs) -> Result<(), UsageError> {
 
 /// What woke the loop.
 enum Wake {
-    Datagram(std::io::Result<(usize, SocketAddr)>),
+    Node(std::io::Result<Woke>),
     Tun(std::io::Result<usize>),
-    Timeout,
-    DelayDue,
     Stdin(Option<Result<json::Command, Value>>),
     Ctl(Option<CtlRequest>),
     Tick,
@@ -100,17 +108,195 @@ struct TunCounters {
 }
 
 struct Daemon {
-    node: HopNode,
-    socket: UdpSocket,
-    epoch: Instant,
-    delay: Duration,
-    delayed: VecDeque<(Instant, SocketAddr, Vec<u8>)>,
-    send_buf: Vec<u8>,
+    node: Node,
     peers: Vec<PeerSetup>,
     reconnect: HashMap<SocketAddr, Instant>,
     tun: Option<TunDevice>,
     tun_counters: TunCounters,
-    send_errors: u64,
+    metrics: HopMetrics,
+}
+
+/// Labels of the hop families: a few fixed keys with owned values (modes are formatted).
+type Labels = Vec<(&'static str, String)>;
+
+/// What `hop run` exports with `metrics` (names carry the `cohort_hop_` prefix).
+#[derive(Default)]
+struct HopMetrics {
+    /// Messages the application sent and received (`direction`).
+    messages: Family<Labels, Counter>,
+    /// UDP payload bytes sent and received (`direction`).
+    bytes: Family<Labels, Counter>,
+    /// Packets by fate: verified, forwarded, delivered, unprotected (`fate`).
+    packets: Family<Labels, Counter>,
+    /// Packets dropped, by reason (the core's drop counters, and send errors).
+    drops: Family<Labels, Counter>,
+    /// Handshakes completed (`result="connected"`), failed and pairs lost, by `reason`.
+    handshakes: Family<Labels, Counter>,
+    /// Associations now, by `state` (open, opening), `direction` and `mode`.
+    associations: Family<Labels, Gauge>,
+    /// Peers (endpoint) or pairs (relay) now, by handshake `state`.
+    peers: Family<Labels, Gauge>,
+    /// Each peer's smoothed round-trip time (S1 to A1), once measured.
+    srtt: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// The core's counters at the last copy.
+    last: cohort_hop::HopCounters,
+    /// The socket's counts at the last copy.
+    last_io: NodeStats,
+}
+
+/// The core's counters that are drops, as they are named in [`cohort_hop::HopCounters`].
+const DROP_COUNTERS: &[&str] = &[
+    "malformed",
+    "unknown",
+    "forged",
+    "replayed",
+    "stale",
+    "unverifiable",
+    "bad_cookie",
+    "untrusted",
+    "no_room",
+    "queue_full",
+];
+/// The core's counters that are packet fates.
+const FATE_COUNTERS: &[&str] = &["verified", "forwarded", "delivered", "unprotected"];
+
+fn label(key: &'static str, value: impl Into<String>) -> Labels {
+    vec![(key, value.into())]
+}
+
+impl HopMetrics {
+    /// Registers the families and binds `addr`; the endpoint is spawned by the caller once
+    /// the runtime runs the loop.
+    async fn bind(&self, addr: SocketAddr) -> Result<MetricsEndpoint, UsageError> {
+        let mut registry = Registry::with_prefix("cohort_hop");
+        registry.register(
+            "messages",
+            "Application messages by direction",
+            self.messages.clone(),
+        );
+        registry.register(
+            "bytes",
+            "UDP payload bytes by direction",
+            self.bytes.clone(),
+        );
+        registry.register("packets", "Packets by fate", self.packets.clone());
+        registry.register("drops", "Packets dropped, by reason", self.drops.clone());
+        registry.register(
+            "handshakes",
+            "Handshakes by result (connected, failed, disconnected) and reason",
+            self.handshakes.clone(),
+        );
+        registry.register(
+            "associations",
+            "Associations by state, direction and mode (the ALPHA mode is the gear)",
+            self.associations.clone(),
+        );
+        registry.register(
+            "peers",
+            "Peers or relay pairs by handshake state",
+            self.peers.clone(),
+        );
+        registry.register(
+            "srtt_seconds",
+            "Smoothed round-trip time (S1 to A1) by peer",
+            self.srtt.clone(),
+        );
+        MetricsEndpoint::bind(addr, registry)
+            .await
+            .map_err(|e| UsageError(format!("cannot serve metrics on {addr}: {e}")))
+    }
+
+    fn message(&self, direction: &'static str) {
+        self.messages
+            .get_or_create(&label("direction", direction))
+            .inc();
+    }
+
+    fn handshake(&self, result: &'static str, reason: &'static str) {
+        self.handshakes
+            .get_or_create(&vec![
+                ("result", result.to_string()),
+                ("reason", reason.to_string()),
+            ])
+            .inc();
+    }
+
+    /// Copies what changed in the core's and the socket's counters, and the associations
+    /// and peers now.
+    fn update(&mut self, node: &HopNode, io: NodeStats) {
+        let last = self.last_io;
+        let by = |now: u64, before: u64| now.saturating_sub(before);
+        for (direction, n) in [
+            ("sent", by(io.bytes_sent, last.bytes_sent)),
+            ("received", by(io.bytes_received, last.bytes_received)),
+        ] {
+            if n > 0 {
+                self.bytes
+                    .get_or_create(&label("direction", direction))
+                    .inc_by(n);
+            }
+        }
+        let errors = by(io.send_errors, last.send_errors);
+        if errors > 0 {
+            self.drops
+                .get_or_create(&label("reason", "send_error"))
+                .inc_by(errors);
+        }
+        self.last_io = io;
+        let counters = match node {
+            HopNode::Endpoint(e) => *e.counters(),
+            HopNode::Relay(r) => *r.counters(),
+        };
+        let last: HashMap<&str, u64> = self.last.iter().collect();
+        for (name, value) in counters.iter() {
+            let delta = value.saturating_sub(last.get(name).copied().unwrap_or(0));
+            if delta == 0 {
+                continue;
+            }
+            if DROP_COUNTERS.contains(&name) {
+                self.drops
+                    .get_or_create(&label("reason", name))
+                    .inc_by(delta);
+            } else if FATE_COUNTERS.contains(&name) {
+                self.packets
+                    .get_or_create(&label("fate", name))
+                    .inc_by(delta);
+            }
+        }
+        self.last = counters;
+        self.associations.clear();
+        self.peers.clear();
+        self.srtt.clear();
+        match node {
+            HopNode::Endpoint(e) => {
+                for peer in e.status().peers {
+                    self.peers.get_or_create(&label("state", peer.state)).inc();
+                    if let Some(rtt) = peer.srtt {
+                        self.srtt
+                            .get_or_create(&label("peer", peer.addr.to_string()))
+                            .set(rtt.as_secs_f64());
+                    }
+                    for a in peer.associations.iter().filter(|a| a.id != 0) {
+                        let labels = vec![
+                            ("state", if a.open { "open" } else { "opening" }.to_string()),
+                            (
+                                "direction",
+                                if a.outgoing { "out" } else { "in" }.to_string(),
+                            ),
+                            ("mode", a.mode.to_string()),
+                        ];
+                        self.associations.get_or_create(&labels).inc();
+                    }
+                }
+            }
+            HopNode::Relay(r) => {
+                let pairs = r.status().pairs.len();
+                self.peers
+                    .get_or_create(&label("state", "relayed"))
+                    .set(pairs as i64);
+            }
+        }
+    }
 }
 
 async fn serve(
@@ -125,8 +311,15 @@ async fn serve(
         ctl: ctl_path,
         trust,
         delay,
+        metrics: metrics_addr,
         peers,
     } = setup;
+    // Bound before anything else starts, so an address in use stops us cleanly.
+    let metrics = HopMetrics::default();
+    let metrics_endpoint = match metrics_addr {
+        Some(addr) => Some(metrics.bind(addr).await?),
+        None => None,
+    };
     let socket = cohort_net::bind_udp(listen)
         .map_err(|e| UsageError(format!("cannot listen on {listen}: {e}")))?;
     let local = socket
@@ -178,7 +371,7 @@ async fn serve(
                 }
                 tun = Some(device);
             }
-            let seed = os_seed(&provider)?;
+            let seed = os_seed(&provider).map_err(|e| UsageError(e.to_string()))?;
             let endpoint = Endpoint::new(config, provider, local, seed);
             (HopNode::Endpoint(endpoint), "endpoint", Some(key))
         }
@@ -206,22 +399,23 @@ async fn serve(
     if let Some(t) = &tun {
         started["tun"] = json!(t.name());
     }
+    if let Some(endpoint) = metrics_endpoint {
+        if let Ok(addr) = endpoint.local_addr() {
+            started["metrics"] = json!(addr.to_string());
+        }
+        endpoint.spawn();
+    }
     emit(&started);
 
     let mut d = Daemon {
-        node,
-        socket,
-        epoch: Instant::now(),
-        delay,
-        delayed: VecDeque::new(),
-        send_buf: Vec::with_capacity(MAX_PACKET),
+        node: Node::new(node, socket, delay),
         peers,
         reconnect: HashMap::new(),
         tun,
         tun_counters: TunCounters::default(),
-        send_errors: 0,
+        metrics,
     };
-    if d.node.endpoint().is_some() {
+    if d.node.core().endpoint().is_some() {
         let now = d.now();
         for p in d.peers.clone() {
             if p.connect {
@@ -241,23 +435,15 @@ async fn serve(
         .map_err(|e| UsageError(format!("cannot watch SIGTERM: {e}")))?;
     let mut interrupt = signal(SignalKind::interrupt())
         .map_err(|e| UsageError(format!("cannot watch SIGINT: {e}")))?;
-    let mut recv_buf = vec![0u8; MAX_PACKET];
     let mut tun_buf = vec![0u8; MAX_PACKET];
 
     loop {
         d.drain().await;
-        let deadline = d
-            .node
-            .poll_timeout()
-            .map(|at| d.epoch + Duration::from_nanos(at.as_nanos()));
-        let delay_due = d.delayed.front().map(|(at, _, _)| *at);
         let wake = {
             let tun = d.tun.as_ref();
             tokio::select! {
-                r = d.socket.recv_from(&mut recv_buf) => Wake::Datagram(r),
+                r = d.node.wait() => Wake::Node(r),
                 r = tun_recv(tun, &mut tun_buf) => Wake::Tun(r),
-                () = sleep_until(deadline) => Wake::Timeout,
-                () = sleep_until(delay_due) => Wake::DelayDue,
                 input = stdin.recv(), if stdin_open => Wake::Stdin(input),
                 request = ctl_rx.recv() => Wake::Ctl(request),
                 _ = tick.tick() => Wake::Tick,
@@ -266,21 +452,14 @@ async fn serve(
             }
         };
         match wake {
-            Wake::Datagram(Ok((len, from))) => {
+            Wake::Node(Ok(Woke::Timeout)) => {
                 let now = d.now();
-                d.node.handle_datagram(now, from, &recv_buf[..len]);
-                for _ in 0..BURST {
-                    match d.socket.try_recv_from(&mut recv_buf) {
-                        Ok((len, from)) => d.node.handle_datagram(now, from, &recv_buf[..len]),
-                        Err(_) => break,
-                    }
-                }
+                d.retry_connects(now);
             }
-            // ICMP errors (port unreachable) surface here; they are not fatal.
-            Wake::Datagram(Err(e)) if e.kind() != std::io::ErrorKind::ConnectionRefused => {
+            Wake::Node(Ok(_)) => {}
+            Wake::Node(Err(e)) => {
                 return Err(UsageError(format!("the UDP socket failed: {e}")));
             }
-            Wake::Datagram(Err(_)) => {}
             Wake::Tun(Ok(len)) => {
                 d.tun_packet(&tun_buf[..len]);
                 for _ in 0..BURST {
@@ -294,12 +473,6 @@ async fn serve(
             Wake::Tun(Err(e)) => {
                 return Err(UsageError(format!("the TUN device failed: {e}")));
             }
-            Wake::Timeout => {
-                let now = d.now();
-                d.node.handle_timeout(now);
-                d.retry_connects(now);
-            }
-            Wake::DelayDue => d.flush_delayed().await,
             Wake::Stdin(Some(Ok(command))) => d.command(command),
             Wake::Stdin(Some(Err(line))) => emit(&line),
             Wake::Stdin(None) => {
@@ -314,6 +487,7 @@ async fn serve(
             }
             Wake::Ctl(None) => {}
             Wake::Tick => {
+                d.metrics.update(d.node.core(), d.node.stats());
                 let counters = *d.counters();
                 if counters != last_counters {
                     let mut line = json::counters(&counters);
@@ -328,21 +502,17 @@ async fn serve(
         }
     }
     // Let held datagrams go (a clean stop should not lose what the core already sent).
-    while !d.delayed.is_empty() {
-        let at = d.delayed.front().map(|(at, _, _)| *at);
-        sleep_until(at).await;
-        d.flush_delayed().await;
-    }
+    d.node.finish().await;
     Ok(())
 }
 
 impl Daemon {
     fn now(&self) -> Timestamp {
-        Timestamp::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+        self.node.now()
     }
 
     fn counters(&self) -> &cohort_hop::HopCounters {
-        match &self.node {
+        match self.node.core() {
             HopNode::Endpoint(e) => e.counters(),
             HopNode::Relay(r) => r.counters(),
         }
@@ -352,13 +522,7 @@ impl Daemon {
     /// commands, so again), until neither has anything.
     async fn drain(&mut self) {
         loop {
-            let now = self.now();
-            let mut buf = std::mem::take(&mut self.send_buf);
-            while let Some(t) = self.node.poll_transmit(now, &mut buf) {
-                self.transmit(t.destination, &buf[..t.size]).await;
-                buf.clear();
-            }
-            self.send_buf = buf;
+            self.node.transmit().await;
             let mut any = false;
             while let Some(event) = self.node.poll_event() {
                 any = true;
@@ -370,34 +534,11 @@ impl Daemon {
         }
     }
 
-    async fn transmit(&mut self, to: SocketAddr, bytes: &[u8]) {
-        if self.delay.is_zero() {
-            // A full socket buffer or an unreachable next hop loses the datagram, as a
-            // network would; the protocol above recovers.
-            if self.socket.send_to(bytes, to).await.is_err() {
-                self.send_errors += 1;
-            }
-        } else {
-            self.delayed
-                .push_back((Instant::now() + self.delay, to, bytes.to_vec()));
-        }
-    }
-
-    async fn flush_delayed(&mut self) {
-        let now = Instant::now();
-        while self.delayed.front().is_some_and(|(at, _, _)| *at <= now) {
-            if let Some((_, to, bytes)) = self.delayed.pop_front() {
-                if self.socket.send_to(&bytes, to).await.is_err() {
-                    self.send_errors += 1;
-                }
-            }
-        }
-    }
-
     async fn event(&mut self, event: HopEvent) {
         match event {
             HopEvent::Relay(e) => emit(&json::relay_event(&e)),
             HopEvent::Endpoint(EndpointEvent::Received { peer, assoc, data }) => {
+                self.metrics.message("received");
                 if let Some(tun) = &self.tun {
                     if tun.send(&data).await.is_ok() {
                         self.tun_counters.written += 1;
@@ -415,6 +556,16 @@ impl Daemon {
             HopEvent::Endpoint(e) => {
                 emit(&json::endpoint_event(&e));
                 let now = self.now();
+                match &e {
+                    EndpointEvent::Connected { .. } => self.metrics.handshake("connected", ""),
+                    EndpointEvent::ConnectFailed { reason, .. } => {
+                        self.metrics.handshake("failed", reason);
+                    }
+                    EndpointEvent::Disconnected { reason, .. } => {
+                        self.metrics.handshake("disconnected", reason);
+                    }
+                    _ => {}
+                }
                 match e {
                     EndpointEvent::Connected { peer, .. } => {
                         self.reconnect.remove(&peer);
@@ -489,7 +640,10 @@ impl Daemon {
         // One connection stays on one association (so TCP sees no reordering); several
         // connections spread over the associations.
         match e.send_keyed(now, peer, connection_hash(packet), packet) {
-            Ok(()) => self.tun_counters.sent += 1,
+            Ok(()) => {
+                self.tun_counters.sent += 1;
+                self.metrics.message("sent");
+            }
             // Like a router with a full queue: drop; TCP above slows down and resends.
             Err(_) => self.tun_counters.refused += 1,
         }
@@ -500,7 +654,7 @@ impl Daemon {
         if let Some(p) = named {
             return Ok(p);
         }
-        let known: Vec<SocketAddr> = match self.node.endpoint() {
+        let known: Vec<SocketAddr> = match self.node.core().endpoint() {
             Some(e) => e.status().peers.iter().map(|p| p.addr).collect(),
             None => Vec::new(),
         };
@@ -548,7 +702,9 @@ impl Daemon {
                     Some(a) => e.send(now, peer, a, &data),
                     None => e.send_any(now, peer, &data),
                 }
-                .map_err(|err| format!("{peer}: {err}"))
+                .map_err(|err| format!("{peer}: {err}"))?;
+                self.metrics.message("sent");
+                Ok(())
             })()
             .map_err(|e| ("send", e)),
             json::Command::Open { peer, mode } => (|| {
@@ -626,12 +782,12 @@ impl Daemon {
     }
 
     fn status(&self) -> Value {
-        let mut v = match &self.node {
+        let mut v = match self.node.core() {
             HopNode::Endpoint(e) => json::endpoint_status(&e.status()),
             HopNode::Relay(r) => json::relay_status(&r.status()),
         };
-        v["delay_ms"] = json!(self.delay.as_secs_f64() * 1e3);
-        v["send_errors"] = json!(self.send_errors);
+        v["delay_ms"] = json!(self.node.delay().as_secs_f64() * 1e3);
+        v["send_errors"] = json!(self.node.stats().send_errors);
         if let Some(t) = &self.tun {
             let c = &self.tun_counters;
             v["tun"] = json!({
@@ -675,13 +831,6 @@ fn connection_hash(packet: &[u8]) -> u64 {
 async fn tun_recv(tun: Option<&TunDevice>, buf: &mut [u8]) -> std::io::Result<usize> {
     match tun {
         Some(t) => t.recv(buf).await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
