@@ -71,7 +71,7 @@
 //! ## Events
 //!
 //! The member's task never waits for the reader: events go into a queue of `event_queue`
-//! entries (default [`DEFAULT_EVENT_QUEUE`](config::DEFAULT_EVENT_QUEUE)). When it is full
+//! entries (default [`DEFAULT_EVENT_QUEUE`]). When it is full
 //! the member keeps running (heartbeats, retransmissions, view changes) and counts the
 //! events it could not queue; the reader then gets [`Event::Lost`] with the count, where
 //! they were lost. [`Group::view`] is always current, lost events or not.
