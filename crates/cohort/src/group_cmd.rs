@@ -127,14 +127,15 @@ async fn serve(config: GroupConfig, exit_on_eof: bool) -> Result<(), UsageError>
     let mut interrupt = signal(SignalKind::interrupt())
         .map_err(|e| UsageError(format!("cannot watch SIGINT: {e}")))?;
 
-    // Commands run one after another on their own task, so a send that waits for the
-    // window holds back the commands behind it (and, through the bounded channel, the
-    // reading of standard input), never the events.
-    let (to_worker, worker_rx) = mpsc::channel(64);
-    tokio::spawn(worker(group.clone(), worker_rx));
-
-    let mut stdin = jsonl::commands(MAX_LINE, json::parse_command);
-    let mut stdin_open = true;
+    // Standard input's commands run one after another on their own task, so a send that
+    // waits for the window holds back the commands behind it (and the reading of standard
+    // input), never the events printed here.
+    let leave_on_eof = ctl.is_none() || exit_on_eof;
+    tokio::spawn(worker(
+        group.clone(),
+        jsonl::commands(MAX_LINE, json::parse_command),
+        leave_on_eof,
+    ));
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_dropped = DropCounters::default();
     let leave = |group: &Group| {
@@ -148,20 +149,6 @@ async fn serve(config: GroupConfig, exit_on_eof: bool) -> Result<(), UsageError>
                 Some(event) => emit(&json::facade_event(&event)),
                 // The member stopped: it left (or its socket failed).
                 None => break,
-            },
-            input = stdin.recv(), if stdin_open => match input {
-                Some(Ok(command)) => {
-                    if to_worker.send(command).await.is_err() {
-                        break;
-                    }
-                }
-                Some(Err(line)) => emit(&line),
-                None => {
-                    stdin_open = false;
-                    if ctl.is_none() || exit_on_eof {
-                        leave(&group);
-                    }
-                }
             },
             _ = tick.tick() => {
                 if let Ok(stats) = group.stats().await {
@@ -178,9 +165,20 @@ async fn serve(config: GroupConfig, exit_on_eof: bool) -> Result<(), UsageError>
     Ok(())
 }
 
-/// Runs stdin's commands in order.
-async fn worker(group: Group, mut commands: mpsc::Receiver<json::Command>) {
-    while let Some(command) = commands.recv().await {
+/// Runs standard input's commands in order; at its end, leaves if `leave_on_eof`.
+async fn worker(
+    group: Group,
+    mut stdin: mpsc::Receiver<Result<json::Command, Value>>,
+    leave_on_eof: bool,
+) {
+    while let Some(line) = stdin.recv().await {
+        let command = match line {
+            Ok(command) => command,
+            Err(error_line) => {
+                emit(&error_line);
+                continue;
+            }
+        };
         match command {
             json::Command::Send { channel, data } => {
                 if let Err(e) = group.send(channel, data).await {
@@ -201,8 +199,8 @@ async fn worker(group: Group, mut commands: mpsc::Receiver<json::Command>) {
                 Err(e) => emit(&jsonl::error(Some("status"), &e.to_string())),
             },
             json::Command::Leave => {
-                let group = group.clone();
-                tokio::spawn(async move { group.leave().await });
+                let _ = group.leave().await;
+                return;
             }
             json::Command::Trust { add, remove } => {
                 let result = async {
@@ -225,5 +223,8 @@ async fn worker(group: Group, mut commands: mpsc::Receiver<json::Command>) {
                 }
             }
         }
+    }
+    if leave_on_eof {
+        let _ = group.leave().await;
     }
 }

@@ -98,6 +98,10 @@
 //! without a callback send an empty answer, so a joiner never waits for nothing: it then
 //! gets no `State` event at all.
 //!
+//! If no member that held the state is left to send it (they all crashed or left), a
+//! joiner keeps holding back its events, up to a bound after which they are counted as
+//! lost; the facade does not guess a state for it.
+//!
 //! The members of a component that dissolves into a larger one after a partition
 //! ([`Event::Merging`]) are joiners again: they get the larger component's state.
 
@@ -517,6 +521,8 @@ impl Events {
     ///
     /// At a view boundary where this member is to send the state (see the module guide),
     /// this calls the snapshot callback before it returns the event after the view.
+    ///
+    /// Cancel-safe: a `next` dropped before it returned (in a `select!`) loses no event.
     pub async fn next(&mut self) -> Option<Event> {
         loop {
             match self.queue.pop().await? {
@@ -538,11 +544,15 @@ impl Events {
                         Some(Err(reason)) => Some(reason.clone()),
                         _ => None,
                     };
-                    // The task may have stopped; then nobody waits for the snapshot.
+                    // The task may have stopped; then nobody waits for the snapshot. No
+                    // await here: a `next` cancelled in a select! loses no snapshot.
                     if let Some(requests) = self.requests.upgrade() {
-                        let _ = requests
-                            .send(task::Request::Snapshot { view, snapshot })
-                            .await;
+                        let request = task::Request::Snapshot { view, snapshot };
+                        if let Err(mpsc::error::TrySendError::Full(request)) =
+                            requests.try_send(request)
+                        {
+                            tokio::spawn(async move { requests.send(request).await });
+                        }
                     }
                     if let Some(reason) = failed {
                         return Some(Event::SnapshotFailed { reason });
