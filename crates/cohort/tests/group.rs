@@ -1,7 +1,8 @@
 //! `cohort group run` as a user runs it: bad configurations are refused with a message naming
 //! the key; three members on loopback form a view, deliver reliable messages in one order,
 //! carry unreliable ones, rekey, survive a SIGKILL of one of them, answer status and leave;
-//! a leader told to stop trusting a member removes it, which goes on alone.
+//! a leader told to stop trusting a member removes it, which goes on alone; a 300 KiB message
+//! crosses in fragments; with standard input closed, or on SIGTERM, a member leaves and exits 0.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
 mod support;
@@ -441,6 +442,28 @@ fn sigterm_leaves_and_exits_0() {
     assert_eq!(
         lines(&out).last().unwrap(),
         &json!({"event": "expelled", "reason": "left"})
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_message_of_300_kib_goes_through_run_in_fragments() {
+    let dir = tempdir("group-large");
+    let trust: Vec<String> = ["alice", "bob"].iter().map(|n| keygen(&dir, n)).collect();
+    let mut alice = Member::start(&dir, "alice", &[], &trust);
+    let mut bob = Member::start(&dir, "bob", std::slice::from_ref(&alice.listen), &trust);
+    converge(&mut [&mut alice, &mut bob], 2, -1);
+    let data: Vec<u8> = (0..300 * 1024).map(|i| (i % 251) as u8).collect();
+    alice.send("reliable", &data);
+    let got = bob.reliable(1);
+    assert_eq!(got[0].1, alice.id);
+    assert_eq!(BASE64.decode(&got[0].3).unwrap(), data);
+    // Above one datagram, the unreliable channel refuses with an error line.
+    alice.send("unreliable", &data[..2000]);
+    let e = alice.wait("an error line", |v| v["event"] == "error");
+    assert!(
+        e["error"].as_str().unwrap().contains("over the limit"),
+        "{e}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
