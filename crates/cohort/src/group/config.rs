@@ -83,8 +83,9 @@ pub const DEFAULT_EVENT_QUEUE: usize = 4096;
 /// defaults are applied by validation.
 ///
 /// Read a file with [`GroupConfig::load`], text with [`GroupConfig::from_toml_str`], or
-/// build one in code with [`GroupConfig::builder`].
-#[derive(Default, Deserialize)]
+/// build one in code with [`GroupConfig::builder`]. A clone shares credentials given in
+/// code: the first member started from either takes them.
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupConfig {
     identity: Option<String>,
