@@ -18,6 +18,8 @@
 #![forbid(unsafe_code)]
 
 pub mod channel;
+mod config_file;
+pub mod group;
 pub mod hop;
 pub mod metrics;
 

@@ -12,12 +12,15 @@
 //!    leader sequences its own messages without a network round trip). If the view changes
 //!    meanwhile (a member fell behind and was removed), the report says so.
 //!
-//! `--baseline` repeats all of it with gear `none` in the same process.
+//! `--baseline` repeats all of it with gear `none` in the same process. `--facade` runs the
+//! members through the library's `cohort::group` facade instead of the protocol core (no
+//! packet probe then).
 
+use super::os_seed;
 use super::shell::{Shell, ShellEvent};
-use super::{config, os_seed};
 use crate::UsageError;
 use clap::{Args, ValueEnum};
+use cohort::group::parse_gear;
 use cohort_channel::identity::Identity;
 use cohort_crypto::CryptoProvider;
 use cohort_group::config::DEFAULT_MAX_MESSAGE_LEN;
@@ -66,6 +69,12 @@ pub struct BenchArgs {
     /// Reliable send window per member (default: the group default).
     #[arg(long)]
     send_window: Option<usize>,
+    /// Drive the members through the library's `cohort::group` facade (what applications
+    /// and `group run` use: fragment headers, the send queue, the event queue) instead of
+    /// the protocol core directly. The packet overhead probe needs the core: with
+    /// `--facade` it is not measured.
+    #[arg(long)]
+    facade: bool,
 }
 
 /// Which tokio runtime runs the members.
@@ -108,8 +117,7 @@ pub fn run(args: &BenchArgs) -> Result<(), UsageError> {
     if args.size == 0 {
         return Err(UsageError("--size must be at least 1 byte".into()));
     }
-    let protection =
-        config::parse_gear(&args.gear).map_err(|e| UsageError(format!("--gear: {e}")))?;
+    let protection = parse_gear(&args.gear).map_err(|e| UsageError(format!("--gear: {e}")))?;
     // Check the configuration before starting anything.
     group_config(args, protection.clone(), vec![])
         .validate()
@@ -123,13 +131,18 @@ pub fn run(args: &BenchArgs) -> Result<(), UsageError> {
         .enable_all()
         .build()
         .map_err(|e| UsageError(format!("cannot start the runtime: {e}")))?;
-    let main = runtime
-        .block_on(measure(args, protection))
+    let one = |gear: &str, protection: Protection| {
+        if args.facade {
+            runtime.block_on(measure_facade(args, gear))
+        } else {
+            runtime.block_on(measure(args, protection))
+        }
+    };
+    let main = one(&args.gear, protection)
         .map_err(|e| UsageError(format!("group bench ({}): {e}", args.gear)))?;
     let baseline = if args.baseline {
         Some(
-            runtime
-                .block_on(measure(args, Protection::DangerNoneForTesting))
+            one("none", Protection::DangerNoneForTesting)
                 .map_err(|e| UsageError(format!("group bench (baseline none): {e}")))?,
         )
     } else {
@@ -459,6 +472,175 @@ async fn measure(args: &BenchArgs, protection: Protection) -> Result<Measurement
     })
 }
 
+/// As [`measure`], through the library's facade: every member is a [`cohort::group::Group`],
+/// started one after another with the ones before as contacts; the flood is one task per
+/// member awaiting `send` in a loop (the facade's back-pressure). No packet probe.
+async fn measure_facade(args: &BenchArgs, gear: &str) -> Result<Measurement, String> {
+    use cohort::group::{self as facade, Event, Group};
+    let provider = CryptoProvider::default_provider();
+    let n = args.members;
+    let identities = (0..n)
+        .map(|_| Identity::generate(&provider).map_err(|e| format!("keygen: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let trust: Vec<MemberId> = identities.iter().map(|i| MemberId(i.public())).collect();
+    let default_backlog = GroupConfig::new("bench", Vec::new()).backlog_limit;
+    let payload = (args.size + facade::frag::HEADER).clamp(DEFAULT_MAX_MESSAGE_LEN, 16 * 1024);
+    let delivered: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+    let took: Arc<std::sync::Mutex<Vec<Duration>>> = Arc::default();
+    let mut groups: Vec<Group> = Vec::with_capacity(n);
+    let mut pumps = Vec::with_capacity(n);
+    let started = Instant::now();
+    for (index, identity) in identities.into_iter().enumerate() {
+        let mut builder = facade::GroupConfig::builder("bench")
+            .identity(identity)
+            .listen(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .trust(trust.iter().copied())
+            .gear(gear)
+            .max_datagram_payload(payload as u64);
+        for g in &groups {
+            builder = builder.peer(g.local_addr());
+        }
+        if let Some(window) = args.send_window {
+            builder = builder
+                .send_window(window as u64)
+                .backlog(default_backlog.max(window * 4) as u64);
+        }
+        let config = builder.build().map_err(|e| e.to_string())?;
+        let (group, mut events) = Group::start(config).map_err(|e| e.to_string())?;
+        let (counter, took) = (delivered.clone(), took.clone());
+        pumps.push(tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                match event {
+                    Event::Deliver {
+                        channel: Channel::Reliable,
+                        ..
+                    } => {
+                        if let Some(c) = counter.get(index) {
+                            c.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Event::Rekeyed { took: Some(t), .. } => {
+                        if let Ok(mut took) = took.lock() {
+                            took.push(t);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }));
+        groups.push(group);
+    }
+    let common = |groups: &[Group]| -> Option<View> {
+        let first = groups.first()?.view()?;
+        groups
+            .iter()
+            .all(|g| g.view().as_ref() == Some(&first))
+            .then_some(first)
+    };
+    wait_for(&groups, &format!("one view of {n}"), |g| {
+        common(g).is_some_and(|v| v.members.len() == n)
+    })
+    .await?;
+    let view_ms = started.elapsed().as_secs_f64() * 1e3;
+    let view = common(&groups).ok_or("the view vanished")?;
+    let leader = groups
+        .iter()
+        .position(|g| g.id() == view.leader().id)
+        .ok_or("the leader is not one of the bench's members")?;
+    let follower = (0..n).find(|i| *i != leader);
+
+    let mut rekey_ms = Vec::new();
+    let mut rekey_took_ms = Vec::new();
+    for _ in 0..args.rekeys {
+        let epoch = groups
+            .iter()
+            .filter_map(|g| g.view().map(|v| v.key_epoch))
+            .max()
+            .unwrap_or(0);
+        let took_before = took.lock().map(|t| t.len()).unwrap_or(0);
+        let t0 = Instant::now();
+        groups[leader].rekey().await.map_err(|e| e.to_string())?;
+        wait_for(&groups, "a rekey at every member", |g| {
+            g.iter().all(|g| {
+                g.view()
+                    .is_some_and(|v| v.key_epoch > epoch && v.members.len() == n)
+            })
+        })
+        .await?;
+        rekey_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        if let Some(t) = took.lock().ok().and_then(|t| t.get(took_before).copied()) {
+            rekey_took_ms.push(t.as_secs_f64() * 1e3);
+        }
+    }
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut floods = Vec::new();
+    for (i, group) in groups.iter().enumerate() {
+        if args.followers_only && i == leader && n > 1 {
+            continue;
+        }
+        let (group, stop, data) = (group.clone(), stop.clone(), vec![0xa5u8; args.size]);
+        floods.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if group.send(Channel::Reliable, data.clone()).await.is_err() {
+                    break;
+                }
+            }
+        }));
+    }
+    let counted = follower.unwrap_or(leader);
+    let view_before = common(&groups).map(|v| v.id);
+    let before = delivered[counted].load(Ordering::Relaxed);
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs_f64(args.seconds)).await;
+    let count = delivered[counted].load(Ordering::Relaxed) - before;
+    let elapsed = t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let view_after = common(&groups).map(|v| v.id);
+    let smallest_view = groups
+        .iter()
+        .map(|g| g.view().map_or(0, |v| v.members.len()))
+        .min()
+        .unwrap_or(0);
+    let msgs_per_sec = count as f64 / elapsed;
+    for group in &groups {
+        let _ = tokio::time::timeout(Duration::from_secs(3), group.leave()).await;
+    }
+    for task in floods.into_iter().chain(pumps) {
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
+    }
+    Ok(Measurement {
+        view_ms,
+        msgs_per_sec,
+        mbit_per_sec: msgs_per_sec * args.size as f64 * 8.0 / 1e6,
+        overhead_ordered: None,
+        overhead_unreliable: None,
+        overhead_submit: None,
+        rekey_ms,
+        rekey_took_ms,
+        counted,
+        view_held: view_before.is_some() && view_before == view_after,
+        smallest_view,
+    })
+}
+
+/// Polls the members' views every millisecond until `done` holds (the facade keeps
+/// `view()` current): view and rekey times are up to 1 ms late.
+async fn wait_for(
+    groups: &[cohort::group::Group],
+    what: &str,
+    done: impl Fn(&[cohort::group::Group]) -> bool,
+) -> Result<(), String> {
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    while !done(groups) {
+        if Instant::now() > deadline {
+            return Err(format!("no {what} within {PHASE_TIMEOUT:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    Ok(())
+}
+
 impl Watch {
     /// Waits for member `who`'s probe report; the overhead is the most common size among
     /// the datagrams at least as large as the payload, minus the payload (`None` if the
@@ -524,6 +706,7 @@ fn report(args: &BenchArgs, m: &Measurement, baseline: Option<&Measurement>) {
             "gear": args.gear,
             "seconds": args.seconds,
             "runtime": args.runtime.name(),
+            "via": if args.facade { "facade" } else { "core" },
             "view_ms": m.view_ms,
             "msgs_per_sec": m.msgs_per_sec,
             "mbit_per_sec": m.mbit_per_sec,
@@ -553,12 +736,13 @@ fn report(args: &BenchArgs, m: &Measurement, baseline: Option<&Measurement>) {
     }
     let bytes = |o: Option<usize>| o.map_or("not measured".to_string(), |b| format!("{b} bytes"));
     println!(
-        "cohort group bench: {} members on loopback, {}-byte messages, gear {}, {} s, {} runtime",
+        "cohort group bench: {} members on loopback, {}-byte messages, gear {}, {} s, {} runtime, through the {}",
         args.members,
         args.size,
         args.gear,
         args.seconds,
-        args.runtime.name()
+        args.runtime.name(),
+        if args.facade { "cohort::group facade" } else { "protocol core" }
     );
     println!(
         "  one view of {} after     {:.0} ms",
