@@ -131,8 +131,11 @@ STRANGER_REASON="the KDC does not know this principal"
 HINT_REASON="refused (unauthenticated hint): the KDC does not know this principal"
 group_toml "$(principal stranger)" "$STRANGER_ADDR" "$(group_peers 0)" "$six" >"$WORK/stranger.toml"
 T_STRANGER=$(now)
-netns_start stranger "$NS_B" /dev/null "$COHORT" group run --config "$WORK/stranger.toml"
+# Its stdin is a fifo held open (fd 17): end of input would make it leave and exit.
+mkfifo "$WORK/stranger.in"
+netns_start stranger "$NS_B" "$WORK/stranger.in" "$COHORT" group run --config "$WORK/stranger.toml"
 STRANGER=$STARTED
+exec 17>"$WORK/stranger.in"
 wait_for 10 "start of the stranger" grep -qs '"event":"started"' "$WORK/stranger.out"
 [ "$(q id "$WORK/stranger.out")" = kdc:stranger ] || die "the stranger started as $(q id "$WORK/stranger.out")"
 leader_refused() { refused_lines "m$LEADER" | grep -qxF "  m$LEADER: $STRANGER_ADDR $STRANGER_REASON"; }
