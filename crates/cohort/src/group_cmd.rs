@@ -1,30 +1,31 @@
-//! `cohort group run|bench`: secure process groups over real UDP.
+//! `cohort group run|bench`: secure process groups over real UDP, as thin layers over the
+//! library's [`cohort::group`] facade.
 //!
 //! ```text
-//!   stdin JSON lines ──▶ reader thread ──▶ ┐
-//!   1 s tick (drop counters) ────────────▶ ├─ main task ── closures ──▶ cohort-net driver
-//!   SIGINT / SIGTERM (leave, exit) ──────▶ ┘      ▲                        │ Shell<GroupMember>
-//!   stdout JSON lines ◀── one per event ─────────┴──── events + replies ◀─┘ UDP socket
+//!   stdin JSON lines ──▶ reader thread ──▶ command worker ──▶ ┐
+//!   1 s tick (drop counters) ───────────────────────────────▶ ├─ Group (cohort::group)
+//!   SIGINT / SIGTERM, end of stdin (leave, exit) ───────────▶ ┘   │ member task, UDP socket
+//!   control socket (--ctl, cohort::group_ctl) ──────────────▶ ┘   │
+//!   stdout JSON lines ◀── one per event ◀── Events::next ◀────────┘
 //! ```
 //!
-//! `run` is one member (see [`config`] for its file and [`json`] for its lines); `bench`
-//! runs many members in one process and measures them (see [`bench`](mod@bench)).
+//! `run` is one member (see [`cohort::group::GroupConfig`] for its file and [`json`] for its
+//! lines); `bench` runs many members in one process and measures them (see
+//! [`bench`](mod@bench)).
 
 mod bench;
-pub mod config;
 pub mod json;
 pub mod shell;
 
 use crate::jsonl;
 use crate::UsageError;
 use clap::{Args, Subcommand};
-use cohort_core::Timestamp;
+use cohort::group::{Group, GroupConfig, MemberId};
 use cohort_crypto::CryptoProvider;
-use cohort_group::{DropCounters, GroupEvent, GroupMember, MemberId, RemovalReason};
+use cohort_group::DropCounters;
 use serde_json::Value;
-use shell::{Shell, ShellEvent};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -47,8 +48,13 @@ pub struct RunArgs {
     /// Listen on this address instead of the file's `listen`.
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Leave the group and exit when standard input ends (by default the member keeps
-    /// running until it is told to leave or gets SIGINT/SIGTERM).
+    /// Serve a control socket at this path (`cohort group ctl`) instead of the file's
+    /// `ctl`. With a control socket the member runs as a daemon: the end of standard input
+    /// does not leave the group.
+    #[arg(long)]
+    ctl: Option<PathBuf>,
+    /// With a control socket: leave the group and exit when standard input ends anyway.
+    /// (Without one, the end of standard input always leaves.)
     #[arg(long)]
     exit_on_eof: bool,
 }
@@ -61,31 +67,29 @@ pub fn run(command: GroupCommand) -> Result<(), UsageError> {
     }
 }
 
-/// How long `leave` waits for the member to confirm before the process exits anyway.
-const LEAVE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Longest command line read; longer lines are answered with an error and skipped.
-const MAX_LINE: usize = 64 * 1024;
+/// Longest command line read; longer lines are answered with an error and skipped. A
+/// 16 MiB message is 22.4 MB of base64.
+const MAX_LINE: usize = 24 << 20;
 
-/// A fresh 32-byte seed for a member's randomness, from the operating system.
+/// A fresh 32-byte seed from the operating system (the library's [`cohort::os_seed`]).
 pub fn os_seed(provider: &CryptoProvider) -> Result<[u8; 32], UsageError> {
-    let mut seed = [0u8; 32];
-    provider
-        .random
-        .fill(&mut seed)
-        .map_err(|e| UsageError(format!("no randomness from the operating system: {e}")))?;
-    Ok(seed)
+    cohort::os_seed(provider).map_err(|e| UsageError(e.to_string()))
 }
 
 fn run_member(args: &RunArgs) -> Result<(), UsageError> {
-    let provider = CryptoProvider::default_provider();
-    let setup = config::load(&provider, &args.config, args.listen)
-        .map_err(|e| UsageError(e.to_string()))?;
+    let mut config = GroupConfig::load(&args.config).map_err(|e| UsageError(e.to_string()))?;
+    if let Some(addr) = args.listen {
+        config.set_listen(addr);
+    }
+    if args.ctl.is_some() {
+        config.set_ctl(args.ctl.clone());
+    }
     // One member is one socket and one task: a single thread is enough.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| UsageError(format!("cannot start the runtime: {e}")))?;
-    runtime.block_on(serve(provider, setup, args.exit_on_eof))
+    runtime.block_on(serve(config, args.exit_on_eof))
 }
 
 /// Writes one JSON line and flushes it. A closed stdout means nobody listens: exit.
@@ -95,162 +99,131 @@ fn emit(value: &Value) {
     }
 }
 
-type Commands = mpsc::Sender<cohort_net::Command<Shell<GroupMember>>>;
-
-/// Hands `f` to the driver; false (with an error line) if the driver cannot take it now.
-fn command(
-    commands: &Commands,
-    cmd: &str,
-    f: impl FnOnce(&mut Shell<GroupMember>, Timestamp) + Send + 'static,
-) -> bool {
-    match commands.try_send(Box::new(f)) {
-        Ok(()) => true,
-        Err(mpsc::error::TrySendError::Full(_)) => {
-            emit(&jsonl::error(
-                Some(cmd),
-                "busy: the member's command queue is full",
-            ));
-            false
-        }
-        Err(mpsc::error::TrySendError::Closed(_)) => {
-            emit(&jsonl::error(Some(cmd), "the member has stopped"));
-            false
-        }
-    }
+/// MERGE POINT (issue 16, branch i16-ops): the control socket. The lead connects
+/// `cohort::group_ctl::serve(path, group.clone())` here; until then `--ctl` is refused
+/// rather than pretended.
+fn start_ctl(path: &Path, group: &Group) -> Result<(), UsageError> {
+    let _ = group;
+    Err(UsageError(format!(
+        "ctl {}: this build has no control socket yet (cohort::group_ctl)",
+        path.display()
+    )))
 }
 
-async fn serve(
-    provider: CryptoProvider,
-    setup: config::MemberSetup,
-    exit_on_eof: bool,
-) -> Result<(), UsageError> {
-    let socket = cohort_net::bind_udp(setup.listen)
-        .map_err(|e| UsageError(format!("cannot listen on {}: {e}", setup.listen)))?;
-    let local = socket
-        .local_addr()
-        .map_err(|e| UsageError(format!("cannot read the socket's address: {e}")))?;
-    let seed = os_seed(&provider)?;
-    let member = GroupMember::new(provider, setup.credentials, local, setup.config, seed)
-        .map_err(|e| UsageError(format!("config error: {e}")))?;
-    emit(&json::started(&member.id(), local));
+async fn serve(config: GroupConfig, exit_on_eof: bool) -> Result<(), UsageError> {
+    let ctl = config.ctl();
+    let (group, mut events) = Group::start(config).map_err(|e| UsageError(e.to_string()))?;
+    if let Some(path) = &ctl {
+        if let Err(e) = start_ctl(path, &group) {
+            group.leave().await.ok();
+            return Err(e);
+        }
+    }
+    emit(&json::started(&group.id(), group.local_addr()));
 
-    let cohort_net::Driver {
-        commands,
-        mut events,
-        task,
-    } = cohort_net::spawn(Shell::new(member), socket);
-    let peers = setup.peers;
-    command(&commands, "start", move |s, now| {
-        s.member_mut().start(now, &peers)
-    });
-
-    let mut stdin = jsonl::commands(MAX_LINE, json::parse_command);
-    let mut stdin_open = true;
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut last_dropped = DropCounters::default();
-    let mut leave_deadline: Option<tokio::time::Instant> = None;
     use tokio::signal::unix::{signal, SignalKind};
     let mut terminate = signal(SignalKind::terminate())
         .map_err(|e| UsageError(format!("cannot watch SIGTERM: {e}")))?;
     let mut interrupt = signal(SignalKind::interrupt())
         .map_err(|e| UsageError(format!("cannot watch SIGINT: {e}")))?;
 
-    let leave = |commands: &Commands, deadline: &mut Option<tokio::time::Instant>| {
-        if deadline.is_none() && command(commands, "leave", |s, now| s.member_mut().leave(now)) {
-            *deadline = Some(tokio::time::Instant::now() + LEAVE_TIMEOUT);
-        }
+    // Commands run one after another on their own task, so a send that waits for the
+    // window holds back the commands behind it (and, through the bounded channel, the
+    // reading of standard input), never the events.
+    let (to_worker, worker_rx) = mpsc::channel(64);
+    tokio::spawn(worker(group.clone(), worker_rx));
+
+    let mut stdin = jsonl::commands(MAX_LINE, json::parse_command);
+    let mut stdin_open = true;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut last_dropped = DropCounters::default();
+    let leave = |group: &Group| {
+        let group = group.clone();
+        tokio::spawn(async move { group.leave().await });
     };
 
     loop {
         tokio::select! {
-            event = events.recv() => match event {
-                Some(ShellEvent::Group(event)) => {
-                    emit(&json::event(&event));
-                    if leave_deadline.is_some()
-                        && event == (GroupEvent::Expelled { reason: RemovalReason::Left })
-                    {
-                        break;
-                    }
-                }
-                Some(ShellEvent::SendFailed(error)) => emit(&jsonl::error(Some("send"), &error)),
-                Some(ShellEvent::Status(status, queued)) => {
-                    let mut line = json::status(&status);
-                    line["queued"] = queued.into();
-                    emit(&line);
-                }
-                Some(ShellEvent::Counters(counters)) => {
-                    if counters != last_dropped {
-                        emit(&json::dropped(&counters));
-                        last_dropped = counters;
-                    }
-                }
-                Some(ShellEvent::Probe { .. }) => {}
+            event = events.next() => match event {
+                Some(event) => emit(&json::facade_event(&event)),
+                // The member stopped: it left (or its socket failed).
                 None => break,
             },
             input = stdin.recv(), if stdin_open => match input {
-                Some(line) => match line {
-                    Ok(json::Command::Send { channel, data }) => {
-                        command(&commands, "send", move |s, now| s.send(now, channel, data));
+                Some(Ok(command)) => {
+                    if to_worker.send(command).await.is_err() {
+                        break;
                     }
-                    Ok(json::Command::Rekey) => {
-                        command(&commands, "rekey", |s, now| s.member_mut().rekey(now));
-                    }
-                    Ok(json::Command::Status) => {
-                        command(&commands, "status", |s, _| {
-                            let status = s.member().status();
-                            let queued = s.queued();
-                            s.reply(ShellEvent::Status(Box::new(status), queued));
-                        });
-                    }
-                    Ok(json::Command::Leave) => leave(&commands, &mut leave_deadline),
-                    Ok(json::Command::Trust { add, remove }) => {
-                        command(&commands, "trust", move |s, now| {
-                            let m = s.member_mut();
-                            let mut trust: Vec<MemberId> = m
-                                .trust()
-                                .iter()
-                                .copied()
-                                .filter(|t| !remove.contains(t))
-                                .collect();
-                            for a in add {
-                                if !trust.contains(&a) && !remove.contains(&a) {
-                                    trust.push(a);
-                                }
-                            }
-                            m.set_trust(now, trust);
-                        });
-                    }
-                    Err(line) => emit(&line),
-                },
+                }
+                Some(Err(line)) => emit(&line),
                 None => {
                     stdin_open = false;
-                    if exit_on_eof {
-                        leave(&commands, &mut leave_deadline);
+                    if ctl.is_none() || exit_on_eof {
+                        leave(&group);
                     }
                 }
             },
             _ = tick.tick() => {
-                // Best effort: a busy driver skips a report, the next tick catches up.
-                let _ = commands.try_send(Box::new(|s: &mut Shell<GroupMember>, _| {
-                    let counters = *s.member().counters();
-                    s.reply(ShellEvent::Counters(counters));
-                }));
+                if let Ok(stats) = group.stats().await {
+                    if stats.status.dropped != last_dropped {
+                        emit(&json::dropped(&stats.status.dropped));
+                        last_dropped = stats.status.dropped;
+                    }
+                }
             }
-            () = sleep_until(leave_deadline) => break,
-            _ = interrupt.recv() => leave(&commands, &mut leave_deadline),
-            _ = terminate.recv() => leave(&commands, &mut leave_deadline),
+            _ = interrupt.recv() => leave(&group),
+            _ = terminate.recv() => leave(&group),
         }
     }
-    drop(commands);
-    match tokio::time::timeout(Duration::from_secs(1), task).await {
-        Ok(Ok(Err(e))) => Err(UsageError(format!("the UDP socket failed: {e}"))),
-        _ => Ok(()),
-    }
+    Ok(())
 }
 
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+/// Runs stdin's commands in order.
+async fn worker(group: Group, mut commands: mpsc::Receiver<json::Command>) {
+    while let Some(command) = commands.recv().await {
+        match command {
+            json::Command::Send { channel, data } => {
+                if let Err(e) = group.send(channel, data).await {
+                    emit(&jsonl::error(Some("send"), &e.to_string()));
+                }
+            }
+            json::Command::Rekey => {
+                if let Err(e) = group.rekey().await {
+                    emit(&jsonl::error(Some("rekey"), &e.to_string()));
+                }
+            }
+            json::Command::Status => match group.stats().await {
+                Ok(stats) => {
+                    let mut line = json::status(&stats.status);
+                    line["queued"] = stats.queued.into();
+                    emit(&line);
+                }
+                Err(e) => emit(&jsonl::error(Some("status"), &e.to_string())),
+            },
+            json::Command::Leave => {
+                let group = group.clone();
+                tokio::spawn(async move { group.leave().await });
+            }
+            json::Command::Trust { add, remove } => {
+                let result = async {
+                    let mut trust: Vec<MemberId> = group
+                        .trust()
+                        .await?
+                        .into_iter()
+                        .filter(|t| !remove.contains(t))
+                        .collect();
+                    for a in add {
+                        if !trust.contains(&a) && !remove.contains(&a) {
+                            trust.push(a);
+                        }
+                    }
+                    group.set_trust(trust).await
+                }
+                .await;
+                if let Err(e) = result {
+                    emit(&jsonl::error(Some("trust"), &e.to_string()));
+                }
+            }
+        }
     }
 }

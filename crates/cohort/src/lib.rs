@@ -17,6 +17,8 @@
 
 #![forbid(unsafe_code)]
 
+mod config_file;
+pub mod group;
 pub mod metrics;
 
 use cohort_crypto::CryptoProvider;

@@ -14,10 +14,11 @@
 //!
 //! `--baseline` repeats all of it with gear `none` in the same process.
 
+use super::os_seed;
 use super::shell::{Shell, ShellEvent};
-use super::{config, os_seed};
 use crate::UsageError;
 use clap::{Args, ValueEnum};
+use cohort::group::parse_gear;
 use cohort_channel::identity::Identity;
 use cohort_crypto::CryptoProvider;
 use cohort_group::config::DEFAULT_MAX_MESSAGE_LEN;
@@ -108,8 +109,7 @@ pub fn run(args: &BenchArgs) -> Result<(), UsageError> {
     if args.size == 0 {
         return Err(UsageError("--size must be at least 1 byte".into()));
     }
-    let protection =
-        config::parse_gear(&args.gear).map_err(|e| UsageError(format!("--gear: {e}")))?;
+    let protection = parse_gear(&args.gear).map_err(|e| UsageError(format!("--gear: {e}")))?;
     // Check the configuration before starting anything.
     group_config(args, protection.clone(), vec![])
         .validate()

@@ -107,6 +107,55 @@ pub fn event(event: &GroupEvent) -> Value {
     }
 }
 
+/// One line for one event of the library's facade: the member's events as [`event`]
+/// writes them, and the facade's own (`state`, `state_unavailable`, `snapshot_failed`,
+/// `lost`).
+pub fn facade_event(event: &cohort::group::Event) -> Value {
+    use cohort::group::Event as E;
+    let core = match event.clone() {
+        E::View(view) => GroupEvent::View(view),
+        E::Deliver {
+            channel,
+            sender,
+            view,
+            seq,
+            order,
+            data,
+        } => GroupEvent::Deliver {
+            channel,
+            sender,
+            view,
+            seq,
+            order,
+            data,
+        },
+        E::Rekeyed {
+            key_epoch,
+            members,
+            took,
+        } => GroupEvent::Rekeyed {
+            key_epoch,
+            members,
+            took,
+        },
+        E::Removed { member, reason } => GroupEvent::Removed { member, reason },
+        E::Expelled { reason } => GroupEvent::Expelled { reason },
+        E::Insecure { from } => GroupEvent::Insecure { from },
+        E::Merging { leader, into } => GroupEvent::Merging { leader, into },
+        E::Protocol(event) => event,
+        E::State(bytes) => return json!({"event": "state", "data": BASE64.encode(bytes)}),
+        E::StateUnavailable { reason } => {
+            return json!({"event": "state_unavailable", "reason": reason})
+        }
+        E::SnapshotFailed { reason } => {
+            return json!({"event": "snapshot_failed", "reason": reason})
+        }
+        E::Lost { count } => return json!({"event": "lost", "count": count}),
+        other => return jsonl::other_event(&other),
+    };
+    self::event(&core)
+}
+
 /// Dropped-packet counters as an object of `name: count`.
 pub fn counters(counters: &DropCounters) -> Value {
     jsonl::counts(counters.iter())

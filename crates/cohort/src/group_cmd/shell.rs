@@ -1,4 +1,5 @@
-//! [`Shell`]: a group member as the CLI drives it. It is itself a [`Machine`], so the tokio
+//! [`Shell`]: a group member as `cohort group bench` drives it (measurement only:
+//! applications and `group run` use the library's `cohort::group` facade). It is itself a [`Machine`], so the tokio
 //! driver runs it unchanged; around the member it adds what an application adds:
 //!
 //! * a bounded queue for reliable sends refused with `WindowFull`, retried after every
@@ -9,7 +10,7 @@
 //! * a probe that records the sizes of the datagrams one send produces (packet overhead).
 
 use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_group::{Channel, DropCounters, GroupEvent, GroupMember, SendError, Status};
+use cohort_group::{Channel, GroupEvent, GroupMember, SendError};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 
@@ -36,10 +37,6 @@ pub enum ShellEvent {
     Group(GroupEvent),
     /// A send failed (for a reason other than a full window).
     SendFailed(String),
-    /// Answer to a status request, with the number of queued reliable sends.
-    Status(Box<Status>, usize),
-    /// Answer to a counters request.
-    Counters(DropCounters),
     /// The datagrams one probed send produced: `(destination, size)`.
     Probe {
         /// The probed payload's length.
@@ -71,6 +68,7 @@ impl<M: Machine<Event = GroupEvent> + Sender> Shell<M> {
     }
 
     /// The member.
+    #[cfg(test)]
     pub fn member(&self) -> &M {
         &self.member
     }
@@ -81,6 +79,7 @@ impl<M: Machine<Event = GroupEvent> + Sender> Shell<M> {
     }
 
     /// Reliable messages waiting for the window.
+    #[cfg(test)]
     pub fn queued(&self) -> usize {
         self.queue.len()
     }
@@ -134,11 +133,6 @@ impl<M: Machine<Event = GroupEvent> + Sender> Shell<M> {
     pub fn set_flood(&mut self, now: Timestamp, flood: Option<(Channel, Vec<u8>)>) {
         self.flood = flood;
         self.pump(now);
-    }
-
-    /// Queues a reply for the event stream.
-    pub fn reply(&mut self, reply: ShellEvent) {
-        self.replies.push_back(reply);
     }
 
     /// Retries queued sends, then floods, until the window is full.

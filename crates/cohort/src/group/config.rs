@@ -1,4 +1,6 @@
-//! The group member's TOML configuration file, parsed into what `GroupMember::new` takes.
+//! [`GroupConfig`]: a group member's configuration, the one struct its TOML file
+//! deserializes into and code builds with [`GroupConfigBuilder`]; and its validation into
+//! what `GroupMember::new` takes ([`MemberSetup`]).
 //!
 //! ```toml
 //! identity = "alice.key"            # from `cohort keygen`; relative to this file
@@ -21,127 +23,227 @@
 //!
 //! Optional keys: `auth` (`"identity"`, the default, or `"kdc"`), `rekey` (`"one-message"` or `"tree"`), `tree_degree`,
 //! `rekey_on_membership_change`, `rekey_period_secs` (0: never), `heartbeat_ms`,
-//! `suspect_ms`, `flush_ms`, `key_grace_ms`, `backlog`, `send_window`, `max_message_len`,
-//! and for MAC gears `floor_bits` (default: the weakest listed gear's bound) and
-//! `dual_tags` (default false). Any other key is an error, and every error names its key.
+//! `suspect_ms`, `flush_ms`, `key_grace_ms`, `backlog`, `send_window`, `max_message_len`
+//! (the largest datagram payload; reliable messages up to [`MAX_MESSAGE`](super::MAX_MESSAGE)
+//! are fragmented to it), `event_queue` (events held for a slow reader before they are
+//! lost), and for MAC gears `floor_bits` (default: the weakest listed gear's bound) and
+//! `dual_tags` (default false). For the `cohort group run` daemon: `ctl` (the control
+//! socket's path) and `metrics` (`IP:PORT` of the Prometheus endpoint). Any other key is an
+//! error, and every error names its key.
 //!
-//! Reading is two steps: serde deserializes the text into a [`GroupFile`] (unknown keys and
-//! wrong types are toml's errors, with the key named), then [`GroupFile::validate`] checks
-//! what the values mean and builds the [`MemberSetup`].
+//! Reading is two steps: serde deserializes the text into a [`GroupConfig`] (unknown keys and
+//! wrong types are toml's errors, with the key named), then [`GroupConfig::validate`] checks
+//! what the values mean and builds the [`MemberSetup`]. [`GroupConfig::load`] and
+//! [`GroupConfig::from_toml_str`] run both, so a bad file fails before anything starts.
 
 pub use crate::config_file::ConfigError;
 use crate::config_file::{
     err, from_toml, listen_addr, parse_addr, read_config, read_identity, Number, Whole,
 };
+use cohort_channel::identity::Identity;
 use cohort_crypto::CryptoProvider;
 use cohort_gears::{GearId, GearKind};
 use cohort_group::kdc_pair::KdcCredentials;
 pub use cohort_group::Credentials;
-use cohort_group::{AuthMode, GroupConfig, MemberId, Protection, RekeyMethod};
+use cohort_group::{AuthMode, MemberId, Protection, RekeyMethod};
 use cohort_kdc::KeyFile;
 use serde::Deserialize;
+use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Everything needed to start one member.
+/// Everything needed to start one member: a validated [`GroupConfig`].
 pub struct MemberSetup {
     /// The member's identity or KDC credentials.
     pub credentials: Credentials,
     /// The group's configuration, already validated.
-    pub config: GroupConfig,
+    pub config: cohort_group::GroupConfig,
     /// The UDP address to bind and to be reached at.
     pub listen: SocketAddr,
     /// Contacts to join through.
     pub peers: Vec<SocketAddr>,
 }
 
-/// A group member's config file as written: every key it may hold, typed but not yet
-/// checked (see [`GroupFile::validate`]). Absent keys are `None` (or empty lists); the
-/// defaults are applied by validation, so a library API can take this struct as it is.
-#[derive(Debug, Default, Deserialize)]
+/// The application's state-transfer callback: returns a snapshot of the state that every
+/// event [`Events::next`](super::Events::next) returned so far has built, or why it cannot.
+pub type SnapshotFn = Arc<dyn Fn() -> Result<Vec<u8>, String> + Send + Sync + 'static>;
+
+/// Default for `event_queue`: events held for a slow reader before they are lost.
+pub const DEFAULT_EVENT_QUEUE: usize = 4096;
+
+/// A group member's configuration: every key its TOML file may hold, typed but not yet
+/// checked (see [`GroupConfig::validate`]), plus what only code can give (an identity held in
+/// memory, the state-transfer callback). Absent keys are `None` (or empty lists); the
+/// defaults are applied by validation.
+///
+/// Read a file with [`GroupConfig::load`], text with [`GroupConfig::from_toml_str`], or
+/// build one in code with [`GroupConfig::builder`].
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct GroupFile {
-    /// The identity file (identity mode), relative to the config file.
-    pub identity: Option<String>,
-    /// `"identity"` (the default) or `"kdc"`.
-    pub auth: Option<String>,
-    /// The principal key file (KDC mode), relative to the config file.
-    pub principal_key: Option<String>,
-    /// The KDC's `IP:PORT` (KDC mode).
-    pub kdc: Option<String>,
-    /// Trust every principal the KDC knows (KDC mode).
-    pub trust_any_registered: Option<bool>,
-    /// The group's name.
-    pub group: Option<String>,
-    /// The member's `IP:PORT` (the command line's `--listen` overrides it).
-    pub listen: Option<String>,
-    /// Contacts, `IP:PORT` each.
+pub struct GroupConfig {
+    identity: Option<String>,
+    auth: Option<String>,
+    principal_key: Option<String>,
+    kdc: Option<String>,
+    trust_any_registered: Option<bool>,
+    group: Option<String>,
+    listen: Option<String>,
     #[serde(default)]
-    pub peers: Vec<String>,
-    /// Member ids allowed in.
+    peers: Vec<String>,
     #[serde(default)]
-    pub trust: Vec<String>,
-    /// The gear choice (see [`parse_gear`]); default `aes-128-gcm`.
-    pub gear: Option<String>,
-    /// `"one-message"` (the default) or `"tree"`.
-    pub rekey: Option<String>,
-    /// The key tree's degree (`rekey = "tree"` only; default 4).
-    pub tree_degree: Option<Whole>,
-    /// Rekey when the membership changes.
-    pub rekey_on_membership_change: Option<bool>,
-    /// Rekey period in seconds (0: never).
-    pub rekey_period_secs: Option<Number>,
-    /// Heartbeat interval.
-    pub heartbeat_ms: Option<Whole>,
-    /// Silence after which a member is suspected.
-    pub suspect_ms: Option<Whole>,
-    /// How long a flush may take.
-    pub flush_ms: Option<Whole>,
-    /// How long an old key is still accepted.
-    pub key_grace_ms: Option<Whole>,
-    /// Most messages held back.
-    pub backlog: Option<Whole>,
-    /// Reliable send window.
-    pub send_window: Option<Whole>,
-    /// Largest message.
-    pub max_message_len: Option<Whole>,
-    /// MAC gears only: the forgery bound's floor (default: the weakest listed gear's).
-    pub floor_bits: Option<Number>,
-    /// MAC gears only: send two tags while the gear changes.
-    pub dual_tags: Option<bool>,
+    trust: Vec<String>,
+    gear: Option<String>,
+    rekey: Option<String>,
+    tree_degree: Option<Whole>,
+    rekey_on_membership_change: Option<bool>,
+    rekey_period_secs: Option<Number>,
+    heartbeat_ms: Option<Whole>,
+    suspect_ms: Option<Whole>,
+    flush_ms: Option<Whole>,
+    key_grace_ms: Option<Whole>,
+    backlog: Option<Whole>,
+    send_window: Option<Whole>,
+    max_message_len: Option<Whole>,
+    floor_bits: Option<Number>,
+    dual_tags: Option<bool>,
+    event_queue: Option<Whole>,
+    ctl: Option<String>,
+    metrics: Option<String>,
+    /// Where relative paths start (the file's folder).
+    #[serde(skip)]
+    base: PathBuf,
+    /// The command line's `--listen`, or the builder's address.
+    #[serde(skip)]
+    listen_override: Option<SocketAddr>,
+    /// Credentials given by code (taken once, by the member that starts).
+    #[serde(skip)]
+    credentials: Option<Arc<Mutex<Option<Credentials>>>>,
+    #[serde(skip)]
+    snapshot: Option<SnapshotFn>,
 }
 
-/// Reads and parses the file at `path`; `listen` (from the command line) overrides the
-/// file's `listen`.
-pub fn load(
-    provider: &CryptoProvider,
-    path: &Path,
-    listen: Option<SocketAddr>,
-) -> Result<MemberSetup, ConfigError> {
-    read_config(path, |text, base| parse(provider, text, base, listen))
+impl fmt::Debug for GroupConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GroupConfig")
+            .field("group", &self.group)
+            .field(
+                "listen",
+                &self
+                    .listen_override
+                    .map(|a| a.to_string())
+                    .or(self.listen.clone()),
+            )
+            .field("peers", &self.peers)
+            .field("trust", &self.trust)
+            .field("gear", &self.gear)
+            .field("state_transfer", &self.snapshot.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
-/// Parses a configuration's text; relative paths are relative to `base`. A file-level
-/// problem (bad TOML) comes back with an empty key.
-pub fn parse(
-    provider: &CryptoProvider,
-    text: &str,
-    base: &Path,
-    listen: Option<SocketAddr>,
-) -> Result<MemberSetup, ConfigError> {
-    from_toml::<GroupFile>(text)?.validate(provider, base, listen)
-}
+impl GroupConfig {
+    /// Reads the file at `path` (relative key-file paths are relative to its folder) and
+    /// validates it; every error names its key (or the file).
+    pub fn load(path: &Path) -> Result<GroupConfig, ConfigError> {
+        read_config(path, |text, base| GroupConfig::from_toml_str_in(text, base))
+    }
 
-impl GroupFile {
-    /// Checks what the values mean, applies the defaults, reads the key files (relative to
-    /// `base`) and builds the setup; `listen` (from the command line) overrides the file's.
-    pub fn validate(
-        self,
+    /// Parses and validates a configuration's text; relative key-file paths are relative to
+    /// the current directory.
+    pub fn from_toml_str(text: &str) -> Result<GroupConfig, ConfigError> {
+        GroupConfig::from_toml_str_in(text, Path::new("."))
+    }
+
+    /// As [`GroupConfig::from_toml_str`], with relative paths relative to `base`.
+    pub fn from_toml_str_in(text: &str, base: &Path) -> Result<GroupConfig, ConfigError> {
+        let mut config = from_toml::<GroupConfig>(text)?;
+        config.base = base.to_path_buf();
+        config.validate(&CryptoProvider::default_provider())?;
+        Ok(config)
+    }
+
+    /// Starts a configuration in code for the group named `group`.
+    pub fn builder(group: impl Into<String>) -> GroupConfigBuilder {
+        GroupConfigBuilder {
+            config: GroupConfig {
+                group: Some(group.into()),
+                ..GroupConfig::default()
+            },
+        }
+    }
+
+    /// Listens on `addr` instead of the file's `listen` (the command line's `--listen`).
+    pub fn set_listen(&mut self, addr: SocketAddr) {
+        self.listen_override = Some(addr);
+    }
+
+    /// The control socket's path (`ctl`), relative to the file's folder.
+    pub fn ctl(&self) -> Option<PathBuf> {
+        self.ctl.as_ref().map(|p| self.base.join(p))
+    }
+
+    /// Sets (or clears) the control socket's path (the command line's `--ctl`).
+    pub fn set_ctl(&mut self, path: Option<PathBuf>) {
+        self.ctl = path.map(|p| p.to_string_lossy().into_owned());
+        if self.ctl.is_some() {
+            // A path given on the command line is relative to the working directory.
+            self.base = PathBuf::new();
+        }
+    }
+
+    /// The Prometheus endpoint's address (`metrics`), as written.
+    pub fn metrics(&self) -> Option<&str> {
+        self.metrics.as_deref()
+    }
+
+    /// The state-transfer callback, if any.
+    pub fn snapshot(&self) -> Option<&SnapshotFn> {
+        self.snapshot.as_ref()
+    }
+
+    /// Events held for a slow reader before they are counted as lost.
+    pub fn event_queue(&self) -> usize {
+        self.event_queue
+            .and_then(|n| usize::try_from(n.0).ok())
+            .unwrap_or(DEFAULT_EVENT_QUEUE)
+    }
+
+    /// Checks what the values mean, applies the defaults and reads the key files (relative
+    /// to the file's folder): the check [`GroupConfig::load`] runs, and
+    /// [`Group::start`](super::Group::start) again.
+    pub fn validate(&self, provider: &CryptoProvider) -> Result<(), ConfigError> {
+        self.resolve(provider, false).map(|_| ())
+    }
+
+    /// Validates and builds what `GroupMember::new` takes. Credentials given in code are
+    /// taken (a configuration with them starts one member).
+    pub fn setup(&self, provider: &CryptoProvider) -> Result<MemberSetup, ConfigError> {
+        self.resolve(provider, true)?
+            .ok_or_else(|| err("identity", "missing"))
+    }
+
+    fn resolve(
+        &self,
         provider: &CryptoProvider,
-        base: &Path,
-        listen: Option<SocketAddr>,
-    ) -> Result<MemberSetup, ConfigError> {
+        take: bool,
+    ) -> Result<Option<MemberSetup>, ConfigError> {
+        if let Some(n) = self.event_queue {
+            if n.0 == 0 || n.0 > 1 << 24 {
+                return Err(err("event_queue", "must be 1 to 16777216"));
+            }
+        }
+        if let Some(text) = &self.metrics {
+            parse_addr("metrics", text)?;
+        }
+        if let Some(ctl) = &self.ctl {
+            if ctl.is_empty() {
+                return Err(err("ctl", "empty path"));
+            }
+        }
+        let base = self.base.as_path();
+        let listen = self.listen_override;
         let auth = match self.auth.as_deref() {
             None | Some("identity") => AuthMode::IdentityKeys,
             Some("kdc") => AuthMode::Kdc,
@@ -152,7 +254,19 @@ impl GroupFile {
                 ))
             }
         };
+        let given = self.credentials.as_ref();
         let credentials = match auth {
+            _ if given.is_some() => {
+                for (key, present) in [
+                    ("identity", self.identity.is_some()),
+                    ("principal_key", self.principal_key.is_some()),
+                ] {
+                    if present {
+                        return Err(err(key, "credentials were given in code as well"));
+                    }
+                }
+                None
+            }
             AuthMode::IdentityKeys => {
                 for (key, present) in [
                     ("principal_key", self.principal_key.is_some()),
@@ -164,7 +278,10 @@ impl GroupFile {
                     }
                 }
                 let identity_path = base.join(required("identity", &self.identity)?);
-                Credentials::Identity(read_identity(provider, &identity_path)?)
+                Some(Credentials::Identity(read_identity(
+                    provider,
+                    &identity_path,
+                )?))
             }
             AuthMode::Kdc => {
                 if self.identity.is_some() {
@@ -187,11 +304,11 @@ impl GroupFile {
                     )
                 })?;
                 let kdc = parse_addr("kdc", required("kdc", &self.kdc)?)?;
-                Credentials::Kdc(KdcCredentials {
+                Some(Credentials::Kdc(KdcCredentials {
                     name: file.name,
                     key: file.key,
                     kdc,
-                })
+                }))
             }
         };
         let group = required("group", &self.group)?;
@@ -217,7 +334,7 @@ impl GroupFile {
             })
             .collect::<Result<Vec<_>, _>>()?;
 
-        let mut config = GroupConfig::new(group, trust);
+        let mut config = cohort_group::GroupConfig::new(group, trust);
         config.auth = auth;
         if let Some(any) = self.trust_any_registered {
             config.trust_any_registered = any;
@@ -302,14 +419,187 @@ impl GroupFile {
                 *slot = usize::try_from(n.0).map_err(|_| err(key, "too large"))?;
             }
         }
-        config.validate().map_err(validation_error)?;
-        Ok(MemberSetup {
+        config.validate().map_err(core_error)?;
+        if !take {
+            return Ok(None);
+        }
+        let credentials = match (credentials, given) {
+            (Some(c), _) => c,
+            (None, Some(slot)) => slot
+                .lock()
+                .map_err(|_| err("identity", "the credentials' lock is poisoned"))?
+                .take()
+                .ok_or_else(|| {
+                    err(
+                        "identity",
+                        "the credentials given in code were used by a member started before",
+                    )
+                })?,
+            (None, None) => return Err(err("identity", "missing")),
+        };
+        Ok(Some(MemberSetup {
             credentials,
             config,
             listen,
             peers,
-        })
+        }))
     }
+}
+
+/// Builds a [`GroupConfig`] in code: the same keys as the file, typed.
+///
+/// ```
+/// use cohort::group::GroupConfig;
+/// use std::time::Duration;
+/// let config = GroupConfig::builder("ops")
+///     .listen("127.0.0.1:0".parse().unwrap())
+///     .gear("chacha20-poly1305")
+///     .heartbeat(Duration::from_millis(100));
+/// // An identity (or KDC credentials) is still needed before `build`.
+/// assert!(config.build().is_err());
+/// ```
+#[must_use]
+pub struct GroupConfigBuilder {
+    config: GroupConfig,
+}
+
+impl GroupConfigBuilder {
+    /// The member's Ed25519 identity (identity-key mode).
+    pub fn identity(mut self, identity: Identity) -> Self {
+        self.config.credentials = Some(Arc::new(Mutex::new(Some(Credentials::Identity(identity)))));
+        self.config.auth = None;
+        self
+    }
+
+    /// The member's principal key and KDC (KDC mode, LSGC).
+    pub fn kdc_credentials(mut self, credentials: KdcCredentials) -> Self {
+        self.config.kdc = None;
+        self.config.credentials = Some(Arc::new(Mutex::new(Some(Credentials::Kdc(credentials)))));
+        self.config.auth = Some("kdc".into());
+        self
+    }
+
+    /// KDC mode: trust every principal the KDC knows.
+    pub fn trust_any_registered(mut self, any: bool) -> Self {
+        self.config.trust_any_registered = Some(any);
+        self
+    }
+
+    /// The UDP address to bind and to be reached at (port 0: any free port).
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.config.listen_override = Some(addr);
+        self
+    }
+
+    /// A contact to join through (may be called again for more).
+    pub fn peer(mut self, addr: SocketAddr) -> Self {
+        self.config.peers.push(addr.to_string());
+        self
+    }
+
+    /// Principals allowed in (replaces the list).
+    pub fn trust(mut self, trusted: impl IntoIterator<Item = MemberId>) -> Self {
+        self.config.trust = trusted.into_iter().map(|m| m.to_string()).collect();
+        self
+    }
+
+    /// The gear choice, as the file's `gear` key (see [`parse_gear`]).
+    pub fn gear(mut self, gear: impl Into<String>) -> Self {
+        self.config.gear = Some(gear.into());
+        self
+    }
+
+    /// Rekey with a key tree of `degree` instead of one message.
+    pub fn tree_rekey(mut self, degree: u64) -> Self {
+        self.config.rekey = Some("tree".into());
+        self.config.tree_degree = Some(Whole(degree));
+        self
+    }
+
+    /// Rekey when the membership changes (default true).
+    pub fn rekey_on_membership_change(mut self, on: bool) -> Self {
+        self.config.rekey_on_membership_change = Some(on);
+        self
+    }
+
+    /// Rekey every `period` (`None`: never).
+    pub fn rekey_period(mut self, period: Option<Duration>) -> Self {
+        self.config.rekey_period_secs = Some(Number(period.map_or(0.0, |p| p.as_secs_f64())));
+        self
+    }
+
+    /// Heartbeat interval.
+    pub fn heartbeat(mut self, interval: Duration) -> Self {
+        self.config.heartbeat_ms = Some(Whole(millis(interval)));
+        self
+    }
+
+    /// Silence after which a member is suspected.
+    pub fn suspect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.suspect_ms = Some(Whole(millis(timeout)));
+        self
+    }
+
+    /// How long a flush may take.
+    pub fn flush_timeout(mut self, timeout: Duration) -> Self {
+        self.config.flush_ms = Some(Whole(millis(timeout)));
+        self
+    }
+
+    /// Reliable send window (messages in flight).
+    pub fn send_window(mut self, window: u64) -> Self {
+        self.config.send_window = Some(Whole(window));
+        self
+    }
+
+    /// Most messages held back for members that lag.
+    pub fn backlog(mut self, messages: u64) -> Self {
+        self.config.backlog = Some(Whole(messages));
+        self
+    }
+
+    /// The largest datagram payload (the protocol's `max_message_len`, at most 16 KiB);
+    /// reliable messages above it are fragmented.
+    pub fn max_datagram_payload(mut self, bytes: u64) -> Self {
+        self.config.max_message_len = Some(Whole(bytes));
+        self
+    }
+
+    /// Events held for a slow reader before they are counted as lost.
+    pub fn event_queue(mut self, events: u64) -> Self {
+        self.config.event_queue = Some(Whole(events));
+        self
+    }
+
+    /// State transfer: `snapshot` returns the application's state at a view boundary, for
+    /// a member that joins (see the module guide).
+    pub fn snapshot(
+        mut self,
+        snapshot: impl Fn() -> Result<Vec<u8>, String> + Send + Sync + 'static,
+    ) -> Self {
+        self.config.snapshot = Some(Arc::new(snapshot));
+        self
+    }
+
+    /// Validates and returns the configuration.
+    pub fn build(self) -> Result<GroupConfig, ConfigError> {
+        self.config.validate(&CryptoProvider::default_provider())?;
+        Ok(self.config)
+    }
+}
+
+impl GroupConfig {
+    /// Sets the state-transfer callback on a configuration read from a file.
+    pub fn set_snapshot(
+        &mut self,
+        snapshot: impl Fn() -> Result<Vec<u8>, String> + Send + Sync + 'static,
+    ) {
+        self.snapshot = Some(Arc::new(snapshot));
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A key the file must hold.
@@ -361,7 +651,7 @@ pub fn parse_gear(text: &str) -> Result<Protection, String> {
 }
 
 /// `GroupConfig::validate` names struct fields; the user wrote config keys.
-fn validation_error(e: cohort_group::ConfigError) -> ConfigError {
+pub(super) fn core_error(e: cohort_group::ConfigError) -> ConfigError {
     use cohort_group::ConfigField as F;
     let key = match e.field {
         F::HeartbeatInterval => "heartbeat_ms",
@@ -384,6 +674,20 @@ mod tests {
     /// A temporary directory holding `alice.key`; returns it and alice's public key.
     fn dir_with_key(name: &str) -> (Dir, String) {
         crate::config_file::test_support::dir_with_key(&format!("gcfg-{name}"), "alice.key")
+    }
+
+    fn parse(
+        provider: &CryptoProvider,
+        text: &str,
+        base: &Path,
+        listen: Option<SocketAddr>,
+    ) -> Result<MemberSetup, ConfigError> {
+        let mut config = from_toml::<GroupConfig>(text)?;
+        config.base = base.to_path_buf();
+        if let Some(addr) = listen {
+            config.set_listen(addr);
+        }
+        config.setup(provider)
     }
 
     fn parse_in(dir: &Dir, text: &str) -> Result<MemberSetup, ConfigError> {
