@@ -19,6 +19,8 @@
 
 mod config_file;
 pub mod group;
+pub mod group_ctl;
+pub mod group_metrics;
 pub mod metrics;
 
 use cohort_crypto::CryptoProvider;
