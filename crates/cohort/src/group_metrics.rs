@@ -82,6 +82,50 @@ impl Drop for Tasks {
     }
 }
 
+/// A bound, not yet serving, metrics endpoint with the group families registered
+/// ([`GroupMetrics::bind`]).
+pub struct MetricsBinding {
+    endpoint: MetricsEndpoint,
+    metrics: GroupMetrics,
+}
+
+impl MetricsBinding {
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    /// Serves scrapes and reads `group`'s statistics every second, on tasks of the current
+    /// tokio runtime; they stop when the last clone of the returned value is dropped. Hand
+    /// every event read from the group to [`GroupMetrics::observe`].
+    pub fn start(self, group: Group) -> GroupMetrics {
+        let MetricsBinding {
+            endpoint,
+            mut metrics,
+        } = self;
+        if let Ok(addr) = endpoint.local_addr() {
+            tracing::info!(%addr, "group metrics: serving /metrics");
+        }
+        let poller = {
+            let metrics = metrics.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(STATS_INTERVAL);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    match group.stats().await {
+                        Ok(stats) => metrics.record_stats(&stats),
+                        // The member has stopped: nothing more to read.
+                        Err(_) => return,
+                    }
+                }
+            })
+        };
+        metrics._tasks = Arc::new(Tasks(vec![endpoint.spawn(), poller]));
+        metrics
+    }
+}
+
 fn channel_label(channel: Channel) -> Label {
     [("channel", channel.name())]
 }
@@ -183,33 +227,19 @@ impl GroupMetrics {
         metrics
     }
 
-    /// Binds a metrics endpoint on `addr` (so that an address in use fails here, before
-    /// anything runs), registers the group families in a fresh `cohort` registry, serves
-    /// it, and reads `group`'s statistics every second. Call from inside a tokio runtime;
-    /// hand every event read from the group to [`observe`](Self::observe). The tasks stop
-    /// when the last clone of the returned value is dropped.
-    pub async fn serve(addr: SocketAddr, group: Group) -> io::Result<GroupMetrics> {
+    /// Registers the group families in a fresh `cohort` registry and binds the metrics
+    /// endpoint on `addr` (TCP), so that an address in use fails here, before the member
+    /// starts. Serve it with [`MetricsBinding::start`] once the member runs.
+    pub async fn bind(addr: SocketAddr) -> io::Result<MetricsBinding> {
         let mut registry = Registry::with_prefix("cohort");
-        let mut metrics = GroupMetrics::register(&mut registry);
+        let metrics = GroupMetrics::register(&mut registry);
         let endpoint = MetricsEndpoint::bind(addr, registry).await?;
-        tracing::info!(addr = %endpoint.local_addr()?, "group metrics: serving /metrics");
-        let poller = {
-            let metrics = metrics.clone();
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(STATS_INTERVAL);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tick.tick().await;
-                    match group.stats().await {
-                        Ok(stats) => metrics.record_stats(&stats),
-                        // The member has stopped: nothing more to read.
-                        Err(_) => return,
-                    }
-                }
-            })
-        };
-        metrics._tasks = Arc::new(Tasks(vec![endpoint.spawn(), poller]));
-        Ok(metrics)
+        Ok(MetricsBinding { endpoint, metrics })
+    }
+
+    /// [`bind`](Self::bind), then [`start`](MetricsBinding::start) at once.
+    pub async fn serve(addr: SocketAddr, group: Group) -> io::Result<GroupMetrics> {
+        Ok(GroupMetrics::bind(addr).await?.start(group))
     }
 
     /// Counts what `event` says happened.
@@ -318,6 +348,7 @@ fn gauge(v: u64) -> i64 {
 #[allow(clippy::unwrap_used)] // reason: test code; a panic is the failure report
 mod tests {
     use super::*;
+    use crate::group::MemberId;
     use crate::metrics::render;
 
     #[test]
@@ -338,5 +369,72 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line:?} not in\n{text}");
         }
+    }
+
+    async fn scrape(addr: SocketAddr) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn a_running_member_is_scraped() {
+        use crate::group::GroupConfig;
+        use cohort_channel::identity::Identity;
+        use cohort_crypto::CryptoProvider;
+        let provider = CryptoProvider::default_provider();
+        let me = Identity::generate(&provider).unwrap();
+        let id = MemberId(me.public());
+        let binding = GroupMetrics::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = binding.local_addr().unwrap();
+        // The address is taken from the moment of binding.
+        assert_eq!(
+            GroupMetrics::bind(addr).await.err().map(|e| e.kind()),
+            Some(io::ErrorKind::AddrInUse)
+        );
+        let config = GroupConfig::builder("metrics-test")
+            .identity(me)
+            .listen("127.0.0.1:0".parse().unwrap())
+            .trust([id])
+            .build()
+            .unwrap();
+        let (group, mut events) = crate::group::Group::start(config).unwrap();
+        let metrics = binding.start(group.clone());
+        group.join().await.unwrap();
+        group
+            .send(Channel::Reliable, vec![1u8; 5000])
+            .await
+            .unwrap();
+        loop {
+            let event = events.next().await.unwrap();
+            metrics.observe(&event);
+            if matches!(event, Event::Deliver { .. }) {
+                break;
+            }
+        }
+        // The statistics are read every second.
+        tokio::time::sleep(STATS_INTERVAL + Duration::from_millis(500)).await;
+        let text = scrape(addr).await;
+        for line in [
+            "\ncohort_group_members 1\n",
+            "\ncohort_group_messages_delivered_total{channel=\"reliable\"} 1\n",
+            "\ncohort_group_bytes_delivered_total{channel=\"reliable\"} 5000\n",
+            "\ncohort_group_messages_sent_total 1\n",
+            "\ncohort_group_bytes_sent_total 5000\n",
+            "\ncohort_group_view_changes_total 1\n",
+            "\ncohort_group_dropped_total{reason=\"malformed\"} 0\n",
+        ] {
+            assert!(text.contains(line), "{line:?} not in\n{text}");
+        }
+        group.leave().await.unwrap();
+        drop(metrics);
     }
 }
