@@ -27,7 +27,7 @@
 //! tell this socket from another program's; a refused request answers `{"error":"..."}`.
 //! The socket file is created with mode 0600 (only its owner may control the member), a
 //! live socket at the same path is never replaced (a stale one is), and the file is removed
-//! when the [`CtlServer`] is closed or dropped.
+//! when the [`CtlServer`] (or a [`CtlBinding`] never started) is closed or dropped.
 
 use crate::group::{Channel, Group, MemberId, Stats, View};
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -114,7 +114,7 @@ impl TrustChange {
 
 /// A running control socket. Dropping it stops accepting and removes the socket file.
 pub struct CtlServer {
-    path: PathBuf,
+    file: SocketFile,
     accept: JoinHandle<()>,
     left: watch::Receiver<bool>,
     slots: Arc<Semaphore>,
@@ -123,7 +123,7 @@ pub struct CtlServer {
 impl CtlServer {
     /// The socket's path.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.file.0
     }
 
     /// Resolves once a `leave` request has been carried out and answered: the member has
@@ -150,19 +150,55 @@ impl CtlServer {
 
 impl Drop for CtlServer {
     fn drop(&mut self) {
+        // The socket file goes with `file`.
         self.accept.abort();
-        let _ = std::fs::remove_file(&self.path);
     }
 }
 
-/// Binds the control socket at `path` (mode 0600) and serves `group` on it from tasks on
-/// the current tokio runtime (call it from inside one).
+/// A bound control socket that does not answer yet ([`bind`]): bind it before the member
+/// starts, so that a socket in use fails with nothing started, then [`start`](Self::start)
+/// it. Dropping it removes the socket file.
+pub struct CtlBinding {
+    file: SocketFile,
+    listener: UnixListener,
+}
+
+impl CtlBinding {
+    /// Serves `group` on the socket from tasks on the current tokio runtime.
+    pub fn start(self, group: Group) -> CtlServer {
+        start(self.file, self.listener, group)
+    }
+}
+
+/// Removes the socket file when dropped.
+struct SocketFile(PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Binds the control socket at `path` (mode 0600), not answering yet. Call it from inside
+/// a tokio runtime.
 ///
 /// Fails with `AddrInUse` if another process answers on `path`, with `AlreadyExists` if
 /// `path` is something other than a socket; a socket file nobody answers on (left by a
 /// crash) is replaced.
-pub fn serve(path: &Path, group: Group) -> io::Result<CtlServer> {
+pub fn bind(path: &Path) -> io::Result<CtlBinding> {
     let listener = bind_private(path)?;
+    Ok(CtlBinding {
+        file: SocketFile(path.to_path_buf()),
+        listener,
+    })
+}
+
+/// [`bind`], then [`CtlBinding::start`] at once.
+pub fn serve(path: &Path, group: Group) -> io::Result<CtlServer> {
+    Ok(bind(path)?.start(group))
+}
+
+fn start(file: SocketFile, listener: UnixListener, group: Group) -> CtlServer {
     let (left_tx, left) = watch::channel(false);
     let left_tx = Arc::new(left_tx);
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
@@ -191,13 +227,13 @@ pub fn serve(path: &Path, group: Group) -> io::Result<CtlServer> {
             });
         }
     });
-    tracing::debug!(path = %path.display(), "group ctl: listening");
-    Ok(CtlServer {
-        path: path.to_path_buf(),
+    tracing::debug!(path = %file.0.display(), "group ctl: listening");
+    CtlServer {
+        file,
         accept,
         left,
         slots: server_slots,
-    })
+    }
 }
 
 /// Binds a listener at `path` whose file has mode 0600 from the moment it has that name:

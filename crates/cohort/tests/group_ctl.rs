@@ -163,6 +163,19 @@ fn a_member_with_closed_stdin_is_driven_only_through_its_ctl_socket() {
     let epoch = view["view"]["key_epoch"].as_u64().unwrap();
     // The socket is the owner's only.
     assert_eq!(support::mode(&a.socket), 0o600);
+    // A second member on the same (live) socket is refused before it starts anything.
+    let out = cohort(&[
+        "group",
+        "run",
+        "--config",
+        arg(&dir.join("b.toml")),
+        "--ctl",
+        arg(&a.socket),
+    ]);
+    let stderr = exits_2(&out);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("another process answers"), "{stderr}");
+    assert!(out.stdout.is_empty(), "it started: {}", text(&out.stdout));
 
     // Human output by default.
     let out = ctl(&a.socket, &["view"]);
