@@ -20,6 +20,8 @@
 pub mod channel;
 mod config_file;
 pub mod group;
+pub mod group_ctl;
+pub mod group_metrics;
 pub mod hop;
 pub mod metrics;
 
