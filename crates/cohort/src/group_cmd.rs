@@ -1,4 +1,4 @@
-//! `cohort group run|bench`: secure process groups over real UDP, as thin layers over the
+//! `cohort group run|bench|ctl`: secure process groups over real UDP, as thin layers over the
 //! library's [`cohort::group`] facade.
 //!
 //! ```text
@@ -37,6 +37,8 @@ pub enum GroupCommand {
     /// Run N members on loopback in this process and measure throughput, rekeys and
     /// packet overhead.
     Bench(bench::BenchArgs),
+    /// Control a running member through its control socket (`group run --ctl PATH`).
+    Ctl(crate::group_ctl_cmd::CtlArgs),
 }
 
 /// `cohort group run`.
@@ -57,6 +59,10 @@ pub struct RunArgs {
     /// (Without one, the end of standard input always leaves.)
     #[arg(long)]
     exit_on_eof: bool,
+    /// Serve Prometheus metrics over HTTP at this address (`GET /metrics`) instead of the
+    /// file's `metrics`.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
 }
 
 /// Runs a `cohort group` command.
@@ -64,6 +70,7 @@ pub fn run(command: GroupCommand) -> Result<(), UsageError> {
     match command {
         GroupCommand::Run(args) => run_member(&args),
         GroupCommand::Bench(args) => bench::run(&args),
+        GroupCommand::Ctl(args) => crate::group_ctl_cmd::run(&args),
     }
 }
 
@@ -89,7 +96,7 @@ fn run_member(args: &RunArgs) -> Result<(), UsageError> {
         .enable_all()
         .build()
         .map_err(|e| UsageError(format!("cannot start the runtime: {e}")))?;
-    runtime.block_on(serve(config, args.exit_on_eof))
+    runtime.block_on(serve(config, args.exit_on_eof, args.metrics))
 }
 
 /// Writes one JSON line and flushes it. A closed stdout means nobody listens: exit.
@@ -99,26 +106,44 @@ fn emit(value: &Value) {
     }
 }
 
-/// MERGE POINT (issue 16, branch i16-ops): the control socket. The lead connects
-/// `cohort::group_ctl::serve(path, group.clone())` here; until then `--ctl` is refused
-/// rather than pretended.
-fn start_ctl(path: &Path, group: &Group) -> Result<(), UsageError> {
-    let _ = group;
-    Err(UsageError(format!(
-        "ctl {}: this build has no control socket yet (cohort::group_ctl)",
-        path.display()
-    )))
+/// Binds the control socket (before the member starts, so a socket in use fails first).
+fn bind_ctl(path: &Path) -> Result<cohort::group_ctl::CtlBinding, UsageError> {
+    cohort::group_ctl::bind(path).map_err(|e| UsageError(format!("ctl {}: {e}", path.display())))
 }
 
-async fn serve(config: GroupConfig, exit_on_eof: bool) -> Result<(), UsageError> {
+/// Binds the metrics endpoint: the command line's address, else the file's `metrics`.
+async fn bind_metrics(
+    flag: Option<SocketAddr>,
+    config: &GroupConfig,
+) -> Result<Option<cohort::group_metrics::MetricsBinding>, UsageError> {
+    let addr = match (flag, config.metrics()) {
+        (Some(addr), _) => addr,
+        (None, Some(text)) => text
+            .parse()
+            .map_err(|e| UsageError(format!("config error: metrics: {text:?}: {e}")))?,
+        (None, None) => return Ok(None),
+    };
+    cohort::group_metrics::GroupMetrics::bind(addr)
+        .await
+        .map(Some)
+        .map_err(|e| UsageError(format!("metrics {addr}: {e}")))
+}
+
+async fn serve(
+    config: GroupConfig,
+    exit_on_eof: bool,
+    metrics_flag: Option<SocketAddr>,
+) -> Result<(), UsageError> {
     let ctl = config.ctl();
+    // Everything that can fail at start-up fails before the member starts.
+    let ctl_binding = match &ctl {
+        Some(path) => Some(bind_ctl(path)?),
+        None => None,
+    };
+    let metrics_binding = bind_metrics(metrics_flag, &config).await?;
     let (group, mut events) = Group::start(config).map_err(|e| UsageError(e.to_string()))?;
-    if let Some(path) = &ctl {
-        if let Err(e) = start_ctl(path, &group) {
-            group.leave().await.ok();
-            return Err(e);
-        }
-    }
+    let metrics = metrics_binding.map(|binding| binding.start(group.clone()));
+    let ctl_server = ctl_binding.map(|binding| binding.start(group.clone()));
     emit(&json::started(&group.id(), group.local_addr()));
 
     use tokio::signal::unix::{signal, SignalKind};
@@ -146,7 +171,12 @@ async fn serve(config: GroupConfig, exit_on_eof: bool) -> Result<(), UsageError>
     loop {
         tokio::select! {
             event = events.next() => match event {
-                Some(event) => emit(&json::facade_event(&event)),
+                Some(event) => {
+                    if let Some(metrics) = &metrics {
+                        metrics.observe(&event);
+                    }
+                    emit(&json::facade_event(&event));
+                }
                 // The member stopped: it left (or its socket failed).
                 None => break,
             },
@@ -161,6 +191,10 @@ async fn serve(config: GroupConfig, exit_on_eof: bool) -> Result<(), UsageError>
             _ = interrupt.recv() => leave(&group),
             _ = terminate.recv() => leave(&group),
         }
+    }
+    if let Some(server) = ctl_server {
+        // A `leave` through the socket gets its answer before the process exits.
+        server.close(Duration::from_secs(1)).await;
     }
     Ok(())
 }

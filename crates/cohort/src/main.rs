@@ -26,8 +26,6 @@ mod demo_group;
 mod demo_hop;
 mod gears_cmd;
 mod group_cmd;
-// Reached through GroupCommand::Ctl in group_cmd.rs (registered by the lead at the merge).
-#[allow(dead_code)]
 mod group_ctl_cmd;
 mod hop_cmd;
 mod jsonl;

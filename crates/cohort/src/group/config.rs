@@ -190,12 +190,17 @@ impl GroupConfig {
     }
 
     /// Sets (or clears) the control socket's path (the command line's `--ctl`).
+    /// A relative path is taken from the working directory (the file's own paths, such as
+    /// `identity`, stay relative to the file).
     pub fn set_ctl(&mut self, path: Option<PathBuf>) {
-        self.ctl = path.map(|p| p.to_string_lossy().into_owned());
-        if self.ctl.is_some() {
-            // A path given on the command line is relative to the working directory.
-            self.base = PathBuf::new();
-        }
+        self.ctl = path.map(|p| {
+            let p = if p.is_relative() {
+                std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p)
+            } else {
+                p
+            };
+            p.to_string_lossy().into_owned()
+        });
     }
 
     /// The Prometheus endpoint's address (`metrics`), as written.
