@@ -373,3 +373,74 @@ fn a_leader_that_stops_trusting_a_member_removes_it() {
     assert_ne!(fingerprints[leader], fingerprints[victim]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Starts `cohort group run` alone with the given stdin; returns the process and its
+/// stdout lines so far once it printed `started`.
+fn run_alone(dir: &Path, name: &str, stdin: std::process::Stdio) -> (support::Guard, PathBuf) {
+    let public = keygen(dir, name);
+    let config = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "identity = \"{name}.key\"\ngroup = \"alone\"\nlisten = \"127.0.0.1:0\"\n\
+             trust = [\"{public}\"]\nheartbeat_ms = 50\nsuspect_ms = 500\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.join(format!("{name}.out"));
+    let child = support::spawn(
+        &["group", "run", "--config", support::arg(&config)],
+        stdin,
+        std::fs::File::create(&out).unwrap().into(),
+        std::process::Stdio::null(),
+    );
+    (support::Guard(child), out)
+}
+
+/// The JSON lines a finished member printed.
+fn lines(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn run_with_stdin_closed_leaves_and_exits_0() {
+    let dir = tempdir("group-eof");
+    let (mut member, out) = run_alone(&dir, "alice", std::process::Stdio::null());
+    let status = member
+        .exit_within(Duration::from_secs(10))
+        .expect("group run </dev/null still runs after 10 s");
+    assert!(status.success(), "{status}");
+    let lines = lines(&out);
+    assert_eq!(lines[0]["event"], "started", "{lines:?}");
+    assert_eq!(
+        lines.last().unwrap(),
+        &json!({"event": "expelled", "reason": "left"}),
+        "{lines:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sigterm_leaves_and_exits_0() {
+    let dir = tempdir("group-term");
+    let (mut member, out) = run_alone(&dir, "alice", std::process::Stdio::piped());
+    let deadline = Instant::now() + WAIT;
+    while !lines(&out).iter().any(|v| v["event"] == "view") {
+        assert!(Instant::now() < deadline, "no view");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    member.signal("TERM");
+    let status = member
+        .exit_within(Duration::from_secs(10))
+        .expect("group run still runs 10 s after SIGTERM");
+    assert!(status.success(), "{status}");
+    assert_eq!(
+        lines(&out).last().unwrap(),
+        &json!({"event": "expelled", "reason": "left"})
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -54,6 +54,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+// `config_file` is shared with the binary's other readers; the library's copy of its error
+// is a std error, so that `?` works in applications.
+impl std::error::Error for ConfigError {}
+
 /// Everything needed to start one member: a validated [`GroupConfig`].
 pub struct MemberSetup {
     /// The member's identity or KDC credentials.
@@ -147,7 +151,7 @@ impl GroupConfig {
     /// Reads the file at `path` (relative key-file paths are relative to its folder) and
     /// validates it; every error names its key (or the file).
     pub fn load(path: &Path) -> Result<GroupConfig, ConfigError> {
-        read_config(path, |text, base| GroupConfig::from_toml_str_in(text, base))
+        read_config(path, GroupConfig::from_toml_str_in)
     }
 
     /// Parses and validates a configuration's text; relative key-file paths are relative to

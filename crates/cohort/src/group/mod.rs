@@ -558,3 +558,18 @@ impl Drop for Events {
         self.queue.reader_gone();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The handles cross tasks and threads: the control socket holds a clone of `Group`.
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn shareable<T: Clone + Send + Sync + 'static>() {}
+        fn sendable<T: Send + 'static>() {}
+        shareable::<super::Group>();
+        sendable::<super::Events>();
+        sendable::<super::GroupConfig>();
+        sendable::<super::Event>();
+        sendable::<super::Error>();
+    }
+}

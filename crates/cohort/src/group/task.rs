@@ -116,6 +116,7 @@ pub struct Task {
 
 impl Task {
     /// A task for `member` on `socket`, to join through `peers`.
+    #[allow(clippy::too_many_arguments)] // reason: one call site, every part distinct
     pub fn new(
         member: GroupMember,
         socket: UdpSocket,
@@ -422,10 +423,8 @@ impl Task {
                 let provide = self.tracker.on_view(&view);
                 let id = view.id;
                 self.emit(Event::View(view));
-                if provide {
-                    if !self.state_transfer || !self.queue.provide(id) {
-                        self.send_state(id, &Answer::None);
-                    }
+                if provide && (!self.state_transfer || !self.queue.provide(id)) {
+                    self.send_state(id, &Answer::None);
                 }
                 return;
             }
