@@ -20,23 +20,25 @@
 //! ## Groups
 //!
 //! A group is a set of members that see the same messages in the same order, and the same
-//! sequence of views (who is in). The module `group` holds the handles:
+//! sequence of views (who is in). The module [`group`] holds the handles:
 //!
-//! 1. Describe the member in a `group::GroupConfig`: read the TOML file `cohort group run`
-//!    reads (`GroupConfig::load`), or build it in code (`GroupConfig::builder`): the
-//!    member's identity, the address it listens on, the peers it joins through, the
-//!    members it trusts.
-//! 2. `Group::start(config)` binds the socket and spawns the member's task on the current
-//!    tokio runtime. It gives a `Group` (a handle to clone freely) and `Events` (the one
-//!    event stream).
-//! 3. `group.join().await` returns the first view the member is in.
-//! 4. `group.send(Channel::Reliable, bytes).await` sends a message of up to 16 MiB to every
-//!    member, in one total order (`Channel::Unreliable`: one datagram, best effort). It
-//!    waits while the send window is full.
-//! 5. `events.next().await` gives views, deliveries (with their sender), removals, merges
-//!    after a partition, state transfer, and `Event::Lost` if the application read too
-//!    slowly (the member itself never waits for the reader).
-//! 6. `group.leave().await` leaves and stops the member.
+//! 1. Describe the member in a [`group::GroupConfig`]: read the TOML file that
+//!    `cohort group run` reads ([`GroupConfig::load`](group::GroupConfig::load)), or build
+//!    it in code ([`GroupConfig::builder`](group::GroupConfig::builder)): the member's
+//!    identity, the address it listens on, the peers it joins through, the members it
+//!    trusts.
+//! 2. [`Group::start`](group::Group::start) binds the socket and spawns the member's task
+//!    on the current tokio runtime. It gives a [`Group`](group::Group) (a handle to clone
+//!    freely) and [`Events`](group::Events) (the one event stream).
+//! 3. [`join`](group::Group::join) returns the first view the member is in.
+//! 4. [`send`](group::Group::send) on `Channel::Reliable` sends a message of up to 16 MiB
+//!    to every member, in one total order (`Channel::Unreliable`: one datagram, best
+//!    effort). It waits while the send window is full.
+//! 5. [`Events::next`](group::Events::next) gives views, deliveries (with their sender),
+//!    removals, merges after a partition, state transfer, and
+//!    [`Event::Lost`](group::Event::Lost) if the application read too slowly (the member
+//!    itself never waits for the reader).
+//! 6. [`leave`](group::Group::leave) leaves and stops the member.
 //!
 //! Two members on loopback, one founding the group and one joining through it:
 //!
@@ -82,11 +84,12 @@
 //! # }
 //! ```
 //!
-//! **State transfer.** Give the builder a snapshot callback (`.snapshot(|| Ok(bytes))`):
-//! when a member joins, a member that has the state calls it at the view boundary, and the
-//! joiner gets `Event::State(bytes)` before its first delivery. Apply each event before you
-//! ask for the next one, so the snapshot matches the events read. The `group` module's
-//! documentation has the details, and the kv example uses it.
+//! **State transfer.** Give the builder a snapshot callback
+//! ([`snapshot`](group::GroupConfigBuilder::snapshot)): when a member joins, a member that
+//! has the state calls it at the view boundary, and the joiner gets
+//! [`Event::State`](group::Event::State) before its first delivery. Apply each event before
+//! you ask for the next one, so that the snapshot matches the events read. The [`group`]
+//! module's documentation has the details, and the kv example uses it.
 //!
 //! ## Channels and hops
 //!

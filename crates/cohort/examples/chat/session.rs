@@ -30,8 +30,9 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let view = group.join().await.map_err(io::Error::other)?;
-    let line = format!("* joined as {}\n{}\n", short(&group.id()), describe(&view));
+    // The view itself comes next as an event.
+    group.join().await.map_err(io::Error::other)?;
+    let line = format!("* joined as {}\n", short(&group.id()));
     out.write_all(line.as_bytes()).await?;
     out.flush().await?;
     let mut lines = input.lines();
@@ -59,8 +60,8 @@ where
                     }
                     Event::Lost { count } => format!("* {count} events lost (reader too slow)"),
                     Event::Expelled { reason } => {
-                        out.write_all(format!("* out of the group ({})\n", reason.name()).as_bytes())
-                            .await?;
+                        let line = format!("* out of the group ({})\n", reason.name());
+                        out.write_all(line.as_bytes()).await?;
                         break;
                     }
                     _ => continue,

@@ -82,9 +82,10 @@ where
     W: AsyncWrite + Unpin,
 {
     let lock = |r: &Shared| -> Replica { r.lock().unwrap_or_else(PoisonError::into_inner).clone() };
-    let view = group.join().await.map_err(io::Error::other)?;
+    // The view itself comes next as an event.
+    group.join().await.map_err(io::Error::other)?;
     let me = group.id();
-    let text = format!("* joined as {}\n{}\n", short(&me), describe(&view));
+    let text = format!("* joined as {}\n", short(&me));
     out.write_all(text.as_bytes()).await?;
     out.flush().await?;
     let mut lines = input.lines();
