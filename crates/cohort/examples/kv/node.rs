@@ -7,6 +7,7 @@ use cohort::group::{Channel, Event, Events, Group, GroupConfig, MemberId, View};
 use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
 
 /// A replica shared between the event loop and the group's snapshot callback.
 pub type Shared = Arc<Mutex<Replica>>;
@@ -70,9 +71,13 @@ fn parse(line: &str) -> Result<Command, String> {
 /// transfer), `merge sent N keys`, `ok put|del KEY @ C` (this member's write applied),
 /// `applied put|del KEY by ID @ C`, `merged N keys from ID`, `KEY = VALUE`, `KEY not found`,
 /// `dump N keys clock C` (after the pairs), `error: ...`.
+///
+/// The events are applied by a task of their own that only ever awaits `Events::next` to the
+/// end: the snapshot callback runs inside `next` and needs every earlier event applied, and
+/// a `select!` that dropped a pending `next` could drop the snapshot it was handing over.
 pub async fn run<R, W>(
     group: Group,
-    mut events: Events,
+    events: Events,
     replica: Shared,
     input: R,
     mut out: W,
@@ -81,71 +86,99 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let lock = |r: &Shared| -> Replica { r.lock().unwrap_or_else(PoisonError::into_inner).clone() };
     // The view itself comes next as an event.
     group.join().await.map_err(io::Error::other)?;
     let me = group.id();
     let text = format!("* joined as {}\n", short(&me));
     out.write_all(text.as_bytes()).await?;
     out.flush().await?;
+    let (tx, mut printed) = mpsc::unbounded_channel();
+    tokio::spawn(apply_events(group.clone(), events, replica.clone(), tx));
     let mut lines = input.lines();
+    // Both branches are cancel-safe: a line or a message not taken stays for the next turn.
     loop {
-        let mut text = String::new();
-        tokio::select! {
+        let text = tokio::select! {
             line = lines.next_line() => {
                 let Some(line) = line? else { break };
-                if line.trim().is_empty() {
-                    continue;
-                }
-                match parse(&line) {
-                    Err(e) => text = format!("error: {e}"),
-                    Ok(Command::Write(op)) => {
-                        if let Err(e) = group.send(Channel::Reliable, op.encode()).await {
-                            text = format!("error: not sent: {e}");
-                        }
-                    }
-                    Ok(Command::Get(key)) => {
-                        text = match lock(&replica).store.get(&key) {
-                            Some(v) => format!("{key} = {}", String::from_utf8_lossy(v)),
-                            None => format!("{key} not found"),
-                        };
-                    }
-                    Ok(Command::Dump) => {
-                        let r = lock(&replica);
-                        for (k, v) in r.store.iter() {
-                            text.push_str(&format!("{k} = {}\n", String::from_utf8_lossy(v)));
-                        }
-                        text.push_str(&format!(
-                            "dump {} keys clock {}",
-                            r.store.iter().count(),
-                            r.store.clock()
-                        ));
-                    }
-                }
+                command(&group, &replica, &line).await
             }
-            event = events.next() => {
-                let Some(event) = event else { break };
-                // Apply before asking for the next event: the snapshot callback, called
-                // inside `next`, must see every earlier event applied.
-                let Reaction { line, send, stop } = on_event(&replica, me, event);
-                text = line;
-                if let Some(op) = send {
-                    group.send(Channel::Reliable, op.encode()).await.map_err(io::Error::other)?;
-                }
-                if stop {
-                    out.write_all(format!("{text}\n").as_bytes()).await?;
-                    break;
-                }
+            text = printed.recv() => {
+                // None: the event stream ended (the member is out of the group).
+                let Some(text) = text else { break };
+                text
             }
-        }
+        };
         if !text.is_empty() {
-            out.write_all(text.as_bytes()).await?;
-            out.write_all(b"\n").await?;
+            out.write_all(format!("{text}\n").as_bytes()).await?;
             out.flush().await?;
         }
     }
     group.leave().await.map_err(io::Error::other)?;
+    // The stream ends after the leave's final event: print what is left.
+    while let Some(text) = printed.recv().await {
+        out.write_all(format!("{text}\n").as_bytes()).await?;
+    }
     out.flush().await
+}
+
+/// Runs one command line; returns what to print.
+async fn command(group: &Group, replica: &Shared, line: &str) -> String {
+    if line.trim().is_empty() {
+        return String::new();
+    }
+    let read = || replica.lock().unwrap_or_else(PoisonError::into_inner);
+    match parse(line) {
+        Err(e) => format!("error: {e}"),
+        Ok(Command::Write(op)) => match group.send(Channel::Reliable, op.encode()).await {
+            // `ok` is printed when the write comes back in the total order.
+            Ok(_) => String::new(),
+            Err(e) => format!("error: not sent: {e}"),
+        },
+        Ok(Command::Get(key)) => match read().store.get(&key) {
+            Some(v) => format!("{key} = {}", String::from_utf8_lossy(v)),
+            None => format!("{key} not found"),
+        },
+        Ok(Command::Dump) => {
+            let r = read();
+            let mut text = String::new();
+            for (k, v) in r.store.iter() {
+                text.push_str(&format!("{k} = {}\n", String::from_utf8_lossy(v)));
+            }
+            text.push_str(&format!(
+                "dump {} keys clock {}",
+                r.store.iter().count(),
+                r.store.clock()
+            ));
+            text
+        }
+    }
+}
+
+/// Applies every event to the replica in order, sends the merges state transfer asks for,
+/// and hands the lines to print to `printed`; until the stream ends or the member is out.
+async fn apply_events(
+    group: Group,
+    mut events: Events,
+    replica: Shared,
+    printed: mpsc::UnboundedSender<String>,
+) {
+    let me = group.id();
+    while let Some(event) = events.next().await {
+        // Applied before the next call to `next`, which may call the snapshot callback.
+        let Reaction {
+            mut line,
+            send,
+            stop,
+        } = on_event(&replica, me, event);
+        if let Some(op) = send {
+            if let Err(e) = group.send(Channel::Reliable, op.encode()).await {
+                line.push_str(&format!("\nerror: merge not sent: {e}"));
+            }
+        }
+        if (!line.is_empty() && printed.send(line).is_err()) || stop {
+            break;
+        }
+    }
 }
 
 /// What the loop does after an event.
