@@ -15,7 +15,10 @@
 //! exactly and replays the same run from the seed. It has no facade, so the harness below plays
 //! the facade's part in state transfer the way the facade documents it: the leader that
 //! installs a view with newcomers takes a snapshot at that point (after its last delivery in
-//! the old view), and each newcomer receives it before its first delivery in the new view.
+//! the old view), and each newcomer receives it before its first delivery in the new view. A
+//! member is a newcomer when the view's leader was not in its previous view: that covers
+//! every member of a dissolved component, not only its leader (the only one that gets the
+//! core's `Merging` event). `examples/kv/README.md` says where the facade differs today.
 //! Everything else is the example's own code (`store::Replica`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 

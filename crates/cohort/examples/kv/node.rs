@@ -242,6 +242,7 @@ fn on_event(replica: &Shared, me: MemberId, event: Event) -> Reaction {
             None,
         ),
         Event::View(v) => (describe(&v), None),
+        Event::Merging { leader, .. } => (format!("* merging into {}", short(&leader)), None),
         Event::Removed { member, reason } => (
             format!("* {} removed ({})", short(&member), reason.name()),
             None,
