@@ -97,6 +97,17 @@ impl Tracker {
 
     /// A view was installed; true if this member is to send the state now.
     pub fn on_view(&mut self, view: &View) -> bool {
+        // A view led by a member this one did not share its last view with: it joined
+        // another component (it dissolved into it after a partition, or came back after
+        // going on alone). It is a joiner there, with that component's state to receive.
+        // (Only the dissolving leader sees the core's `Merging`; its members see this.)
+        if self
+            .prev
+            .as_ref()
+            .is_some_and(|p| !p.contains(&view.leader().id))
+        {
+            self.on_rejoin();
+        }
         let members: Vec<MemberId> = view.ids().collect();
         self.needs.retain(|m, _| members.contains(m));
         let provide = match self.prev.take() {
@@ -255,5 +266,27 @@ mod tests {
         t.on_rejoin();
         assert!(!t.on_view(&view(7, &[1, 2, 5])));
         assert_eq!(t.waiting(), Some(view(7, &[1, 2, 5]).id));
+    }
+
+    #[test]
+    fn a_member_of_a_dissolved_component_waits_for_the_larger_ones_state() {
+        // Member 4 was in {5, 4} (led by 5); that component dissolved into the one led by
+        // 1. Only 5 saw `Merging`; 4 sees only its new view, led by a member it did not
+        // share its last view with.
+        let mut t = Tracker::new(id(4));
+        t.on_view(&view(1, &[4]));
+        assert!(
+            t.on_view(&view(2, &[4, 5])),
+            "4 holds the state and provides it"
+        );
+        t.on_state(view(2, &[4, 5]).id);
+        assert!(t.waiting().is_none());
+        assert!(!t.on_view(&view(3, &[5, 4])));
+        assert!(
+            t.waiting().is_none(),
+            "a takeover by 5, a member of the last view"
+        );
+        assert!(!t.on_view(&view(9, &[1, 2, 3, 5, 4])));
+        assert_eq!(t.waiting(), Some(view(9, &[1, 2, 3, 5, 4]).id));
     }
 }
