@@ -110,6 +110,8 @@
 
 pub mod channel;
 mod config_file;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod group;
 pub mod group_ctl;
 pub mod group_metrics;

@@ -129,6 +129,12 @@ impl Reassembler {
         self.drops
     }
 
+    /// Counts as garbage a whole message that its reader could not parse (a malformed
+    /// state-transfer message).
+    pub fn note_garbage(&mut self) {
+        self.drops.garbage += 1;
+    }
+
     /// Bytes held in partial messages now.
     pub fn held(&self) -> usize {
         self.held

@@ -108,7 +108,7 @@
 mod config;
 pub mod frag;
 mod queue;
-mod state;
+pub(crate) mod state;
 mod task;
 
 pub use cohort_group::{

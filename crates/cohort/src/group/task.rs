@@ -492,6 +492,7 @@ impl Task {
 
     fn on_state(&mut self, body: &[u8]) {
         let Some((view, answer)) = state::decode(body) else {
+            self.reassembler.note_garbage();
             tracing::debug!(
                 "group member {}: a malformed state message",
                 self.member.id()

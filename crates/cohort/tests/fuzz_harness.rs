@@ -1,0 +1,59 @@
+//! The library's fuzz harnesses (`cohort::fuzzing`: the group facade's fragments and
+//! state messages) as property tests, plus the seeds and the replay of the committed corpus
+//! (`fuzz/corpus/group_facade_frames`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
+
+use cohort::fuzzing;
+use cohort::group::frag::{self, Stream};
+use proptest::prelude::*;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn arbitrary_fragments_never_panic(data in prop::collection::vec(any::<u8>(), 0..600)) {
+        fuzzing::facade_frames(&data);
+    }
+
+    #[test]
+    fn split_messages_come_back_whole(data in prop::collection::vec(any::<u8>(), 0..3000)) {
+        fuzzing::facade_round_trip(&data);
+    }
+}
+
+/// One harness record: `sender | len | fragment`.
+fn record(sender: u8, fragment: &[u8]) -> Vec<u8> {
+    let mut v = vec![sender, u8::try_from(fragment.len()).expect("short")];
+    v.extend_from_slice(fragment);
+    v
+}
+
+/// Real fragment sequences: data and state messages split at several payload sizes, from
+/// interleaved senders, with a departure in the middle.
+fn seeds() -> cohort_sim::corpus::Seeds {
+    let mut inputs = Vec::new();
+    for (payload, len) in [(20usize, 0usize), (20, 50), (64, 200), (255, 700)] {
+        let message: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let fragments = frag::split(Stream::Data, 3, &message, payload).expect("split");
+        inputs.push(
+            fragments
+                .iter()
+                .flat_map(|f| record(1, f))
+                .collect::<Vec<u8>>(),
+        );
+        let state = frag::split(Stream::State, 4, &message, payload).expect("split");
+        let mut mixed = Vec::new();
+        for (a, b) in fragments.iter().zip(state.iter()) {
+            mixed.extend(record(2, a));
+            mixed.extend(record(3, b));
+        }
+        mixed.extend(record(0xF3, &[]));
+        inputs.push(mixed);
+    }
+    cohort_sim::corpus::numbered("frames", inputs)
+}
+
+#[test]
+fn fuzz_corpus_replays() {
+    cohort_sim::corpus::check("group_facade_frames", fuzzing::facade_frames, &seeds());
+}
