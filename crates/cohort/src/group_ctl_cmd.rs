@@ -161,6 +161,13 @@ fn request(command: &CtlCommand) -> Result<Value, UsageError> {
                     }
                 }
             };
+            if bytes.len() > cohort::group::MAX_MESSAGE {
+                return Err(UsageError(format!(
+                    "the message is over the limit: {} bytes, at most {} (16 MiB)",
+                    bytes.len(),
+                    cohort::group::MAX_MESSAGE
+                )));
+            }
             let channel = match channel {
                 ChannelArg::Reliable => "reliable",
                 ChannelArg::Unreliable => "unreliable",

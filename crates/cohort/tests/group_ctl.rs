@@ -328,3 +328,30 @@ fn the_foreign_server_answers() {
     assert_eq!(got, "hi\n");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A message over the 16 MiB limit is refused before any socket is asked: one line, exit 2.
+#[test]
+fn a_message_over_the_limit_is_one_line_and_exit_2() {
+    let dir = tempdir("group-ctl-big");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args([
+            "group",
+            "ctl",
+            "--socket",
+            arg(&dir.join("any.sock")),
+            "send",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        // The command may stop reading at its limit: a broken pipe is fine.
+        let _ = stdin.write_all(&vec![b'x'; (16 << 20) + 1]);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    one_line_exit_2(&out, "over the limit");
+}
