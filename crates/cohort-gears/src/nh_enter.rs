@@ -21,7 +21,7 @@
 #[cfg(target_arch = "x86_64")]
 use crate::nh_simd;
 #[cfg(target_arch = "x86_64")]
-use crate::umac::{NhKey, CHUNK};
+use crate::umac::{NhLanes, CHUNK};
 
 /// Proof that the CPU has AVX2. Only [`Avx2::detect`] makes one.
 #[cfg(target_arch = "x86_64")]
@@ -39,7 +39,7 @@ impl Avx2 {
     #[inline]
     pub(crate) fn chunks<const N: usize>(
         self,
-        key: &NhKey,
+        key: &NhLanes,
         chunks: &[[u8; CHUNK]],
         out: &mut [[u64; N]],
     ) {
@@ -51,7 +51,7 @@ impl Avx2 {
     #[inline]
     pub(crate) fn blocks<const N: usize>(
         self,
-        key: &NhKey,
+        key: &NhLanes,
         data: &[u8],
         acc: &mut [u64; N],
     ) -> usize {
@@ -79,7 +79,7 @@ impl Avx512 {
     #[inline]
     pub(crate) fn chunks<const N: usize>(
         self,
-        key: &NhKey,
+        key: &NhLanes,
         chunks: &[[u8; CHUNK]],
         out: &mut [[u64; N]],
     ) {
@@ -91,7 +91,7 @@ impl Avx512 {
     #[inline]
     pub(crate) fn blocks<const N: usize>(
         self,
-        key: &NhKey,
+        key: &NhLanes,
         data: &[u8],
         acc: &mut [u64; N],
     ) -> usize {

@@ -19,181 +19,215 @@
 //! shifted by `4 * i` words (the Toeplitz construction), so a message is read once.
 
 #[cfg(target_arch = "x86_64")]
-use crate::umac::{NhKey, BLOCKS};
+use crate::umac::{NhLanes, BLOCKS, CHUNK};
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-/// Message word `i` (little-endian) of a 64-byte array, as the `i32` the intrinsics take.
+/// Message word `i` (little-endian) of a byte array, as the `i32` the intrinsics take.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn le64(m: &[u8; 64], i: usize) -> i32 {
+fn le<const B: usize>(m: &[u8; B], i: usize) -> i32 {
     i32::from_le_bytes([m[4 * i], m[4 * i + 1], m[4 * i + 2], m[4 * i + 3]])
 }
 
-/// Message word `i` (little-endian) of a 128-byte array.
+/// AVX2 step: adds the NH products of block pair `2q + h` (blocks `4q + 2h` and
+/// `4q + 2h + 1` of the chunk, bytes `m`) to the 4-lane sums `v[it]`, per iteration.
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn le128(m: &[u8; 128], i: usize) -> i32 {
-    i32::from_le_bytes([m[4 * i], m[4 * i + 1], m[4 * i + 2], m[4 * i + 3]])
-}
-
-/// AVX2: adds the NH sums of the 64-byte block pairs in `pairs` to `acc`, per iteration; the
-/// first pair is blocks `first_block` and `first_block + 1` of the chunk (which picks the key
-/// words). `first_block + 2 * pairs.len()` must be at most 32; extra pairs are ignored.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-fn avx2_pairs<const N: usize>(
-    key: &NhKey,
-    first_block: usize,
-    pairs: &[[u8; 64]],
-    acc: &mut [u64; N],
-) {
-    let mut v = [_mm256_setzero_si256(); N];
-    let count = (BLOCKS - first_block.min(BLOCKS)) / 2;
-    for (p, m) in pairs.iter().take(count).enumerate() {
+macro_rules! avx2_pair {
+    ($lanes:expr, $m:expr, $q:expr, $h:expr, $v:expr) => {{
+        let m: &[u8; 64] = $m;
+        let (q, h): (usize, usize) = ($q, $h);
         let mlo = _mm256_setr_epi32(
-            le64(m, 0),
-            le64(m, 1),
-            le64(m, 2),
-            le64(m, 3),
-            le64(m, 8),
-            le64(m, 9),
-            le64(m, 10),
-            le64(m, 11),
+            le(m, 0),
+            le(m, 1),
+            le(m, 2),
+            le(m, 3),
+            le(m, 8),
+            le(m, 9),
+            le(m, 10),
+            le(m, 11),
         );
         let mhi = _mm256_setr_epi32(
-            le64(m, 4),
-            le64(m, 5),
-            le64(m, 6),
-            le64(m, 7),
-            le64(m, 12),
-            le64(m, 13),
-            le64(m, 14),
-            le64(m, 15),
+            le(m, 4),
+            le(m, 5),
+            le(m, 6),
+            le(m, 7),
+            le(m, 12),
+            le(m, 13),
+            le(m, 14),
+            le(m, 15),
         );
-        let base = 8 * (first_block + 2 * p);
-        for (it, a) in v.iter_mut().enumerate() {
-            // In bounds: base + 4 * it + 16 <= 8 * 32 + 12 = NH_KEY_WORDS for it < 4.
-            let Some(k) = key
-                .w
-                .get(base + 4 * it..)
-                .and_then(|k| k.first_chunk::<16>())
-            else {
+        for (a, l) in $v.iter_mut().zip($lanes.w.iter()) {
+            // Pair p's lanes: words 32q + 8h .. +8 (words 0-3 of both blocks) and
+            // 32q + 16 + 8h .. +8 (words 4-7); q < 8 keeps both inside the 256 words.
+            let (Some(klo), Some(khi)) = (
+                l.get(32 * q + 8 * h..).and_then(|k| k.first_chunk::<8>()),
+                l.get(32 * q + 16 + 8 * h..)
+                    .and_then(|k| k.first_chunk::<8>()),
+            ) else {
                 continue;
             };
-            let k = k.map(|w| w as i32);
-            let klo = _mm256_setr_epi32(k[0], k[1], k[2], k[3], k[8], k[9], k[10], k[11]);
-            let khi = _mm256_setr_epi32(k[4], k[5], k[6], k[7], k[12], k[13], k[14], k[15]);
+            let klo = _mm256_setr_epi32(
+                klo[0] as i32,
+                klo[1] as i32,
+                klo[2] as i32,
+                klo[3] as i32,
+                klo[4] as i32,
+                klo[5] as i32,
+                klo[6] as i32,
+                klo[7] as i32,
+            );
+            let khi = _mm256_setr_epi32(
+                khi[0] as i32,
+                khi[1] as i32,
+                khi[2] as i32,
+                khi[3] as i32,
+                khi[4] as i32,
+                khi[5] as i32,
+                khi[6] as i32,
+                khi[7] as i32,
+            );
             let x = _mm256_add_epi32(mlo, klo);
             let y = _mm256_add_epi32(mhi, khi);
             let even = _mm256_mul_epu32(x, y);
             let odd = _mm256_mul_epu32(_mm256_srli_epi64::<32>(x), _mm256_srli_epi64::<32>(y));
             *a = _mm256_add_epi64(*a, _mm256_add_epi64(even, odd));
         }
-    }
-    for (a, s) in acc.iter_mut().zip(v) {
-        let lanes = [
-            _mm256_extract_epi64::<0>(s) as u64,
-            _mm256_extract_epi64::<1>(s) as u64,
-            _mm256_extract_epi64::<2>(s) as u64,
-            _mm256_extract_epi64::<3>(s) as u64,
-        ];
-        *a = lanes.iter().fold(*a, |t, &l| t.wrapping_add(l));
-    }
+    }};
 }
 
-/// AVX-512: as [`avx2_pairs`] with groups of four blocks (128 bytes).
+/// AVX-512 step: adds the NH products of block quad `q` (blocks `4q..4q+4`, bytes `m`) to the
+/// 8-lane sums `v[it]`, per iteration.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,avx512f")]
-#[inline]
-fn avx512_quads<const N: usize>(
-    key: &NhKey,
-    first_block: usize,
-    quads: &[[u8; 128]],
-    acc: &mut [u64; N],
-) {
-    let mut v = [_mm512_setzero_si512(); N];
-    let count = (BLOCKS - first_block.min(BLOCKS)) / 4;
-    for (q, m) in quads.iter().take(count).enumerate() {
-        let mlo = _mm512_setr_epi32(
-            le128(m, 0),
-            le128(m, 1),
-            le128(m, 2),
-            le128(m, 3),
-            le128(m, 8),
-            le128(m, 9),
-            le128(m, 10),
-            le128(m, 11),
-            le128(m, 16),
-            le128(m, 17),
-            le128(m, 18),
-            le128(m, 19),
-            le128(m, 24),
-            le128(m, 25),
-            le128(m, 26),
-            le128(m, 27),
+macro_rules! avx512_quad {
+    ($lanes:expr, $m:expr, $q:expr, $v:expr) => {{
+        let m: &[u8; 128] = $m;
+        let a = _mm512_setr_epi32(
+            le(m, 0),
+            le(m, 1),
+            le(m, 2),
+            le(m, 3),
+            le(m, 4),
+            le(m, 5),
+            le(m, 6),
+            le(m, 7),
+            le(m, 8),
+            le(m, 9),
+            le(m, 10),
+            le(m, 11),
+            le(m, 12),
+            le(m, 13),
+            le(m, 14),
+            le(m, 15),
         );
-        let mhi = _mm512_setr_epi32(
-            le128(m, 4),
-            le128(m, 5),
-            le128(m, 6),
-            le128(m, 7),
-            le128(m, 12),
-            le128(m, 13),
-            le128(m, 14),
-            le128(m, 15),
-            le128(m, 20),
-            le128(m, 21),
-            le128(m, 22),
-            le128(m, 23),
-            le128(m, 28),
-            le128(m, 29),
-            le128(m, 30),
-            le128(m, 31),
+        let b = _mm512_setr_epi32(
+            le(m, 16),
+            le(m, 17),
+            le(m, 18),
+            le(m, 19),
+            le(m, 20),
+            le(m, 21),
+            le(m, 22),
+            le(m, 23),
+            le(m, 24),
+            le(m, 25),
+            le(m, 26),
+            le(m, 27),
+            le(m, 28),
+            le(m, 29),
+            le(m, 30),
+            le(m, 31),
         );
-        let base = 8 * (first_block + 4 * q);
-        for (it, a) in v.iter_mut().enumerate() {
-            // In bounds: base + 4 * it + 32 <= 8 * 28 + 12 + 32 = NH_KEY_WORDS for it < 4.
-            let Some(k) = key
-                .w
-                .get(base + 4 * it..)
-                .and_then(|k| k.first_chunk::<32>())
-            else {
+        // Words 0-3 of each block, then words 4-7 of each block (indices >= 16 pick from b).
+        let ilo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+        let ihi = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+        let mlo = _mm512_permutex2var_epi32(a, ilo, b);
+        let mhi = _mm512_permutex2var_epi32(a, ihi, b);
+        for (acc, l) in $v.iter_mut().zip($lanes.w.iter()) {
+            // Quad q's lanes: words 32q .. 32q + 32; q < 8 keeps them inside the 256 words.
+            let Some(k) = l.get(32 * $q..).and_then(|k| k.first_chunk::<32>()) else {
                 continue;
             };
-            let k = k.map(|w| w as i32);
             let klo = _mm512_setr_epi32(
-                k[0], k[1], k[2], k[3], k[8], k[9], k[10], k[11], k[16], k[17], k[18], k[19],
-                k[24], k[25], k[26], k[27],
+                k[0] as i32,
+                k[1] as i32,
+                k[2] as i32,
+                k[3] as i32,
+                k[4] as i32,
+                k[5] as i32,
+                k[6] as i32,
+                k[7] as i32,
+                k[8] as i32,
+                k[9] as i32,
+                k[10] as i32,
+                k[11] as i32,
+                k[12] as i32,
+                k[13] as i32,
+                k[14] as i32,
+                k[15] as i32,
             );
             let khi = _mm512_setr_epi32(
-                k[4], k[5], k[6], k[7], k[12], k[13], k[14], k[15], k[20], k[21], k[22], k[23],
-                k[28], k[29], k[30], k[31],
+                k[16] as i32,
+                k[17] as i32,
+                k[18] as i32,
+                k[19] as i32,
+                k[20] as i32,
+                k[21] as i32,
+                k[22] as i32,
+                k[23] as i32,
+                k[24] as i32,
+                k[25] as i32,
+                k[26] as i32,
+                k[27] as i32,
+                k[28] as i32,
+                k[29] as i32,
+                k[30] as i32,
+                k[31] as i32,
             );
             let x = _mm512_add_epi32(mlo, klo);
             let y = _mm512_add_epi32(mhi, khi);
             let even = _mm512_mul_epu32(x, y);
             let odd = _mm512_mul_epu32(_mm512_srli_epi64::<32>(x), _mm512_srli_epi64::<32>(y));
-            *a = _mm512_add_epi64(*a, _mm512_add_epi64(even, odd));
+            *acc = _mm512_add_epi64(*acc, _mm512_add_epi64(even, odd));
         }
-    }
-    for (a, s) in acc.iter_mut().zip(v) {
-        *a = a.wrapping_add(_mm512_reduce_add_epi64(s) as u64);
-    }
+    }};
+}
+
+/// Wrapping sum of the four 64-bit lanes of `s`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn hsum256(s: __m256i) -> u64 {
+    [
+        _mm256_extract_epi64::<0>(s) as u64,
+        _mm256_extract_epi64::<1>(s) as u64,
+        _mm256_extract_epi64::<2>(s) as u64,
+        _mm256_extract_epi64::<3>(s) as u64,
+    ]
+    .iter()
+    .fold(0u64, |t, &l| t.wrapping_add(l))
 }
 
 /// AVX2 NH (without the length term) of each full chunk in `chunks`, into `out`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 pub(crate) fn avx2_chunks<const N: usize>(
-    key: &NhKey,
-    chunks: &[[u8; crate::umac::CHUNK]],
+    lanes: &NhLanes,
+    chunks: &[[u8; CHUNK]],
     out: &mut [[u64; N]],
 ) {
     for (c, o) in chunks.iter().zip(out.iter_mut()) {
-        *o = [0; N];
-        avx2_pairs::<N>(key, 0, c.as_chunks::<64>().0, o);
+        let mut v = [_mm256_setzero_si256(); N];
+        // By quads, so that the lane offsets within a quad are constants.
+        for (q, m) in c.as_chunks::<128>().0.iter().enumerate() {
+            if let [m0, m1] = m.as_chunks::<64>().0 {
+                avx2_pair!(lanes, m0, q, 0, v);
+                avx2_pair!(lanes, m1, q, 1, v);
+            }
+        }
+        for (o, s) in o.iter_mut().zip(v) {
+            *o = hsum256(s);
+        }
     }
 }
 
@@ -201,38 +235,73 @@ pub(crate) fn avx2_chunks<const N: usize>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,avx512f")]
 pub(crate) fn avx512_chunks<const N: usize>(
-    key: &NhKey,
-    chunks: &[[u8; crate::umac::CHUNK]],
+    lanes: &NhLanes,
+    chunks: &[[u8; CHUNK]],
     out: &mut [[u64; N]],
 ) {
     for (c, o) in chunks.iter().zip(out.iter_mut()) {
-        *o = [0; N];
-        avx512_quads::<N>(key, 0, c.as_chunks::<128>().0, o);
+        let mut v = [_mm512_setzero_si512(); N];
+        for (q, m) in c.as_chunks::<128>().0.iter().enumerate() {
+            avx512_quad!(lanes, m, q, v);
+        }
+        for (o, s) in o.iter_mut().zip(v) {
+            *o = _mm512_reduce_add_epi64(s) as u64;
+        }
     }
 }
 
-/// AVX2 NH sums of the leading whole block pairs of `data` (whole 32-byte blocks, fewer than
-/// 32), added to `acc`. Returns how many blocks it covered (an even number).
+/// AVX2 NH sums of the leading whole block pairs of `data` (whole 32-byte blocks of a last
+/// chunk, fewer than 32), added to `acc`. Returns how many blocks it covered (even).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-pub(crate) fn avx2_blocks<const N: usize>(key: &NhKey, data: &[u8], acc: &mut [u64; N]) -> usize {
+pub(crate) fn avx2_blocks<const N: usize>(
+    lanes: &NhLanes,
+    data: &[u8],
+    acc: &mut [u64; N],
+) -> usize {
     let pairs = data.as_chunks::<64>().0;
-    avx2_pairs::<N>(key, 0, pairs, acc);
-    2 * pairs.len().min(BLOCKS / 2)
+    let pairs = pairs.get(..BLOCKS / 2).unwrap_or(pairs);
+    let mut v = [_mm256_setzero_si256(); N];
+    for (p, m) in pairs.iter().enumerate() {
+        avx2_pair!(lanes, m, p / 2, p % 2, v);
+    }
+    for (a, s) in acc.iter_mut().zip(v) {
+        *a = a.wrapping_add(hsum256(s));
+    }
+    2 * pairs.len()
 }
 
-/// AVX-512 NH sums of the leading whole blocks of `data` (whole 32-byte blocks, fewer than
-/// 32) in groups of four, then one pair with AVX2, added to `acc`. Returns how many blocks it
-/// covered (an even number).
+/// AVX-512 NH sums of the leading whole blocks of `data` (whole 32-byte blocks of a last
+/// chunk, fewer than 32) in groups of four, then one pair with AVX2, added to `acc`. Returns
+/// how many blocks it covered (even).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,avx512f")]
-pub(crate) fn avx512_blocks<const N: usize>(key: &NhKey, data: &[u8], acc: &mut [u64; N]) -> usize {
+pub(crate) fn avx512_blocks<const N: usize>(
+    lanes: &NhLanes,
+    data: &[u8],
+    acc: &mut [u64; N],
+) -> usize {
     let quads = data.as_chunks::<128>().0;
-    avx512_quads::<N>(key, 0, quads, acc);
-    let done = 4 * quads.len().min(BLOCKS / 4);
-    let rest = data.get(32 * done..).unwrap_or(&[]);
-    let pair = rest.as_chunks::<64>().0;
-    let pair = pair.get(..1).unwrap_or(&[]);
-    avx2_pairs::<N>(key, done, pair, acc);
-    done + 2 * pair.len()
+    let quads = quads.get(..BLOCKS / 4).unwrap_or(quads);
+    let mut v = [_mm512_setzero_si512(); N];
+    for (q, m) in quads.iter().enumerate() {
+        avx512_quad!(lanes, m, q, v);
+    }
+    for (a, s) in acc.iter_mut().zip(v) {
+        *a = a.wrapping_add(_mm512_reduce_add_epi64(s) as u64);
+    }
+    let done = 4 * quads.len();
+    // At most one more pair: fewer than four whole blocks remain.
+    if let Some(m) = data
+        .get(32 * done..)
+        .and_then(|rest| rest.first_chunk::<64>())
+    {
+        let mut v = [_mm256_setzero_si256(); N];
+        avx2_pair!(lanes, m, done / 4, (done / 2) % 2, v);
+        for (a, s) in acc.iter_mut().zip(v) {
+            *a = a.wrapping_add(hsum256(s));
+        }
+        return done + 2;
+    }
+    done
 }

@@ -79,11 +79,43 @@ pub(crate) struct NhKey {
     pub(crate) w: [u32; NH_KEY_WORDS],
 }
 
+/// The NH key rearranged for the SIMD kernels, one copy per iteration (the key shifted by
+/// `4 * i` words), so that every key vector is one aligned load. For the four blocks
+/// `4q..4q+4` of a chunk, words `32q..32q+16` hold words 0-3 of each block in turn and words
+/// `32q+16..32q+32` hold words 4-7 of each block (see `nh_simd`).
+#[derive(Zeroize)]
+#[repr(C, align(64))]
+pub(crate) struct NhLanes {
+    /// Per iteration, the rearranged 256 key words.
+    pub(crate) w: [[u32; CHUNK / 4]; MAX_ITERS],
+}
+
+impl NhLanes {
+    fn from_key(key: &NhKey) -> NhLanes {
+        let mut lanes = NhLanes {
+            w: [[0; CHUNK / 4]; MAX_ITERS],
+        };
+        for (it, l) in lanes.w.iter_mut().enumerate() {
+            let k = &key.w[4 * it..4 * it + CHUNK / 4];
+            for b in 0..BLOCKS {
+                let (q, j) = (b / 4, b % 4);
+                for e in 0..4 {
+                    l[32 * q + 4 * j + e] = k[8 * b + e];
+                    l[32 * q + 16 + 4 * j + e] = k[8 * b + 4 + e];
+                }
+            }
+        }
+        lanes
+    }
+}
+
 /// All UHASH key material, derived once by [`Umac::new`]; wiped on drop.
 #[derive(Zeroize, ZeroizeOnDrop)]
 struct Keys {
     /// L1 (NH) key words `K_1, K_2, ...`; iteration `i` (from 0) starts at word `4 * i`.
     nh: NhKey,
+    /// The same, rearranged for the SIMD kernels.
+    lanes: NhLanes,
     /// Masked POLY-64 key per iteration.
     k64: [u64; MAX_ITERS],
     /// Masked POLY-128 key per iteration.
@@ -156,6 +188,9 @@ impl Umac {
             nh: NhKey {
                 w: [0; NH_KEY_WORDS],
             },
+            lanes: NhLanes {
+                w: [[0; CHUNK / 4]; MAX_ITERS],
+            },
             k64: [0; MAX_ITERS],
             k128: [0; MAX_ITERS],
             l3: [[0; 8]; MAX_ITERS],
@@ -169,6 +204,7 @@ impl Umac {
         for (w, b) in keys.nh.w.iter_mut().zip(l1.chunks_exact(4)) {
             *w = be_u32(b);
         }
+        keys.lanes = NhLanes::from_key(&keys.nh);
 
         // L2Key = KDF(K, 2, iters * 24): 8 bytes of k64 then 16 of k128 per iteration.
         let l2 = &mut buf[..24 * iters];
@@ -311,7 +347,7 @@ fn uhash_words<const N: usize>(keys: &Keys, msg: &[u8], nh: NhImpl) -> [u32; N] 
     let mut out = [0u32; N];
     if msg.len() <= CHUNK {
         // A single L1 value: L2-HASH is skipped and B = zeroes(8) || A.
-        let a = l1_single::<N>(&keys.nh, msg, nh);
+        let a = l1_single::<N>(&keys.nh, &keys.lanes, msg, nh);
         for (i, o) in out.iter_mut().enumerate() {
             *o = l3_hash(&keys.l3[i], keys.l3k2[i], 0, a[i]);
         }
@@ -322,7 +358,7 @@ fn uhash_words<const N: usize>(keys: &Keys, msg: &[u8], nh: NhImpl) -> [u32; N] 
     let (chunks, rem) = msg.as_chunks::<CHUNK>();
     for batch in chunks.chunks(BATCH) {
         let mut h = [[0u64; N]; BATCH];
-        nh.chunks::<N>(&keys.nh, batch, &mut h, &mut scratch);
+        nh.chunks::<N>(&keys.nh, &keys.lanes, batch, &mut h, &mut scratch);
         for hv in h.iter().take(batch.len()) {
             for i in 0..N {
                 l2[i].absorb(hv[i].wrapping_add(CHUNK_BITS), keys.k64[i], keys.k128[i]);
@@ -330,7 +366,7 @@ fn uhash_words<const N: usize>(keys: &Keys, msg: &[u8], nh: NhImpl) -> [u32; N] 
         }
     }
     if !rem.is_empty() {
-        let h = nh.tail::<N>(&keys.nh, rem, Some(&mut scratch));
+        let h = nh.tail::<N>(&keys.nh, &keys.lanes, rem, Some(&mut scratch));
         let bits = (rem.len() as u64) * 8;
         for i in 0..N {
             l2[i].absorb(h[i].wrapping_add(bits), keys.k64[i], keys.k128[i]);
@@ -345,19 +381,20 @@ fn uhash_words<const N: usize>(keys: &Keys, msg: &[u8], nh: NhImpl) -> [u32; N] 
 
 /// L1-HASH of a message of at most one chunk: NH plus the bit length, per iteration.
 #[inline(always)]
-fn l1_single<const N: usize>(key: &NhKey, msg: &[u8], nh: NhImpl) -> [u64; N] {
+fn l1_single<const N: usize>(key: &NhKey, lanes: &NhLanes, msg: &[u8], nh: NhImpl) -> [u64; N] {
     let mut h = match <&[u8; CHUNK]>::try_from(msg) {
         Ok(chunk) => {
             let mut h = [[0u64; N]; 1];
             nh.chunks::<N>(
                 key,
+                lanes,
                 std::slice::from_ref(chunk),
                 &mut h,
                 &mut NhScratch::new(),
             );
             h[0]
         }
-        Err(_) => nh.tail::<N>(key, msg, None),
+        Err(_) => nh.tail::<N>(key, lanes, msg, None),
     };
     let bits = (msg.len() as u64) * 8;
     for v in h.iter_mut() {
@@ -486,6 +523,7 @@ impl NhImpl {
     fn chunks<const N: usize>(
         self,
         key: &NhKey,
+        lanes: &NhLanes,
         chunks: &[[u8; CHUNK]],
         out: &mut [[u64; N]],
         scratch: &mut NhScratch,
@@ -497,9 +535,9 @@ impl NhImpl {
                 }
             }
             #[cfg(target_arch = "x86_64")]
-            NhImpl::Avx2(t) => t.chunks::<N>(key, chunks, out),
+            NhImpl::Avx2(t) => t.chunks::<N>(lanes, chunks, out),
             #[cfg(target_arch = "x86_64")]
-            NhImpl::Avx512(t) => t.chunks::<N>(key, chunks, out),
+            NhImpl::Avx512(t) => t.chunks::<N>(lanes, chunks, out),
         }
     }
 
@@ -508,6 +546,7 @@ impl NhImpl {
     fn tail<const N: usize>(
         self,
         key: &NhKey,
+        lanes: &NhLanes,
         data: &[u8],
         scratch: Option<&mut NhScratch>,
     ) -> [u64; N] {
@@ -515,9 +554,9 @@ impl NhImpl {
         let done = match self {
             NhImpl::Portable => return nh_tail::<N>(key, data, scratch),
             #[cfg(target_arch = "x86_64")]
-            NhImpl::Avx2(t) => t.blocks::<N>(key, data, &mut acc),
+            NhImpl::Avx2(t) => t.blocks::<N>(lanes, data, &mut acc),
             #[cfg(target_arch = "x86_64")]
-            NhImpl::Avx512(t) => t.blocks::<N>(key, data, &mut acc),
+            NhImpl::Avx512(t) => t.blocks::<N>(lanes, data, &mut acc),
         };
         // The blocks the kernel left (at most one whole block), then the zero-padded rest.
         let full = data.len() / 32;
