@@ -43,7 +43,7 @@ fn parse_message(tokens: &[&str]) -> Option<(Vec<u8>, usize)> {
 }
 
 fn is_hex(s: &str) -> bool {
-    !s.is_empty() && s.len() % 2 == 0 && s.bytes().all(|b| b.is_ascii_hexdigit())
+    !s.is_empty() && s.len().is_multiple_of(2) && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn unhex(s: &str) -> Vec<u8> {

@@ -186,7 +186,11 @@ pub fn nettle_goals(rate: &dyn Fn(GearId, usize) -> Option<f64>, budget: Duratio
     let text = match output {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
         Ok(o) => {
-            println!("  not measured: {} exited with {}", path.display(), o.status);
+            println!(
+                "  not measured: {} exited with {}",
+                path.display(),
+                o.status
+            );
             return;
         }
         Err(e) => {
@@ -213,7 +217,11 @@ pub fn nettle_goals(rate: &dyn Fn(GearId, usize) -> Option<f64>, budget: Duratio
             continue;
         };
         let ratio = ours / theirs;
-        let verdict = if ratio >= NETTLE_GOAL { "met" } else { "NOT met" };
+        let verdict = if ratio >= NETTLE_GOAL {
+            "met"
+        } else {
+            "NOT met"
+        };
         println!(
             "  {:<8} {size:>6} B  {:>8.1} vs {:>8.1} MB/s  {ratio:>5.2}x  (goal >= {NETTLE_GOAL}x)  {verdict}",
             gear.name(),
