@@ -91,11 +91,9 @@ pub(crate) struct NhLanes {
 }
 
 impl NhLanes {
-    fn from_key(key: &NhKey) -> NhLanes {
-        let mut lanes = NhLanes {
-            w: [[0; CHUNK / 4]; MAX_ITERS],
-        };
-        for (it, l) in lanes.w.iter_mut().enumerate() {
+    /// Fills these lanes from `key`, in place (no copy of key material on the stack).
+    fn fill_from(&mut self, key: &NhKey) {
+        for (it, l) in self.w.iter_mut().enumerate() {
             let k = &key.w[4 * it..4 * it + CHUNK / 4];
             for b in 0..BLOCKS {
                 let (q, j) = (b / 4, b % 4);
@@ -105,7 +103,6 @@ impl NhLanes {
                 }
             }
         }
-        lanes
     }
 }
 
@@ -204,7 +201,8 @@ impl Umac {
         for (w, b) in keys.nh.w.iter_mut().zip(l1.chunks_exact(4)) {
             *w = be_u32(b);
         }
-        keys.lanes = NhLanes::from_key(&keys.nh);
+        let Keys { nh, lanes, .. } = &mut *keys;
+        lanes.fill_from(nh);
 
         // L2Key = KDF(K, 2, iters * 24): 8 bytes of k64 then 16 of k128 per iteration.
         let l2 = &mut buf[..24 * iters];
@@ -257,7 +255,8 @@ impl Umac {
 
     /// Switches this key to the NH implementation `path`, for tests and benchmarks that must
     /// exercise one implementation. Every path computes the same tags. Errors with
-    /// [`CryptoError::InvalidInput`] when this CPU cannot run `path` (see [`NhPath::is_supported`]); the key is then unchanged.
+    /// [`CryptoError::InvalidInput`] when this CPU cannot run `path` (see
+    /// [`NhPath::is_supported`]); the key is then unchanged.
     pub fn set_nh_path(&mut self, path: NhPath) -> Result<(), CryptoError> {
         if !path.is_supported() {
             return Err(CryptoError::InvalidInput);
