@@ -2,9 +2,13 @@
 //!
 //! Every row is checked: the 32-, 64- and 96-bit tags of the first table and the full 128-bit
 //! tags of the second, including the `'a' * 2^25` row that reaches POLY-128.
+//!
+//! Every NH implementation is checked on its own ([`NhPath`]): the default one, then the
+//! portable fallback, AVX2 and AVX-512 forced. A path this CPU cannot run fails its test with a
+//! message saying so, unless `COHORT_NH_SKIP_UNSUPPORTED=1` is set (then it prints SKIPPED).
 
 use cohort_crypto::CryptoProvider;
-use cohort_gears::umac::Umac;
+use cohort_gears::umac::{NhPath, Umac};
 
 const VECTORS: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -39,7 +43,7 @@ fn parse_message(tokens: &[&str]) -> Option<(Vec<u8>, usize)> {
 }
 
 fn is_hex(s: &str) -> bool {
-    !s.is_empty() && s.len() % 2 == 0 && s.bytes().all(|b| b.is_ascii_hexdigit())
+    !s.is_empty() && s.len().is_multiple_of(2) && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn unhex(s: &str) -> Vec<u8> {
@@ -89,8 +93,50 @@ fn parse_cases(text: &str) -> (usize, Vec<Case>) {
     (rows, cases)
 }
 
+/// Whether `path` can be tested here; panics (or, with `COHORT_NH_SKIP_UNSUPPORTED=1`,
+/// prints SKIPPED) when this CPU cannot run it, so a missing path never passes silently.
+fn can_test(path: NhPath) -> bool {
+    if path.is_supported() {
+        return true;
+    }
+    let msg = format!(
+        "this CPU cannot run the {} NH path: its RFC 4418 vectors are NOT tested here",
+        path.name()
+    );
+    if std::env::var_os("COHORT_NH_SKIP_UNSUPPORTED").is_some() {
+        eprintln!("SKIPPED: {msg}");
+        println!("SKIPPED: {msg}");
+        return false;
+    }
+    panic!("{msg} (set COHORT_NH_SKIP_UNSUPPORTED=1 to skip it on such machines)");
+}
+
 #[test]
 fn rfc4418_vectors() {
+    check_vectors(None);
+}
+
+#[test]
+fn rfc4418_vectors_portable() {
+    check_vectors(Some(NhPath::Portable));
+}
+
+#[test]
+fn rfc4418_vectors_avx2() {
+    if can_test(NhPath::Avx2) {
+        check_vectors(Some(NhPath::Avx2));
+    }
+}
+
+#[test]
+fn rfc4418_vectors_avx512() {
+    if can_test(NhPath::Avx512) {
+        check_vectors(Some(NhPath::Avx512));
+    }
+}
+
+/// Checks every vector with NH forced to `path` (the key's default when `None`).
+fn check_vectors(path: Option<NhPath>) {
     let key = quoted_after(VECTORS, "Key");
     let nonce = quoted_after(VECTORS, "Nonce");
     assert_eq!(key, b"abcdefghijklmnop");
@@ -105,17 +151,22 @@ fn rfc4418_vectors() {
     let mut checked = [0usize; 17];
     for case in &cases {
         let tag_len = case.tag.len();
-        let umac = Umac::new(&p, &key, tag_len).expect("valid key and tag length");
+        let mut umac = Umac::new(&p, &key, tag_len).expect("valid key and tag length");
+        if let Some(path) = path {
+            umac.set_nh_path(path).expect("path supported");
+            assert_eq!(umac.nh_path(), path);
+        }
         let mut out = vec![0u8; tag_len];
         umac.tag(&nonce, &case.message, &mut out)
             .expect("valid nonce");
         assert_eq!(
             out,
             case.tag,
-            "UMAC-{} of {} ({} bytes)",
+            "UMAC-{} of {} ({} bytes), NH path {}",
             tag_len * 8,
             case.what,
-            case.message.len()
+            case.message.len(),
+            umac.nh_path().name()
         );
         checked[tag_len] += 1;
     }

@@ -6,6 +6,7 @@ use cohort_crypto::CryptoProvider;
 use cohort_gears::{plain::plain_mac, GearId, ALL_GEARS};
 use std::io::Read;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Subcommand)]
 pub enum GearsCommand {
@@ -143,4 +144,89 @@ fn tag(args: &TagArgs) -> Result<(), UsageError> {
         .map_err(|e| UsageError(e.to_string()))?;
     println!("{}", hex::encode(tag));
     Ok(())
+}
+
+/// UMAC against Nettle's (issue 18): the goal, cohort's rate over Nettle's, at least this.
+const NETTLE_GOAL: f64 = 1.25;
+
+/// Where `cohort gears bench --goals` looks for the Nettle benchmark that
+/// scripts/peers/umac-nettle.sh builds: `$COHORT_NETTLE_BENCH`, else `target/peers/` next to
+/// this binary's `target/<profile>/` directory.
+fn nettle_bench_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("COHORT_NETTLE_BENCH") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    Some(exe.parent()?.parent()?.join("peers/umac_nettle_bench"))
+}
+
+/// The Nettle part of `cohort gears bench --goals`: runs the C benchmark of Nettle's umac32
+/// and umac64 (a separate program, so cohort links no C and needs no `unsafe`) right after
+/// cohort's own measurements in this run, with the same time budget, and prints the ratios.
+/// When the benchmark is not built, says so and how to get it. `rate(gear, size)` gives
+/// cohort's bytes per second measured in this run.
+pub fn nettle_goals(rate: &dyn Fn(GearId, usize) -> Option<f64>, budget: Duration) {
+    println!(
+        "umac against Nettle (NH path {}), ratios in this run:",
+        cohort_gears::umac::NhPath::default_path().name()
+    );
+    let Some(path) = nettle_bench_path().filter(|p| p.is_file()) else {
+        println!(
+            "  not measured: no Nettle benchmark built (looked for {}); run \
+             scripts/peers/umac-nettle.sh, which installs nettle-dev and builds it, or set \
+             COHORT_NETTLE_BENCH",
+            nettle_bench_path().map_or("-".into(), |p| p.display().to_string())
+        );
+        return;
+    };
+    let output = std::process::Command::new(&path)
+        .arg(budget.as_millis().to_string())
+        .args(["8192", "65536"])
+        .output();
+    let text = match output {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Ok(o) => {
+            println!(
+                "  not measured: {} exited with {}",
+                path.display(),
+                o.status
+            );
+            return;
+        }
+        Err(e) => {
+            println!("  not measured: cannot run {}: {e}", path.display());
+            return;
+        }
+    };
+    for line in text.lines() {
+        // "nettle umac32 8192 <bytes per second>"
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (Some(alg), Some(size), Some(theirs)) = (
+            f.get(1),
+            f.get(2).and_then(|s| s.parse::<usize>().ok()),
+            f.get(3).and_then(|s| s.parse::<f64>().ok()),
+        ) else {
+            continue;
+        };
+        let gear = match *alg {
+            "umac32" => GearId::Umac32,
+            "umac64" => GearId::Umac64,
+            _ => continue,
+        };
+        let Some(ours) = rate(gear, size) else {
+            continue;
+        };
+        let ratio = ours / theirs;
+        let verdict = if ratio >= NETTLE_GOAL {
+            "met"
+        } else {
+            "NOT met"
+        };
+        println!(
+            "  {:<8} {size:>6} B  {:>8.1} vs {:>8.1} MB/s  {ratio:>5.2}x  (goal >= {NETTLE_GOAL}x)  {verdict}",
+            gear.name(),
+            ours / 1e6,
+            theirs / 1e6
+        );
+    }
 }
