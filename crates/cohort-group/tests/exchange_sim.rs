@@ -489,7 +489,7 @@ fn trust_run(seed: u64) -> Result<(), SimFailure> {
                 continue;
             }
             let same = domain[a] == domain[b] && a != outsider;
-            let one_way = domain[a] < domain[b] && b != outsider && pick() % 3 == 0;
+            let one_way = domain[a] < domain[b] && b != outsider && pick().is_multiple_of(3);
             if same || one_way || (a == outsider) {
                 trust[a].insert(b);
             }
@@ -497,7 +497,7 @@ fn trust_run(seed: u64) -> Result<(), SimFailure> {
     }
     // Sometimes a domain misses one link (p, q, s shapes).
     let mut complete: BTreeSet<usize> = (0..domains).collect();
-    if pick() % 3 == 0 {
+    if pick().is_multiple_of(3) {
         let a = (pick() % 5) as usize;
         let b = (pick() % 5) as usize;
         if a != b && domain[a] == domain[b] {
@@ -523,7 +523,7 @@ fn trust_run(seed: u64) -> Result<(), SimFailure> {
     g.run_for(Duration::from_secs(3))?;
     for round in 0..40u64 {
         for i in 0..n {
-            if rng.next_u32() % 3 == 0 {
+            if rng.next_u32().is_multiple_of(3) {
                 g.send(i, Channel::Reliable, payload(i, round));
             }
         }

@@ -202,7 +202,7 @@ fn random_run(seed: u64) -> Result<(), SimFailure> {
         if seed % 2 == 1 {
             c.rekey_method = RekeyMethod::Tree { degree: 2 };
         }
-        if seed % 3 == 0 {
+        if seed.is_multiple_of(3) {
             // A small backlog: back-pressure and lagging removal come into play.
             c.backlog_limit = 16;
             c.send_window = 8;
@@ -215,8 +215,8 @@ fn random_run(seed: u64) -> Result<(), SimFailure> {
     let mut crashes = 0;
     for round in 0..40u64 {
         for i in 0..5 {
-            if rng.next_u32() % 3 == 0 {
-                let ch = if rng.next_u32() % 4 == 0 {
+            if rng.next_u32().is_multiple_of(3) {
+                let ch = if rng.next_u32().is_multiple_of(4) {
                     Channel::Unreliable
                 } else {
                     Channel::Reliable
@@ -229,14 +229,14 @@ fn random_run(seed: u64) -> Result<(), SimFailure> {
             adversary(&mut g, &mut rng);
         }
         // A partition now and then, healed a few rounds later.
-        if round % 13 == 4 && rng.next_u32() % 2 == 0 {
+        if round % 13 == 4 && rng.next_u32().is_multiple_of(2) {
             let (a, b) = split_prefix(&mut rng, &g.nodes[..5], 4);
             g.sim.partition(&[&a, &b]);
         }
         if round % 13 == 10 {
             g.sim.heal();
         }
-        if crashes < 1 && rng.next_u32() % 30 == 0 {
+        if crashes < 1 && rng.next_u32().is_multiple_of(30) {
             let victim = (rng.next_u32() % 5) as usize;
             g.crash(victim);
             crashes += 1;

@@ -80,7 +80,7 @@ impl Machine for Peer {
         let start = buf.len();
         let t = self.inner.poll_transmit(now, buf)?;
         self.sent += 1;
-        if self.sent % 5 == 0 && self.tap.len() < 300 {
+        if self.sent.is_multiple_of(5) && self.tap.len() < 300 {
             self.tap
                 .push((t.destination, buf[start..start + t.size].to_vec()));
         }
@@ -371,13 +371,13 @@ fn kdc_run(seed: u64) -> Result<(), SimFailure> {
     let mut left: BTreeSet<usize> = BTreeSet::new();
     for round in 0..30u64 {
         for i in 0..n {
-            if !left.contains(&i) && rng.next_u32() % 3 == 0 {
+            if !left.contains(&i) && rng.next_u32().is_multiple_of(3) {
                 let _ = g.with_member(i, |m, now| {
                     m.send(now, Channel::Reliable, format!("{i}-{round}").as_bytes())
                 });
             }
         }
-        if round == 10 && rng.next_u32() % 2 == 0 {
+        if round == 10 && rng.next_u32().is_multiple_of(2) {
             let who = (rng.next_u32() as usize) % n;
             g.with_member(who, |m, now| m.leave(now));
             left.insert(who);
@@ -401,7 +401,7 @@ fn kdc_run(seed: u64) -> Result<(), SimFailure> {
                 }
                 let (to, bytes) = tap[(rng.next_u32() as usize) % tap.len()].clone();
                 let from = g.sim.addr(src);
-                let dst = if rng.next_u32() % 2 == 0 {
+                let dst = if rng.next_u32().is_multiple_of(2) {
                     g.sim.node_by_addr(to).unwrap_or(g.nodes[0])
                 } else {
                     g.nodes[(rng.next_u32() as usize) % n]

@@ -102,10 +102,13 @@ impl Net {
                 assert_eq!(t.size, buf.len());
                 assert_eq!(buf[0], PAIR_KIND);
                 self.sent += 1;
-                if self.drop_every.is_some_and(|k| self.sent % k == 0) {
+                if self.drop_every.is_some_and(|k| self.sent.is_multiple_of(k)) {
                     continue;
                 }
-                if self.duplicate_every.is_some_and(|k| self.sent % k == 0) {
+                if self
+                    .duplicate_every
+                    .is_some_and(|k| self.sent.is_multiple_of(k))
+                {
                     self.wire.push_back((node.addr, t.destination, buf.clone()));
                 }
                 self.wire.push_back((node.addr, t.destination, buf));

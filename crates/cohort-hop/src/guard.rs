@@ -129,7 +129,7 @@ impl Chains {
     fn add(&mut self, info: AnchorInfo, max_skip_rounds: u32) -> bool {
         // The chain's rounds must fit the round counter (a peer may announce anything).
         if info.length < 2
-            || info.length % 2 != 0
+            || !info.length.is_multiple_of(2)
             || info.start_round.checked_add(info.length / 2).is_none()
         {
             return false;

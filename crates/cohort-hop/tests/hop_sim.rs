@@ -114,8 +114,12 @@ fn adversary(path: &mut Path, tap: &Tap, pick: &mut impl RngCore) -> Option<Vec<
         .collect();
     let target = nodes[(pick.next_u32() as usize) % nodes.len()];
     let from_addr = path.addr(from);
-    if pick.next_u32() % 2 == 0 {
-        let to = if pick.next_u32() % 2 == 0 { to } else { target };
+    if pick.next_u32().is_multiple_of(2) {
+        let to = if pick.next_u32().is_multiple_of(2) {
+            to
+        } else {
+            target
+        };
         let after = Duration::from_millis(u64::from(pick.next_u32() % 30));
         path.sim.inject(from_addr, to, bytes, after);
         None

@@ -156,7 +156,7 @@ pub fn split_prefix(
 pub fn split_by_coin(rng: &mut dyn RngCore, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
     let mut sides = (Vec::new(), Vec::new());
     for &node in nodes {
-        if rng.next_u32() % 2 == 0 {
+        if rng.next_u32().is_multiple_of(2) {
             sides.0.push(node);
         } else {
             sides.1.push(node);

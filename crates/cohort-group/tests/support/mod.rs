@@ -32,7 +32,7 @@ impl SendWatch for Tap {
         self.sent_count += 1;
         // Keep a sample of the packets (every 7th, and all gossip: Ids and tickets), up to 400.
         let gossip = buf.first() == Some(&cohort_group::exchange::GOSSIP_KIND);
-        if (self.sent_count % 7 == 0 || gossip) && self.tap.len() < 400 {
+        if (self.sent_count.is_multiple_of(7) || gossip) && self.tap.len() < 400 {
             self.tap.push((t.destination, buf[..t.size].to_vec()));
         }
     }
