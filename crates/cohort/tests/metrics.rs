@@ -1,5 +1,5 @@
-//! `--metrics ADDR` as an operator uses it: `tunnel server` and `tunnel client`, `kdc serve`
-//! and `hop run` started with a metrics port, a little traffic pushed through them, then
+//! `--metrics ADDR` as an operator uses it: `tunnel server` and `tunnel client`, `kdc serve`,
+//! `hop run` and `group run` started with a metrics port (or the config file's `metrics`), a little traffic pushed through them, then
 //! scraped with curl and parsed with the Python prometheus_client OpenMetrics parser (the
 //! reference parser: a format slip fails here). The values are checked against the traffic
 //! the test made. A metrics address already in use is one line and exit status 2, with
@@ -592,4 +592,103 @@ fn a_metrics_address_in_use_is_one_line_and_exit_2() {
     assert!(!Path::new(&dir.join("a.sock")).exists());
     drop(holder);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `group run` member's TOML (its key is `<name>.key` in the test's directory).
+fn group_config(name: &str, peers: &[&str], trust: &[&str], extra: &str) -> String {
+    let quoted = |items: &[&str]| {
+        let q: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
+        format!("[{}]", q.join(", "))
+    };
+    format!(
+        "identity = \"{name}.key\"\ngroup = \"metrics\"\nlisten = \"127.0.0.1:0\"\n\
+         peers = {}\ntrust = {}\nheartbeat_ms = 50\nsuspect_ms = 500\nflush_ms = 300\n{extra}",
+        quoted(peers),
+        quoted(trust)
+    )
+}
+
+#[test]
+fn group_run_exports_messages_views_and_rekeys() {
+    need_tools();
+    let dir = tempdir("metrics-group");
+    let (a_id, b_id) = (keygen(&dir, "a"), keygen(&dir, "b"));
+    let trust = [a_id.as_str(), b_id.as_str()];
+    // a takes its metrics address from the file, b from the command line.
+    let (a_metrics, b_metrics) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let mut a = Daemon::start(
+        &dir,
+        "a",
+        &["group", "run"],
+        &group_config("a", &[], &trust, &format!("metrics = \"{a_metrics}\"\n")),
+    );
+    let a_listen = a.started_str("listen");
+    let mut b = Daemon::start(
+        &dir,
+        "b",
+        &["group", "run", "--metrics", &b_metrics],
+        &group_config("b", &[&a_listen], &trust, ""),
+    );
+    for m in [&mut a, &mut b] {
+        m.wait("a view of two", |v| {
+            v["event"] == "view" && v["members"].as_array().is_some_and(|m| m.len() == 2)
+        });
+    }
+    for i in 0..3u8 {
+        a.command(json!({"cmd": "send", "channel": "reliable", "data": BASE64.encode([i; 1000])}));
+    }
+    a.command(json!({"cmd": "rekey"}));
+    let delivered = |s: &Scrape| {
+        s.sum(
+            "cohort_group_messages_delivered_total",
+            &[("channel", "reliable")],
+        )
+    };
+    // Counters from the member's stats are copied once a second; the rest as events come.
+    let at_a = scrape_until(&a_metrics, "3 sent, 3 delivered and a rekey at a", |s| {
+        delivered(s) >= 3.0
+            && s.sum("cohort_group_messages_sent_total", &[]) >= 3.0
+            && s.sum("cohort_group_rekey_duration_seconds_count", &[]) >= 1.0
+    });
+    let at_b = scrape_until(&b_metrics, "3 deliveries at b", |s| delivered(s) >= 3.0);
+    for (who, s) in [("a", &at_a), ("b", &at_b)] {
+        assert_eq!(delivered(s), 3.0, "{who}:\n{s:?}");
+        assert_eq!(
+            s.sum(
+                "cohort_group_bytes_delivered_total",
+                &[("channel", "reliable")]
+            ),
+            3000.0,
+            "{who}:\n{s:?}"
+        );
+        assert_eq!(s.sum("cohort_group_members", &[]), 2.0, "{who}:\n{s:?}");
+        assert!(s.has("cohort_group_dropped_total"), "{who}:\n{s:?}");
+    }
+    // The sender's own counters: three messages of 1000 bytes.
+    assert_eq!(
+        at_a.sum("cohort_group_messages_sent_total", &[]),
+        3.0,
+        "{at_a:?}"
+    );
+    assert_eq!(
+        at_a.sum("cohort_group_bytes_sent_total", &[]),
+        3000.0,
+        "{at_a:?}"
+    );
+    assert!(
+        at_a.sum("cohort_group_view_changes_total", &[]) >= 2.0,
+        "{at_a:?}"
+    );
+    assert!(
+        at_a.sum("cohort_group_datagrams_total", &[("direction", "sent")]) > 0.0,
+        "{at_a:?}"
+    );
+    // After the rekey both hold the same key epoch.
+    let epoch = at_a.sum("cohort_group_key_epoch", &[]);
+    scrape_until(&b_metrics, "b at a's key epoch", |s| {
+        s.sum("cohort_group_key_epoch", &[]) == epoch
+    });
 }
