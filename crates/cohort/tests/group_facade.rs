@@ -145,14 +145,21 @@ async fn four_members_join_carry_16_mib_messages_and_leave() {
                     channel: Channel::Reliable,
                     sender,
                     data,
+                    order,
                     ..
                 }) = ev.next().await
                 {
-                    got.push((sender, data));
+                    got.push((sender, data, order));
                 }
             }
         })
         .await;
+        // The application's order counts application messages only (the 1025 fragments
+        // and the state messages of the joins take places in the core's order too): the
+        // three messages are 0, 1 and 2 of the view at every member.
+        let positions: Vec<Option<u64>> = got.iter().map(|(_, _, o)| *o).collect();
+        assert_eq!(positions, [Some(0), Some(1), Some(2)]);
+        let got: Vec<(MemberId, Vec<u8>)> = got.into_iter().map(|(s, d, _)| (s, d)).collect();
         let lens: Vec<usize> = got.iter().map(|(_, d)| d.len()).collect();
         assert!(got.iter().any(|(s, d)| *s == groups[1].id() && *d == small));
         assert!(got.iter().any(|(s, d)| *s == groups[1].id() && *d == huge));

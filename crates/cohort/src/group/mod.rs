@@ -150,8 +150,9 @@ pub enum Event {
         /// The sender's message number (of the message's last fragment): increasing in
         /// send order.
         seq: u64,
-        /// Reliable: the position of the message's last fragment in the view's total order;
-        /// unreliable: `None`.
+        /// Reliable: the message's position among the application messages of this view's
+        /// total order (0, 1, 2, ...; the same at every member: a joiner whose snapshot
+        /// already holds the first ones starts above 0); unreliable: `None`.
         order: Option<u64>,
         /// The payload.
         data: Vec<u8>,

@@ -112,6 +112,9 @@ pub struct Task {
     leaving: Option<(Instant, Vec<oneshot::Sender<()>>)>,
     stop: bool,
     counters: Counters,
+    /// The view of the last reliable application message completed, and how many were
+    /// completed in it: the `order` reported to the application.
+    app_order: Option<(ViewId, u64)>,
 }
 
 impl Task {
@@ -146,6 +149,7 @@ impl Task {
             leaving: None,
             stop: false,
             counters: Counters::default(),
+            app_order: None,
         }
     }
 }
@@ -404,6 +408,17 @@ impl Task {
                         }
                     },
                 };
+                // The application's order counts application messages only: fragments and
+                // state messages take places in the core's total order too. Every member
+                // completes the same messages in the same order, so the count agrees.
+                let order = order.map(|_| {
+                    let next = match self.app_order {
+                        Some((v, n)) if v == view => n,
+                        _ => 0,
+                    };
+                    self.app_order = Some((view, next + 1));
+                    next
+                });
                 self.counters.delivered_messages += 1;
                 self.counters.delivered_bytes += data.len() as u64;
                 Event::Deliver {
