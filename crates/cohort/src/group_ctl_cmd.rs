@@ -11,6 +11,7 @@
 //! a socket that closes at once or answers something that is not this protocol, no answer
 //! in time) and a refused request are one line on stderr and exit status 2.
 
+use crate::hop_cmd::ctl::{render_counters, render_fields, scalar};
 use crate::UsageError;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -242,32 +243,11 @@ pub fn ask(path: &Path, request: &Value) -> Result<Value, UsageError> {
     Ok(answer)
 }
 
-fn scalar(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".into(),
-        other => other.to_string(),
-    }
-}
-
-/// `key=value` pairs of an object's scalar fields, on one line.
-fn fields(v: &Value) -> String {
-    match v {
-        Value::Object(map) => map
-            .iter()
-            .filter(|(_, v)| !v.is_object() && !v.is_array())
-            .map(|(k, v)| format!("{k}={}", scalar(v)))
-            .collect::<Vec<_>>()
-            .join(" "),
-        other => scalar(other),
-    }
-}
-
 /// The answer to `command` for people.
 fn render(command: &CtlCommand, answer: &Value) -> String {
     match command {
         CtlCommand::Status => {
-            let mut out = format!("{}\n", fields(answer));
+            let mut out = format!("{}\n", render_fields(answer));
             out.push_str(&render_view(&answer["view"]));
             if let Value::Object(stats) = &answer["stats"] {
                 out.push_str("\nstats (zero, false and unset left out; --json has all):\n");
@@ -382,32 +362,6 @@ fn without_zeros(v: &Value) -> Value {
         ),
         other => other.clone(),
     }
-}
-
-/// Counters as `name  value` lines, nested objects flattened with dots.
-fn render_counters(v: &Value) -> String {
-    fn walk(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
-        match v {
-            Value::Object(map) => {
-                for (k, v) in map {
-                    let name = if prefix.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{prefix}.{k}")
-                    };
-                    walk(&name, v, out);
-                }
-            }
-            other => out.push((prefix.to_string(), scalar(other))),
-        }
-    }
-    let mut items = Vec::new();
-    walk("", v, &mut items);
-    let width = items.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    items
-        .iter()
-        .map(|(k, v)| format!("{k:<width$}  {v}\n"))
-        .collect()
 }
 
 #[cfg(test)]

@@ -265,7 +265,8 @@ pub fn ask(path: &Path, request: &Value) -> Result<Value, UsageError> {
     })
 }
 
-fn scalar(v: &Value) -> String {
+/// A JSON scalar for people: strings bare, null as `-` (shared with `cohort group ctl`).
+pub fn scalar(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Null => "-".into(),
@@ -274,7 +275,7 @@ fn scalar(v: &Value) -> String {
 }
 
 /// `key=value` pairs of an object's scalar fields, on one line.
-fn render_fields(v: &Value) -> String {
+pub fn render_fields(v: &Value) -> String {
     match v {
         Value::Object(map) => map
             .iter()
