@@ -27,7 +27,6 @@ use crate::config_file::{err, from_toml, parse_addr, read_config, ConfigError, W
 use crate::keygen_cmd::{create_new, replace};
 use crate::UsageError;
 use clap::{Args, Subcommand};
-use cohort::metrics::MetricsEndpoint;
 use cohort_crypto::CryptoProvider;
 use cohort_kdc::{Kdc, KeyFile, Outcome, PrincipalKey, PrincipalName, Registry, RegistryError};
 use prometheus_client::metrics::counter::Counter;
@@ -325,14 +324,10 @@ impl KdcMetrics {
         if let Some(h) = &m.handle_seconds {
             registry.register("handle_seconds", "Time to handle one request", h.clone());
         }
-        let endpoint = MetricsEndpoint::bind(addr, registry)
+        let bound = cohort::metrics::serve(addr, registry)
             .await
             .map_err(|e| UsageError(format!("cannot serve metrics on {addr}: {e}")))?;
-        let bound = endpoint
-            .local_addr()
-            .map_err(|e| UsageError(format!("cannot serve metrics on {addr}: {e}")))?;
         eprintln!("cohort kdc: metrics on http://{bound}/metrics");
-        endpoint.spawn();
         Ok(m)
     }
 

@@ -86,6 +86,15 @@ impl MetricsEndpoint {
     }
 }
 
+/// Binds `addr`, spawns the endpoint on the current tokio runtime and returns the bound
+/// address: what a command does when it starts with `--metrics`.
+pub async fn serve(addr: SocketAddr, registry: Registry) -> io::Result<SocketAddr> {
+    let endpoint = MetricsEndpoint::bind(addr, registry).await?;
+    let bound = endpoint.local_addr()?;
+    endpoint.spawn();
+    Ok(bound)
+}
+
 /// Renders `registry` as the text a scrape returns.
 pub fn render(registry: &Registry) -> String {
     let mut body = String::new();

@@ -20,7 +20,7 @@ use cohort::channel::{
     as_channel_error, failure_reason, Acceptor, AuthMode, ChannelError, ClientAuth, Connector,
     HandshakeKind, Identity, KemSuite, PublicKey, SecureStream,
 };
-use cohort::metrics::{MetricsEndpoint, Registry};
+use cohort::metrics::Registry;
 use cohort_channel::config::MIN_PSK_LEN;
 use cohort_crypto::{CryptoProvider, Secret};
 use cohort_net::stream;
@@ -279,14 +279,10 @@ impl TunnelMetrics {
             "Open tunnels by record gear",
             m.gears.clone(),
         );
-        let endpoint = MetricsEndpoint::bind(addr, registry)
+        let bound = cohort::metrics::serve(addr, registry)
             .await
             .map_err(|e| UsageError(format!("cannot serve metrics on {addr}: {e}")))?;
-        let bound = endpoint
-            .local_addr()
-            .map_err(|e| UsageError(format!("cannot serve metrics on {addr}: {e}")))?;
         eprintln!("cohort tunnel {side}: metrics on http://{bound}/metrics");
-        endpoint.spawn();
         Ok(m)
     }
 
