@@ -685,18 +685,27 @@ impl GroupMember {
         }
     }
 
-    /// The next view's members, by rank: survivors in their old order, then joiners.
+    /// The next view's members, by rank: survivors in their old order, then joiners (each
+    /// once, and none that survives). O(n log n).
     pub(super) fn new_members(&self) -> Vec<Member> {
         let Some(c) = self.view_change.coordinator.as_ref() else {
             return Vec::new();
         };
-        let mut members: Vec<Member> = c
-            .survivors
+        let mut survivors = c.survivors.clone();
+        survivors.sort_unstable();
+        survivors.dedup();
+        let mut members: Vec<Member> = survivors
             .iter()
             .filter_map(|r| self.member_at(*r))
             .collect();
+        let mut seen = BTreeSet::new();
         for (j, _, _) in &c.joiners {
-            if !members.iter().any(|m| m.id == j.id) {
+            let survives = self
+                .view
+                .as_ref()
+                .and_then(|v| v.rank_of(&j.id))
+                .is_some_and(|r| survivors.binary_search(&(r as u16)).is_ok());
+            if !survives && seen.insert(j.id) {
                 members.push(*j);
             }
         }

@@ -142,12 +142,19 @@ impl GroupMember {
         // Patient retries: a joiner told to wait for a later batch asks again less often,
         // with jitter, so that thousands starting at once do not ask in step. (Others keep
         // the plain flush timeout.)
+        let ft = self.config.flush_timeout;
+        let jitter = |rng: &mut rand_chacha::ChaCha20Rng, span: std::time::Duration| {
+            let ms = (span.as_millis() as u64).max(1);
+            std::time::Duration::from_millis(rng.next_u64() % ms)
+        };
         let wait = if j.queued_at.is_some() {
-            let base = self.config.flush_timeout * 2;
-            let jitter_ms = (base.as_millis() as u64 / 4).max(1);
-            base + std::time::Duration::from_millis(self.rng.next_u64() % jitter_ms)
+            ft * 2 + jitter(&mut self.rng, ft / 2)
+        } else if !j.answered && j.attempts >= 1 {
+            // Nobody answered yet (a leader swamped by a cold start drops pair handshakes
+            // beyond its half-open limit): spread the next tries over a flush timeout.
+            ft + jitter(&mut self.rng, ft)
         } else {
-            self.config.flush_timeout
+            ft
         };
         let Some(j) = self.joining.as_mut() else {
             return;
@@ -287,8 +294,11 @@ impl GroupMember {
         match waiting.iter_mut().find(|(m, _, _)| m.id == peer) {
             Some(w) => *w = (Member { id: peer, addr }, next_seq, incarnation),
             None if full => {
-                // Bulk join: the queue is full; the joiner asks again later.
+                // Bulk join: the queue is full; the joiner is told to wait and asks again
+                // later (it must not give up on the group and found its own).
                 self.counters.count(Drop::Unexpected);
+                let leader = self.addr;
+                self.send_pair(now, addr, Some(peer), &PairMsg::Redirect { leader });
                 return;
             }
             None => waiting.push((Member { id: peer, addr }, next_seq, incarnation)),

@@ -123,7 +123,7 @@ impl GroupMember {
         if self
             .view
             .as_ref()
-            .is_some_and(|v| v.members.iter().any(|m| m.addr == from))
+            .is_some_and(|v| v.rank_of_addr(&from).is_some())
         {
             return;
         }
