@@ -3,10 +3,11 @@
 use cohort_channel::identity::PublicKey;
 use cohort_kdc::PrincipalName;
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 /// A member: its Ed25519 public key, in the text form of `cohort keygen`
 /// (`ed25519:<64 hex>`). Members are ordered by their key bytes; that order breaks ties
@@ -152,18 +153,28 @@ pub struct Member {
 /// `Members::from(vec)` or `collect()`.
 #[derive(Clone)]
 pub struct Members {
-    list: Arc<[Member]>,
-    /// Ranks sorted by member id.
-    by_id: Arc<[u16]>,
-    /// Ranks sorted by address.
-    by_addr: Arc<[u16]>,
+    inner: Arc<Indexed>,
 }
+
+struct Indexed {
+    list: Box<[Member]>,
+    /// Ranks sorted by member id.
+    by_id: Box<[u16]>,
+    /// Ranks sorted by address.
+    by_addr: Box<[u16]>,
+}
+
+/// Lists built in this process, by a key that names their content (a view's roster
+/// digest): members of one process (a simulator running thousands) share one copy of each
+/// view's list instead of one each.
+static INTERNED: Mutex<Option<HashMap<[u8; 32], Weak<Indexed>>>> = Mutex::new(None);
 
 impl Members {
     /// The member list `list`, by rank. At most `u16::MAX` members (a view holds at most
     /// [`MAX_VIEW_MEMBERS`](crate::MAX_VIEW_MEMBERS)); beyond that the index covers only
     /// the first `u16::MAX`.
-    pub fn new(list: Arc<[Member]>) -> Self {
+    pub fn new(list: Vec<Member>) -> Self {
+        let list = list.into_boxed_slice();
         let n = list.len().min(usize::from(u16::MAX));
         let mut by_id: Vec<u16> = (0..n as u16).collect();
         by_id.sort_unstable_by(|a, b| list[usize::from(*a)].id.cmp(&list[usize::from(*b)].id));
@@ -172,40 +183,61 @@ impl Members {
             addr_key(&list[usize::from(*a)].addr).cmp(&addr_key(&list[usize::from(*b)].addr))
         });
         Members {
-            list,
-            by_id: by_id.into(),
-            by_addr: by_addr.into(),
+            inner: Arc::new(Indexed {
+                list,
+                by_id: by_id.into_boxed_slice(),
+                by_addr: by_addr.into_boxed_slice(),
+            }),
         }
+    }
+
+    /// The list this process holds under `key` (a roster digest that whoever interned it
+    /// computed from its content), if any and if `same` accepts it.
+    pub(crate) fn lookup(key: &[u8; 32], same: impl FnOnce(&[Member]) -> bool) -> Option<Members> {
+        let guard = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = guard.as_ref()?.get(key).and_then(Weak::upgrade)?;
+        same(&inner.list).then_some(Members { inner })
+    }
+
+    /// `list`, remembered under `key` (which the caller computed from its content) for
+    /// [`Members::lookup`]: members of one process (a simulator running thousands) then
+    /// share one copy of a view's list. Entries whose list is gone are pruned as it grows.
+    pub(crate) fn intern(key: &[u8; 32], list: Vec<Member>) -> Members {
+        let m = Members::new(list);
+        let mut guard = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
+        let map = guard.get_or_insert_with(HashMap::new);
+        if map.len() >= 64 {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
+        map.insert(*key, Arc::downgrade(&m.inner));
+        m
     }
 
     /// The rank of `id`, if listed (O(log n)).
     pub fn rank_of(&self, id: &MemberId) -> Option<usize> {
-        let list = &self.list;
-        self.by_id
+        let list = &self.inner.list;
+        let by_id = &self.inner.by_id;
+        by_id
             .binary_search_by(|r| list[usize::from(*r)].id.cmp(id))
             .ok()
-            .map(|i| usize::from(self.by_id[i]))
+            .map(|i| usize::from(by_id[i]))
     }
 
     /// The rank of the member reached at `addr`, if listed (O(log n)). With two members at
     /// one address (not in a well-formed view), one of them.
     pub fn rank_of_addr(&self, addr: &SocketAddr) -> Option<usize> {
-        let list = &self.list;
+        let list = &self.inner.list;
+        let by_addr = &self.inner.by_addr;
         let key = addr_key(addr);
-        self.by_addr
+        by_addr
             .binary_search_by(|r| addr_key(&list[usize::from(*r)].addr).cmp(&key))
             .ok()
-            .map(|i| usize::from(self.by_addr[i]))
-    }
-
-    /// The shared list itself.
-    pub fn shared(&self) -> &Arc<[Member]> {
-        &self.list
+            .map(|i| usize::from(by_addr[i]))
     }
 
     /// Whether `other` is the same shared list (no comparison of members).
     pub fn ptr_eq(&self, other: &Members) -> bool {
-        Arc::ptr_eq(&self.list, &other.list)
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 }
 
@@ -225,18 +257,12 @@ fn addr_key(a: &SocketAddr) -> (u8, [u8; 16], u16) {
 impl std::ops::Deref for Members {
     type Target = [Member];
     fn deref(&self) -> &[Member] {
-        &self.list
+        &self.inner.list
     }
 }
 
 impl From<Vec<Member>> for Members {
     fn from(list: Vec<Member>) -> Self {
-        Members::new(list.into())
-    }
-}
-
-impl From<Arc<[Member]>> for Members {
-    fn from(list: Arc<[Member]>) -> Self {
         Members::new(list)
     }
 }
@@ -251,13 +277,13 @@ impl<'a> IntoIterator for &'a Members {
     type Item = &'a Member;
     type IntoIter = std::slice::Iter<'a, Member>;
     fn into_iter(self) -> Self::IntoIter {
-        self.list.iter()
+        self.inner.list.iter()
     }
 }
 
 impl PartialEq for Members {
     fn eq(&self, other: &Self) -> bool {
-        self.ptr_eq(other) || self.list[..] == other.list[..]
+        self.ptr_eq(other) || self.inner.list[..] == other.inner.list[..]
     }
 }
 
@@ -265,7 +291,7 @@ impl Eq for Members {}
 
 impl fmt::Debug for Members {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.list.iter()).finish()
+        f.debug_list().entries(self.inner.list.iter()).finish()
     }
 }
 

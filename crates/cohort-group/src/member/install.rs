@@ -22,8 +22,9 @@ use crate::wire::{
 use cohort_core::Timestamp;
 use cohort_crypto::Secret;
 use rand_core::RngCore;
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use zeroize::Zeroizing;
 
@@ -251,11 +252,11 @@ impl GroupMember {
         let members: Members = if left.is_empty() && joined.is_empty() {
             base.members.clone()
         } else {
-            Members::from(list)
+            Members::intern(&digest, list)
         };
         let roster = Roster {
             members: members.clone(),
-            incarnations: incarnations.into(),
+            incarnations: intern_incarnations(&digest, incarnations.clone()),
         };
         // The sequencer of the new view needs every member's next message number: it has
         // them when it is this coordinator; otherwise the Install carries them.
@@ -754,39 +755,75 @@ impl GroupMember {
     }
 
     /// The new view's list from `base` (our copy) and the change, if it gives the
-    /// Install's digest.
+    /// Install's digest. When this process already holds the list and incarnations under
+    /// that digest (another member built and checked them: a simulator), ours are compared
+    /// with them in O(n) and shared; otherwise built, hashed and remembered.
     pub(super) fn apply_delta(&self, base: &View, install: &Install) -> Option<Roster> {
         if !delta_fits(base, install) {
             return None;
         }
-        let survivors =
-            (0..base.members.len() as u16).filter(|r| install.left.binary_search(r).is_err());
+        let left = &install.left;
+        let survivors = (0..base.members.len() as u16).filter(|r| left.binary_search(r).is_err());
+        let incarnation = |r: u16| self.incarnations.get(usize::from(r)).copied().unwrap_or(0);
+        let same_members = |list: &[Member]| {
+            list.len() == usize::from(install.count)
+                && survivors
+                    .clone()
+                    .map(|r| base.members[usize::from(r)])
+                    .chain(install.joined.iter().map(|j| j.member))
+                    .zip(list)
+                    .all(|(a, b)| a == *b)
+        };
+        let same_incarnations = |incs: &[u64]| {
+            incs.len() == usize::from(install.count)
+                && survivors
+                    .clone()
+                    .map(incarnation)
+                    .chain(install.joined.iter().map(|j| j.incarnation))
+                    .zip(incs)
+                    .all(|(a, b)| a == *b)
+        };
+        let unchanged = left.is_empty() && install.joined.is_empty();
+        let held = if unchanged {
+            same_members(&base.members).then(|| base.members.clone())
+        } else {
+            Members::lookup(&install.digest, same_members)
+        };
+        if let (Some(members), Some(incarnations)) = (
+            held,
+            lookup_incarnations(&install.digest).filter(|i| same_incarnations(i)),
+        ) {
+            return Some(Roster {
+                members,
+                incarnations,
+            });
+        }
         let list: Vec<Member> = survivors
             .clone()
             .map(|r| base.members[usize::from(r)])
             .chain(install.joined.iter().map(|j| j.member))
             .collect();
         let incarnations: Vec<u64> = survivors
-            .map(|r| self.incarnations.get(usize::from(r)).copied().unwrap_or(0))
+            .map(incarnation)
             .chain(install.joined.iter().map(|j| j.incarnation))
             .collect();
         let bytes = encode_roster(&list, &incarnations);
         if roster_digest(self.provider.sha256, &bytes) != install.digest {
             return None;
         }
-        let members = if install.left.is_empty() && install.joined.is_empty() {
+        let members = if unchanged {
             base.members.clone()
         } else {
-            Members::from(list)
+            Members::intern(&install.digest, list)
         };
         Some(Roster {
             members,
-            incarnations: incarnations.into(),
+            incarnations: intern_incarnations(&install.digest, incarnations),
         })
     }
 
-    /// A member list for `install` from its bytes, if it gives the digest, has the
-    /// Install's length and agrees with its joiners.
+    /// A member list for `install` from its bytes, if it gives the digest and has the
+    /// Install's length.
     pub(super) fn roster_from_bytes(&self, install: &Install, bytes: &[u8]) -> Option<Roster> {
         if roster_digest(self.provider.sha256, bytes) != install.digest {
             return None;
@@ -795,9 +832,11 @@ impl GroupMember {
         if list.len() != usize::from(install.count) {
             return None;
         }
+        let members = Members::lookup(&install.digest, |held| held == &list[..])
+            .unwrap_or_else(|| Members::intern(&install.digest, list));
         Some(Roster {
-            members: Members::from(list),
-            incarnations: incarnations.into(),
+            members,
+            incarnations: intern_incarnations(&install.digest, incarnations),
         })
     }
 
@@ -1307,4 +1346,34 @@ fn delta_fits(base: &View, install: &Install) -> bool {
     let n = base.members.len();
     install.left.last().is_none_or(|r| usize::from(*r) < n)
         && n - install.left.len().min(n) + install.joined.len() == usize::from(install.count)
+}
+
+/// Incarnation lists by roster digest.
+type IncarnationTable = HashMap<[u8; 32], Weak<[u64]>>;
+
+/// Incarnation lists built in this process, by roster digest (see `Members::intern`).
+static INCARNATIONS: Mutex<Option<IncarnationTable>> = Mutex::new(None);
+
+/// The incarnations this process holds under `key`, if any.
+fn lookup_incarnations(key: &[u8; 32]) -> Option<Arc<[u64]>> {
+    let guard = INCARNATIONS.lock().unwrap_or_else(|e| e.into_inner());
+    guard.as_ref()?.get(key).and_then(Weak::upgrade)
+}
+
+/// `incarnations`, shared with the same list under `key` if this process holds it already
+/// (the caller checked that `key` names this content), else remembered under `key`.
+fn intern_incarnations(key: &[u8; 32], incarnations: Vec<u64>) -> Arc<[u64]> {
+    let mut guard = INCARNATIONS.lock().unwrap_or_else(|e| e.into_inner());
+    let map = guard.get_or_insert_with(HashMap::new);
+    if let Some(held) = map.get(key).and_then(Weak::upgrade) {
+        if held[..] == incarnations[..] {
+            return held;
+        }
+    }
+    let arc: Arc<[u64]> = incarnations.into();
+    if map.len() >= 64 {
+        map.retain(|_, w| w.strong_count() > 0);
+    }
+    map.insert(*key, Arc::downgrade(&arc));
+    arc
 }
