@@ -280,6 +280,7 @@ impl GroupMember {
     /// A report from the member at `rank`: at the leader it moves the acknowledgements of
     /// that member's subtree and brings its suspicions; elsewhere it is kept for this
     /// member's own report, which goes up at once if it brings a new suspicion.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_report(
         &mut self,
         now: Timestamp,
