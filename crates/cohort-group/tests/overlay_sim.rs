@@ -287,28 +287,33 @@ fn reliable_messages_go_down_the_tree(big: &mut Big) {
     }
 }
 
-/// (b) An interior member (rank 5, parent of ranks 81..=96) and a leaf (the last rank)
-/// crash together; both are removed within one suspicion timeout, two heartbeat intervals
-/// and two flush timeouts.
+/// (b) Two interior members and a leaf crash together: rank 5 (a child of the leader,
+/// parent of ranks 81..=96), rank 17 (a child of rank 1, parent of ranks 273..=288: its
+/// suspicion travels up through rank 1) and the last rank. All three are removed within one
+/// suspicion timeout, two heartbeat intervals and two flush timeouts, and the leader stays
+/// (the orphaned children of the interior members report to it and hear it directly; none
+/// takes over).
 fn interior_and_leaf_crash(big: &mut Big) {
     let n = big.ids.len();
-    let interior = big.at_rank(0, 5);
-    let leaf = big.at_rank(0, n - 1);
-    assert_eq!(big.rank_of(interior), 5);
-    big.crash(interior);
-    big.crash(leaf);
+    let leader = big.at_rank(0, 0);
+    let dead = [big.at_rank(0, 5), big.at_rank(0, 17), big.at_rank(0, n - 1)];
+    assert_eq!(big.rank_of(dead[1]), 17);
+    for d in dead {
+        big.crash(d);
+    }
     let survivors: BTreeSet<usize> = (0..n)
-        .filter(|i| *i != interior && *i != leaf && !big.sim.is_crashed(big.nodes[*i]))
+        .filter(|i| !dead.contains(i) && !big.sim.is_crashed(big.nodes[*i]))
         .collect();
     let took = big
         .wait_view(&survivors, Duration::from_secs(10))
-        .expect("both removed");
-    eprintln!("n {n}: interior and leaf crashed, removed in {took:?}");
+        .expect("all three removed");
+    eprintln!("n {n}: two interior members and a leaf crashed, removed in {took:?}");
     // Detection waits one suspicion timeout and at most one heartbeat interval more (the
     // parent's tick), a few hops up, then one view change (well within two flush timeouts).
     let c = &big.config;
     let bound = c.suspect_timeout + c.heartbeat_interval * 2 + c.flush_timeout * 2;
     assert!(took <= bound, "removal took {took:?}, above {bound:?}");
+    assert_eq!(big.rank_of(leader), 0, "the leader still leads");
     big.run_for(Duration::from_secs(1));
 }
 
