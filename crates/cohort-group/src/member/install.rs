@@ -244,7 +244,12 @@ impl GroupMember {
             .map(|r| c.answers.get(r).map_or(0, |a| a.next_seq))
             .chain(joined.iter().map(|j| j.next_seq))
             .collect();
-        if list.is_empty() || list.len() > MAX_VIEW_MEMBERS {
+        if list.is_empty() {
+            // Nobody stays (the coordinator leaves a view of its own): no view to install.
+            self.leave_now(RemovalReason::Left);
+            return;
+        }
+        if list.len() > MAX_VIEW_MEMBERS {
             return;
         }
         let roster_bytes = encode_roster(&list, &incarnations);
