@@ -70,6 +70,10 @@ pub(super) fn install_copy_for(
             }
         }
     }
+    if let KeyDelivery::Lkh(d) = &mut copy.key {
+        let rank = install.members.iter().position(|m| m.id == *member);
+        d.paths.retain(|(r, _)| Some(usize::from(*r)) == rank);
+    }
     copy
 }
 
@@ -136,6 +140,7 @@ impl GroupMember {
                     KeyDelivery::Tree(k.fingerprint(&self.provider))
                 }
                 (Some(_), RekeyMethod::OneMessage) => KeyDelivery::Wrapped(Vec::new()),
+                (Some(_), RekeyMethod::Lkh { .. }) => KeyDelivery::Lkh(Box::default()),
             },
             merge_into: c.merge_into,
             removed: c.removed.clone(),
@@ -145,6 +150,7 @@ impl GroupMember {
         let key = match (&c.new_key, self.config.rekey_method) {
             (None, _) => KeyDelivery::Same,
             (Some(k), RekeyMethod::Tree { .. }) => KeyDelivery::Tree(k.fingerprint(&self.provider)),
+            (Some(k), RekeyMethod::Lkh { .. }) => self.lkh_delivery(&provisional, k, &members),
             (Some(k), RekeyMethod::OneMessage) => {
                 let mut wraps = Vec::with_capacity(members.len());
                 for (r, m) in members.iter().enumerate() {
@@ -477,6 +483,7 @@ impl GroupMember {
                 }
                 _ => None,
             },
+            KeyDelivery::Lkh(_) => self.lkh_install(&install),
         };
         let Some(key) = key else {
             // The key did not arrive or did not authenticate: wait for a retransmission (the
@@ -664,7 +671,7 @@ impl GroupMember {
     /// This member's key from a one-message Install's wraps.
     pub(super) fn unwrap_own(&self, install: &Install) -> Option<GroupKey> {
         let KeyDelivery::Wrapped(wraps) = &install.key else {
-            return None;
+            return self.lkh_open(install).map(|(key, _)| key);
         };
         let my_rank = install.members.iter().position(|m| m.id == self.id)?;
         let pk = self.pairs.pair_key(&install.view.coordinator)?;

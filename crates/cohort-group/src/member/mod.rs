@@ -58,6 +58,7 @@ mod heartbeat;
 mod install;
 mod join;
 mod key_tree;
+mod lkh;
 mod output;
 mod receive;
 mod reliable;
@@ -145,6 +146,8 @@ pub struct GroupMember {
     liveness: Liveness,
     /// This member's place in a tree rekey (`key_tree.rs`).
     tree: KeyTree,
+    /// The LKH key tree and this member's path (`lkh.rs`).
+    lkh: lkh::LkhState,
     leaving: Option<Timestamp>,
 
     load: f32,
@@ -269,6 +272,7 @@ impl GroupMember {
             liveness: Liveness::default(),
             view_change: ViewChange::default(),
             tree: KeyTree::default(),
+            lkh: lkh::LkhState::default(),
             load: 0.0,
             out: VecDeque::new(),
             events: VecDeque::new(),
