@@ -552,7 +552,7 @@ impl Tree {
         root: &Secret,
     ) -> Result<Batch, CryptoError> {
         let d = self.degree;
-        let keep: BTreeSet<MemberId> = members.iter().copied().collect();
+        let keep: std::collections::HashSet<MemberId> = members.iter().copied().collect();
         let mut touched: BTreeSet<u32> = BTreeSet::new();
         // Leaves.
         let gone: Vec<(MemberId, u32)> = self

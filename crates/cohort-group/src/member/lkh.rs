@@ -17,7 +17,7 @@
 
 use super::GroupMember;
 use crate::config::RekeyMethod;
-use crate::id::Member;
+use crate::id::{Member, ViewId};
 use crate::keys::GroupKey;
 use crate::lkh::{self, LkhRekeyStats, NodeId, Path, Tree, WrapContext};
 use crate::wire::{Install, KeyDelivery};
@@ -26,8 +26,9 @@ use cohort_crypto::{ct_eq, Secret};
 /// The LKH side of a member.
 #[derive(Default)]
 pub(super) struct LkhState {
-    /// The key tree this member built when it last coordinated an LKH rekey.
-    tree: Option<Tree>,
+    /// The key tree this member built when it last coordinated an LKH rekey, and the view
+    /// it was built for (whose members it holds exactly).
+    tree: Option<(ViewId, Tree)>,
     /// This member's keys, leaf to root.
     path: Option<Path>,
     /// Every tree key version this member held: (node, version, fingerprint).
@@ -80,9 +81,11 @@ impl GroupMember {
         ) else {
             return false;
         };
-        let ids: Vec<_> = view.ids().collect();
-        tree.degree() == self.lkh_degree()
-            && tree.covers(&ids)
+        let (built_for, tree) = tree;
+        // The tree holds exactly the members of the view it was built for.
+        *built_for == view.id
+            && tree.degree() == self.lkh_degree()
+            && tree.len() == view.members.len()
             && tree
                 .root()
                 .is_some_and(|(v, k)| *v == key.epoch && ct_eq(k.expose(), key.expose()))
@@ -130,8 +133,8 @@ impl GroupMember {
         let merging = provisional.merge_into.is_some();
         let kept = match (reseed, merging) {
             (true, _) => None,
-            (false, true) => self.lkh.tree.clone(),
-            (false, false) => self.lkh.tree.take(),
+            (false, true) => self.lkh.tree.as_ref().map(|(_, t)| t.clone()),
+            (false, false) => self.lkh.tree.take().map(|(_, t)| t),
         };
         let mut tree = kept.unwrap_or_else(|| Tree::new(self.lkh_degree()));
         let result = if reseed {
@@ -178,7 +181,7 @@ impl GroupMember {
             self.lkh_record(entry);
         }
         self.lkh.path = tree.path_of(&self.id);
-        self.lkh.tree = Some(tree);
+        self.lkh.tree = Some((provisional.view, tree));
         KeyDelivery::Lkh(Box::new(delivery))
     }
 
