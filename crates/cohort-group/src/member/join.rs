@@ -285,14 +285,15 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             return;
         }
-        if matches!(install.key, KeyDelivery::Lkh(_))
-            && !self
-                .lkh_install(&install)
-                .is_some_and(|k| ct_eq(k.expose(), &key))
-        {
-            // No path of ours opens (or it disagrees with the key): wait for another copy.
-            self.counters.count(Drop::AuthFailed);
-            return;
+        if matches!(install.key, KeyDelivery::Lkh(_)) {
+            // Our path must open and end in the Welcome's key; else wait for another copy.
+            let opens = self
+                .lkh_open(&install)
+                .is_some_and(|(k, _)| ct_eq(k.expose(), &key));
+            if !opens || self.lkh_install(&install).is_none() {
+                self.counters.count(Drop::AuthFailed);
+                return;
+            }
         }
         self.joining = None;
         let key = GroupKey::new(install.key_epoch, Secret::from_slice(&key));
