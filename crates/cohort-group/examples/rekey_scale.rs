@@ -131,6 +131,7 @@ fn method_name(m: RekeyMethod) -> String {
     match m {
         RekeyMethod::OneMessage => "one message".into(),
         RekeyMethod::Tree { degree } => format!("tree, degree {degree}"),
+        RekeyMethod::Lkh { degree } => format!("lkh, degree {degree}"),
     }
 }
 
@@ -509,7 +510,7 @@ fn print_json(row: &Row) {
     let first = row.samples.first();
     let degree = match row.method {
         RekeyMethod::OneMessage => "null".to_string(),
-        RekeyMethod::Tree { degree } => degree.to_string(),
+        RekeyMethod::Tree { degree } | RekeyMethod::Lkh { degree } => degree.to_string(),
     };
     println!(
         "{{\"members\":{},\"method\":{},\"degree\":{},\"formation_ms\":{},\"formation_wall_ms\":{:.1},\
@@ -521,6 +522,7 @@ fn print_json(row: &Row) {
         json_str(match row.method {
             RekeyMethod::OneMessage => "one-message",
             RekeyMethod::Tree { .. } => "tree",
+            RekeyMethod::Lkh { .. } => "lkh",
         }),
         degree,
         json_num(row.formation.map(ms)),

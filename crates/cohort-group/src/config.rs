@@ -62,6 +62,27 @@ pub enum RekeyMethod {
         /// Children per node (at least 1).
         degree: usize,
     },
+    /// A logical key hierarchy (Wong, Gouda, Lam 1998; RFC 2627) rekeyed in batches (Li,
+    /// Yang, Gouda, Lam 2001): every member holds the keys on its path to the root, the root
+    /// is the group key, and a view change replaces the keys on the paths of those who left
+    /// or joined, each wrapped under its children's keys, in the Install (about
+    /// d·log_d(n) wraps for one leave). Works in both auth modes.
+    Lkh {
+        /// Children per node: 2 to 64 ([`RekeyMethod::LKH_DEFAULT_DEGREE`] by default).
+        degree: usize,
+    },
+}
+
+impl RekeyMethod {
+    /// The LKH tree's degree unless configured.
+    pub const LKH_DEFAULT_DEGREE: usize = 4;
+
+    /// The LKH rekey with the default degree.
+    pub const fn lkh() -> RekeyMethod {
+        RekeyMethod::Lkh {
+            degree: Self::LKH_DEFAULT_DEGREE,
+        }
+    }
 }
 
 /// How members prove who they are and get the keys of their pair channels.
@@ -170,10 +191,10 @@ impl GroupConfig {
             return Err(ConfigError::new(F::MaxMessageLen, "must be 1 to 16384"));
         }
         if self.auth == AuthMode::Kdc {
-            if self.rekey_method != RekeyMethod::OneMessage {
+            if matches!(self.rekey_method, RekeyMethod::Tree { .. }) {
                 return Err(ConfigError::new(
                     F::RekeyMethod,
-                    "KDC mode distributes keys in one message only",
+                    "KDC mode distributes keys in one message or by LKH only",
                 ));
             }
             if let Some(m) = self.trust.iter().find(|m| m.principal().is_none()) {
@@ -190,6 +211,14 @@ impl GroupConfig {
                 return Err(ConfigError::new(
                     F::TreeDegree,
                     "tree degree must be at least 1",
+                ));
+            }
+        }
+        if let RekeyMethod::Lkh { degree } = self.rekey_method {
+            if !(2..=crate::lkh::MAX_DEGREE).contains(&degree) {
+                return Err(ConfigError::new(
+                    F::LkhDegree,
+                    format!("lkh degree must be 2 to {}", crate::lkh::MAX_DEGREE),
                 ));
             }
         }
@@ -232,10 +261,12 @@ pub enum ConfigField {
     TrustAnyRegistered,
     /// `protection`.
     Protection,
-    /// `rekey_method`: the method itself (KDC mode allows only the one-message rekey).
+    /// `rekey_method`: the method itself (KDC mode allows the one-message and LKH rekeys).
     RekeyMethod,
     /// `rekey_method`: the tree's degree.
     TreeDegree,
+    /// `rekey_method`: the LKH tree's degree.
+    LkhDegree,
     /// `heartbeat_interval`.
     HeartbeatInterval,
     /// `suspect_timeout`.
@@ -257,7 +288,9 @@ impl ConfigField {
             ConfigField::Trust => "trust",
             ConfigField::TrustAnyRegistered => "trust_any_registered",
             ConfigField::Protection => "protection",
-            ConfigField::RekeyMethod | ConfigField::TreeDegree => "rekey_method",
+            ConfigField::RekeyMethod | ConfigField::TreeDegree | ConfigField::LkhDegree => {
+                "rekey_method"
+            }
             ConfigField::HeartbeatInterval => "heartbeat_interval",
             ConfigField::SuspectTimeout => "suspect_timeout",
             ConfigField::BacklogLimit => "backlog_limit",

@@ -241,6 +241,20 @@ pub fn sample_msgs() -> Vec<Msg> {
         Msg::Orphaned { parent: 3 },
         Msg::Probe,
         Msg::ProbeAck,
+        Msg::Install(Box::new(sample_install(
+            KeyDelivery::Lkh(Box::new(crate::lkh::LkhDelivery {
+                degree: 4,
+                depth: 2,
+                wraps: vec![crate::lkh::Wrap {
+                    target: crate::lkh::NodeId { level: 1, index: 0 },
+                    child: 1,
+                    child_version: 3,
+                    sealed: [0x55; crate::lkh::SEALED_LEN],
+                }],
+                paths: vec![(1, vec![0x66; 4 + 3 * 40 + 16])],
+            })),
+            None,
+        ))),
     ]
 }
 

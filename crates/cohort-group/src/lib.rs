@@ -9,6 +9,7 @@ pub mod fuzzing;
 pub mod id;
 pub mod kdc_pair;
 pub mod keys;
+pub mod lkh;
 mod member;
 pub use member::MAX_VIEW_MEMBERS;
 pub mod pair;

@@ -4,6 +4,7 @@
 
 use crate::event::RemovalReason;
 use crate::id::{Member, MemberId, ViewId};
+use crate::lkh::{LkhDelivery, NodeId, Wrap, MAX_DEGREE, MAX_DEPTH, SEALED_LEN};
 use cohort_core::wire::{Reader, Truncated, Writer};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use zeroize::Zeroizing;
@@ -28,6 +29,10 @@ pub const MAX_ORDERS: usize = 4096;
 pub const MAX_SUSPECTS: usize = 256;
 /// Most pending messages in one flush answer.
 pub const MAX_PENDING: usize = 1024;
+/// Most wraps in one LKH Install.
+pub const MAX_LKH_WRAPS: usize = 16_384;
+/// Longest sealed LKH path: slot, (version, key) for each level to [`MAX_DEPTH`], tag.
+const MAX_LKH_PATH: usize = 4 + (MAX_DEPTH as usize + 1) * 40 + 16;
 
 /// A message inside a protected group packet.
 #[derive(Clone, Debug, PartialEq)]
@@ -166,6 +171,10 @@ pub enum KeyDelivery {
     Wrapped(Vec<(u16, Vec<u8>)>),
     /// Ensemble: the fresh key already went down the tree; this is its fingerprint.
     Tree([u8; 8]),
+    /// LKH (`lkh.rs`): the batch's wraps (in the signature) and whole paths sealed under
+    /// pair keys for joiners or on a reseed (not in the signature: each opens only under
+    /// its member's pair key, and a large Install's copy keeps only its member's).
+    Lkh(Box<LkhDelivery>),
 }
 
 /// A member a view change lets in: who, its next reliable message number and its
@@ -573,6 +582,24 @@ fn put_install_fields(w: &mut Writer<'_>, i: &Install, with_wraps: bool) {
         KeyDelivery::Tree(fp) => {
             w.u8(2).bytes(fp);
         }
+        KeyDelivery::Lkh(d) => {
+            // The wraps are signed (identity keys); the sealed paths are not.
+            w.u8(3).u8(d.degree).u8(d.depth);
+            w.u16(d.wraps.len() as u16);
+            for x in &d.wraps {
+                w.u8(x.target.level)
+                    .u32(x.target.index)
+                    .u8(x.child)
+                    .u64(x.child_version)
+                    .bytes(&x.sealed);
+            }
+            if with_wraps {
+                w.u16(d.paths.len() as u16);
+                for (rank, p) in &d.paths {
+                    w.u16(*rank).u16(p.len() as u16).bytes(p);
+                }
+            }
+        }
     }
     match &i.merge_into {
         None => {
@@ -645,6 +672,7 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
             KeyDelivery::Wrapped(wraps)
         }
         2 => KeyDelivery::Tree(r.array().ok()?),
+        3 => KeyDelivery::Lkh(Box::new(get_lkh(r, n)?)),
         _ => return None,
     };
     let merge_into = match r.u8().ok()? {
@@ -675,6 +703,53 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
         merge_into,
         removed,
         signature,
+    })
+}
+
+/// An LKH delivery: degree 2 to 64, depth 1 to 32, each wrap's target inside the tree
+/// (level 1 to depth, a child position below the degree), each path for a rank of the view.
+fn get_lkh(r: &mut Reader<'_>, members: usize) -> Option<LkhDelivery> {
+    let degree = r.u8().ok()?;
+    let depth = r.u8().ok()?;
+    if !(2..=MAX_DEGREE).contains(&usize::from(degree)) || depth == 0 || depth > MAX_DEPTH {
+        return None;
+    }
+    let n = get_count(r, MAX_LKH_WRAPS)?;
+    let mut wraps = Vec::with_capacity(n.min(r.remaining() / 62 + 1));
+    for _ in 0..n {
+        let level = r.u8().ok()?;
+        let index = r.u32().ok()?;
+        let child = r.u8().ok()?;
+        let child_version = r.u64().ok()?;
+        let sealed: [u8; SEALED_LEN] = r.array().ok()?;
+        if level == 0 || level > depth || child >= degree {
+            return None;
+        }
+        wraps.push(Wrap {
+            target: NodeId { level, index },
+            child,
+            child_version,
+            sealed,
+        });
+    }
+    if !wraps.is_sorted_by_key(|w| (w.target, w.child)) {
+        return None;
+    }
+    let count = get_count(r, members)?;
+    let mut paths = Vec::with_capacity(count);
+    for _ in 0..count {
+        let rank = r.u16().ok()?;
+        let len = usize::from(r.u16().ok()?);
+        if usize::from(rank) >= members || len > MAX_LKH_PATH {
+            return None;
+        }
+        paths.push((rank, r.bytes(len).ok()?.to_vec()));
+    }
+    Some(LkhDelivery {
+        degree,
+        depth,
+        wraps,
+        paths,
     })
 }
 

@@ -150,6 +150,12 @@ pub(super) fn install_copy_for(install: &Install, rank: Option<u16>) -> Box<Inst
                 .cloned()
                 .collect(),
         ),
+        // An LKH Install's wraps go to everyone; a sealed path only to its member.
+        KeyDelivery::Lkh(d) => {
+            let mut d = d.clone();
+            d.paths.retain(|(r, _)| Some(*r) == rank);
+            KeyDelivery::Lkh(d)
+        }
         other => other.clone(),
     };
     Box::new(Install {
@@ -286,6 +292,7 @@ impl GroupMember {
                     KeyDelivery::Tree(k.fingerprint(&self.provider))
                 }
                 (Some(_), RekeyMethod::OneMessage) => KeyDelivery::Wrapped(Vec::new()),
+                (Some(_), RekeyMethod::Lkh { .. }) => KeyDelivery::Lkh(Box::default()),
             },
             merge_into: c.merge_into,
             removed: c.removed.clone(),
@@ -309,6 +316,9 @@ impl GroupMember {
                 wraps.push((r as u16, wrapped));
             }
             install.key = KeyDelivery::Wrapped(wraps);
+        }
+        if let (Some(k), RekeyMethod::Lkh { .. }) = (&c.new_key, self.config.rekey_method) {
+            install.key = self.lkh_delivery(&install, k, &members);
         }
         // Identity keys: the coordinator signs. KDC mode: no signature; each member's wrap
         // binds the Install's digest instead.
@@ -874,6 +884,7 @@ impl GroupMember {
                 }
                 _ => None,
             },
+            KeyDelivery::Lkh(_) => self.lkh_install(&install, my_rank as u16),
         };
         let Some(key) = key else {
             // The key did not arrive or did not authenticate: wait for a retransmission (the
@@ -1281,7 +1292,7 @@ impl GroupMember {
     /// This member's key from a one-message Install's wraps, at `rank` in the new view.
     pub(super) fn unwrap_own(&self, install: &Install, rank: Option<u16>) -> Option<GroupKey> {
         let KeyDelivery::Wrapped(wraps) = &install.key else {
-            return None;
+            return self.lkh_open(install, rank?).map(|(key, _)| key);
         };
         let my_rank = rank?;
         let (_, wrap) = wraps.iter().find(|(r, _)| *r == my_rank)?;

@@ -412,6 +412,16 @@ impl GroupMember {
             .iter()
             .find(|j| j.member.id == self.id)
             .map_or(self.reliable.next_reliable, |j| j.next_seq);
+        if matches!(install.key, KeyDelivery::Lkh(_)) {
+            // Our path must open and end in the Welcome's key; else wait for another copy.
+            let opens = self
+                .lkh_open(&install, my_rank as u16)
+                .is_some_and(|(k, _)| ct_eq(k.expose(), &key));
+            if !opens || self.lkh_install(&install, my_rank as u16).is_none() {
+                self.counters.count(Drop::AuthFailed);
+                return;
+            }
+        }
         self.joining = None;
         self.view_change.fetch = None;
         let next_seqs = self.next_seqs_for(&install, my_rank, own);

@@ -109,6 +109,27 @@ impl GroupMember {
                 }
                 self.progress_flush(now);
             }
+            RekeyMethod::Lkh { .. } => {
+                // A batch needs pair channels only to the joiners (their sealed paths); a
+                // reseed, to everyone (member/lkh.rs).
+                let joiners_paired = self.view_change.coordinator.as_ref().is_some_and(|c| {
+                    c.joiners
+                        .iter()
+                        .all(|(j, _, _)| self.pairs.pair_key(&j.id).is_some())
+                });
+                let batch = self.lkh_can_batch() && joiners_paired;
+                if let Some(c) = self.view_change.coordinator.as_mut() {
+                    c.new_key = Some(key);
+                    c.phase = Phase::Pairing;
+                    c.resend_at = now;
+                    c.deadline = now.saturating_add(self.config.flush_timeout);
+                }
+                if batch {
+                    self.send_install(now);
+                } else {
+                    self.progress_flush(now);
+                }
+            }
             RekeyMethod::Tree { .. } => {
                 if let Some(c) = self.view_change.coordinator.as_mut() {
                     c.new_key = Some(key);

@@ -59,6 +59,7 @@ mod heartbeat;
 mod install;
 mod join;
 mod key_tree;
+mod lkh;
 mod output;
 mod overlay;
 mod receive;
@@ -163,6 +164,8 @@ pub struct GroupMember {
     liveness: Liveness,
     /// This member's place in a tree rekey (`key_tree.rs`).
     tree: KeyTree,
+    /// The LKH key tree and this member's path (`lkh.rs`).
+    lkh: lkh::LkhState,
     leaving: Option<Timestamp>,
 
     load: f32,
@@ -290,6 +293,7 @@ impl GroupMember {
             liveness: Liveness::default(),
             view_change: ViewChange::default(),
             tree: KeyTree::default(),
+            lkh: lkh::LkhState::default(),
             load: 0.0,
             out: VecDeque::new(),
             events: VecDeque::new(),

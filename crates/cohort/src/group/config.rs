@@ -21,7 +21,9 @@
 //! trust_any_registered = true       # every principal the KDC knows (LSGC's policy)
 //! ```
 //!
-//! Optional keys: `auth` (`"identity"`, the default, or `"kdc"`), `rekey` (`"one-message"` or `"tree"`), `tree_degree`,
+//! Optional keys: `auth` (`"identity"`, the default, or `"kdc"`), `rekey` (`"one-message"`,
+//! `"tree"` or `"lkh"`: a logical key hierarchy, identity or KDC mode), `tree_degree`, `lkh_degree`
+//! (2 to 64, default 4),
 //! `rekey_on_membership_change`, `rekey_period_secs` (0: never), `heartbeat_ms`,
 //! `suspect_ms`, `flush_ms`, `key_grace_ms`, `backlog`, `send_window`, `max_message_len`
 //! (the largest datagram payload; reliable messages up to [`MAX_MESSAGE`](super::MAX_MESSAGE)
@@ -102,6 +104,7 @@ pub struct GroupConfig {
     gear: Option<String>,
     rekey: Option<String>,
     tree_degree: Option<Whole>,
+    lkh_degree: Option<Whole>,
     rekey_on_membership_change: Option<bool>,
     rekey_period_secs: Option<Number>,
     heartbeat_ms: Option<Whole>,
@@ -374,21 +377,30 @@ impl GroupConfig {
             }
         }
 
-        config.rekey_method = match self.rekey.as_deref() {
-            None | Some("one-message") => {
-                if self.tree_degree.is_some() {
-                    return Err(err("tree_degree", "only with rekey = \"tree\""));
-                }
-                RekeyMethod::OneMessage
-            }
+        let rekey = self.rekey.as_deref();
+        if self.tree_degree.is_some() && rekey != Some("tree") {
+            return Err(err("tree_degree", "only with rekey = \"tree\""));
+        }
+        if self.lkh_degree.is_some() && rekey != Some("lkh") {
+            return Err(err("lkh_degree", "only with rekey = \"lkh\""));
+        }
+        config.rekey_method = match rekey {
+            None | Some("one-message") => RekeyMethod::OneMessage,
             Some("tree") => RekeyMethod::Tree {
                 degree: usize::try_from(self.tree_degree.map_or(4, |d| d.0))
                     .map_err(|_| err("tree_degree", "too large"))?,
             },
+            Some("lkh") => RekeyMethod::Lkh {
+                degree: usize::try_from(
+                    self.lkh_degree
+                        .map_or(RekeyMethod::LKH_DEFAULT_DEGREE as u64, |d| d.0),
+                )
+                .map_err(|_| err("lkh_degree", "too large"))?,
+            },
             Some(other) => {
                 return Err(err(
                     "rekey",
-                    format!("unknown method {other:?} (one-message or tree)"),
+                    format!("unknown method {other:?} (one-message, tree or lkh)"),
                 ))
             }
         };
@@ -523,6 +535,13 @@ impl GroupConfigBuilder {
     pub fn tree_rekey(mut self, degree: u64) -> Self {
         self.config.rekey = Some("tree".into());
         self.config.tree_degree = Some(Whole(degree));
+        self
+    }
+
+    /// Rekey with a logical key hierarchy of `degree` (LKH) instead of one message.
+    pub fn lkh_rekey(mut self, degree: u64) -> Self {
+        self.config.rekey = Some("lkh".into());
+        self.config.lkh_degree = Some(Whole(degree));
         self
     }
 
@@ -669,6 +688,7 @@ pub(super) fn core_error(e: cohort_group::ConfigError) -> ConfigError {
         F::BacklogLimit => "backlog",
         F::RekeyMethod => "rekey",
         F::TreeDegree => "tree_degree",
+        F::LkhDegree => "lkh_degree",
         F::Protection => "gear",
         other => other.name(),
     };
@@ -724,6 +744,8 @@ mod tests {
         assert_eq!(c.kdc, "127.0.0.1:7600".parse().unwrap());
         assert_eq!(setup.config.auth, AuthMode::Kdc);
         assert_eq!(setup.config.trust[0].to_string(), "kdc:bob");
+        let lkh = parse_in(&dir, &format!("{kdc}rekey = \"lkh\"\nlkh_degree = 8\n")).unwrap();
+        assert_eq!(lkh.config.rekey_method, RekeyMethod::Lkh { degree: 8 });
         let cases = [
             (format!("{kdc}identity = \"alice.key\"\n"), "identity"),
             (format!("{kdc}trust = [\"kdc:b b\"]\n"), "trust[0]"),
@@ -740,6 +762,15 @@ mod tests {
                 "{text:?}: {e:?} does not name {key}"
             );
         }
+    }
+
+    #[test]
+    fn rekey_lkh_parses_with_its_default_degree() {
+        let (dir, _) = dir_with_key("lkh");
+        let setup = parse_in(&dir, &format!("{BASE}rekey = \"lkh\"\n")).unwrap();
+        assert_eq!(setup.config.rekey_method, RekeyMethod::lkh());
+        let setup = parse_in(&dir, &format!("{BASE}rekey = \"lkh\"\nlkh_degree = 16\n")).unwrap();
+        assert_eq!(setup.config.rekey_method, RekeyMethod::Lkh { degree: 16 });
     }
 
     #[test]
@@ -805,6 +836,11 @@ mod tests {
             ("rekey = \"carrier-pigeon\"", "rekey"),
             ("tree_degree = 2", "tree_degree"),
             ("rekey = \"tree\"\ntree_degree = 0", "tree_degree"),
+            ("lkh_degree = 4", "lkh_degree"),
+            ("rekey = \"tree\"\nlkh_degree = 4", "lkh_degree"),
+            ("rekey = \"lkh\"\nlkh_degree = 1", "lkh_degree"),
+            ("rekey = \"lkh\"\nlkh_degree = 65", "lkh_degree"),
+            ("rekey = \"lkh\"\ntree_degree = 4", "tree_degree"),
             ("rekey_period_secs = -1.0", "rekey_period_secs"),
             ("dual_tags = true", "dual_tags"),
             ("max_message_len = 100000", "max_message_len"),

@@ -1,0 +1,244 @@
+//! The LKH rekey at a member: the coordinator runs a batch on its key tree (or reseeds it)
+//! and builds the Install's `KeyDelivery::Lkh`; every member opens its new path from the
+//! wraps (or from its sealed copy) and keeps it; the ledger of every tree key it held.
+//!
+//! Owns: `LkhState` (the tree this member built as coordinator, its own path, the tree
+//! key ledger, the last rekey's counts). It may not install anything: `install.rs` calls
+//! `lkh_delivery` when it builds an Install and `lkh_install` when it takes one, and
+//! installs the key they return; `join.rs` calls `lkh_install` for a joiner's Welcome.
+//!
+//! Which rekeys are batches: the coordinator holds a tree only if it built it. A batch
+//! runs when that tree covers exactly the current view's members and its root is the
+//! current group key; otherwise (a coordinator after a takeover, after an Exchange or a
+//! merge, after a view change that let members in without a rekey, or on the first LKH
+//! rekey of a group) it reseeds: fresh leaf keys for all, each member's whole path sealed
+//! under its pair key with the coordinator (n sealed paths of about 40·(depth + 1) bytes:
+//! the one-message method's cost, once).
+
+use super::GroupMember;
+use crate::config::RekeyMethod;
+use crate::id::{Member, ViewId};
+use crate::keys::GroupKey;
+use crate::lkh::{self, LkhRekeyStats, NodeId, Path, Tree, WrapContext};
+use crate::wire::{Install, KeyDelivery};
+use cohort_crypto::{ct_eq, Secret};
+
+/// The LKH side of a member.
+#[derive(Default)]
+pub(super) struct LkhState {
+    /// The key tree this member built when it last coordinated an LKH rekey, and the view
+    /// it was built for (whose members it holds exactly).
+    tree: Option<(ViewId, Tree)>,
+    /// This member's keys, leaf to root.
+    path: Option<Path>,
+    /// Every tree key version this member held: (node, version, fingerprint).
+    ledger: Vec<(NodeId, u64, [u8; 8])>,
+    /// The counts of the last LKH rekey this member coordinated.
+    last: Option<LkhRekeyStats>,
+}
+
+impl GroupMember {
+    /// Fingerprints of every tree key version this member ever held (node, version =
+    /// the key epoch that created it, first 8 bytes of a labelled SHA-256): for checkers
+    /// of who learned which key. A coordinator holds every key of the tree it built.
+    #[doc(hidden)]
+    pub fn tree_key_ledger(&self) -> &[(NodeId, u64, [u8; 8])] {
+        &self.lkh.ledger
+    }
+
+    /// Fingerprints of the keys on this member's current path, leaf to root (node,
+    /// version, fingerprint as in [`GroupMember::tree_key_ledger`]).
+    #[doc(hidden)]
+    pub fn tree_path(&self) -> Vec<(NodeId, u64, [u8; 8])> {
+        self.lkh
+            .path
+            .iter()
+            .flat_map(|p| p.nodes())
+            .map(|(n, v, k)| (n, v, lkh::fingerprint(&self.provider, k.expose())))
+            .collect()
+    }
+
+    /// What the last LKH rekey this member coordinated cost: wraps, their bytes, sealed
+    /// paths, whether it reseeded. For benchmarks.
+    pub fn lkh_last_rekey(&self) -> Option<&LkhRekeyStats> {
+        self.lkh.last.as_ref()
+    }
+
+    fn lkh_degree(&self) -> usize {
+        match self.config.rekey_method {
+            RekeyMethod::Lkh { degree } => degree,
+            _ => RekeyMethod::LKH_DEFAULT_DEGREE,
+        }
+    }
+
+    /// Whether the next LKH rekey can be a batch: this member's tree covers exactly the
+    /// current view and its root is the current group key.
+    pub(super) fn lkh_can_batch(&self) -> bool {
+        let (Some(tree), Some(view), Some(key)) = (
+            self.lkh.tree.as_ref(),
+            self.view.as_ref(),
+            self.group_key.as_ref(),
+        ) else {
+            return false;
+        };
+        let (built_for, tree) = tree;
+        // The tree holds exactly the members of the view it was built for.
+        *built_for == view.id
+            && tree.degree() == self.lkh_degree()
+            && tree.len() == view.members.len()
+            && tree
+                .root()
+                .is_some_and(|(v, k)| *v == key.epoch && ct_eq(k.expose(), key.expose()))
+    }
+
+    /// KDC mode: the digest every wrap and sealed path binds (the Install with its LKH
+    /// delivery emptied, so it can be computed before the wraps exist). Empty with
+    /// identity keys, whose signature covers the Install with its wraps.
+    fn lkh_bind(&self, install: &Install) -> Vec<u8> {
+        if self.identity.is_some() {
+            return Vec::new();
+        }
+        let mut bare = install.clone();
+        bare.key = KeyDelivery::Lkh(Box::default());
+        self.provider
+            .sha256
+            .sha256(&[&bare.signed_bytes(&self.config.group)])
+            .to_vec()
+    }
+
+    /// Coordinator: the LKH delivery of `provisional` (the Install without its key),
+    /// whose new group key is `key`, for the new view's `members`: a batch on the tree,
+    /// or a reseed. Joiners (everyone, on a reseed) get their whole path sealed under
+    /// their pair key. The tree is updated at once: if this Install is never installed,
+    /// the next rekey finds the tree does not match the view and reseeds.
+    pub(super) fn lkh_delivery(
+        &mut self,
+        provisional: &Install,
+        key: &GroupKey,
+        members: &[Member],
+    ) -> KeyDelivery {
+        let bind = self.lkh_bind(provisional);
+        let group = self.config.group.clone();
+        let ctx = WrapContext {
+            group: &group,
+            view: provisional.view,
+            epoch: key.epoch,
+            bind: &bind,
+        };
+        let ids: Vec<_> = members.iter().map(|m| m.id).collect();
+        let root = Secret::from_slice(key.expose());
+        let reseed = !self.lkh_can_batch();
+        // A merge Install dissolves the component: nobody keeps its keys (members open
+        // their wrap only to authenticate it in KDC mode), so it runs on a copy.
+        let merging = provisional.merge_into.is_some();
+        let kept = match (reseed, merging) {
+            (true, _) => None,
+            (false, true) => self.lkh.tree.as_ref().map(|(_, t)| t.clone()),
+            (false, false) => self.lkh.tree.take().map(|(_, t)| t),
+        };
+        let mut tree = kept.unwrap_or_else(|| Tree::new(self.lkh_degree()));
+        let result = if reseed {
+            tree.reseed(&self.provider, &mut self.rng, &ctx, &ids, &root)
+        } else {
+            tree.batch(&self.provider, &mut self.rng, &ctx, &ids, &root)
+        };
+        let Ok(batch) = result else {
+            // The backend failed (or the tree outgrew MAX_DEPTH): no member opens this
+            // Install, and the next rekey reseeds.
+            return KeyDelivery::Lkh(Box::default());
+        };
+        let mut delivery = batch.delivery;
+        for m in &batch.copies {
+            if *m == self.id {
+                continue;
+            }
+            let Some(rank) = ids.iter().position(|x| x == m) else {
+                continue;
+            };
+            let (Some(path), Some(pk)) = (tree.path_of(m), self.pairs.pair_key(m)) else {
+                continue;
+            };
+            if let Ok(sealed) = path.seal(&self.provider, &ctx, pk.expose(), rank as u16) {
+                delivery.paths.push((rank as u16, sealed));
+            }
+        }
+        if merging {
+            return KeyDelivery::Lkh(Box::new(delivery));
+        }
+        let (wrap_bytes, path_bytes) = delivery.wire_len();
+        self.lkh.last = Some(LkhRekeyStats {
+            epoch: key.epoch,
+            members: ids.len(),
+            depth: delivery.depth,
+            reseed,
+            wraps: delivery.wraps.len(),
+            wrap_bytes,
+            paths: delivery.paths.len(),
+            path_bytes,
+            keys_created: batch.created.len(),
+        });
+        for entry in batch.created {
+            self.lkh_record(entry);
+        }
+        self.lkh.path = tree.path_of(&self.id);
+        self.lkh.tree = Some((provisional.view, tree));
+        KeyDelivery::Lkh(Box::new(delivery))
+    }
+
+    fn lkh_record(&mut self, entry: (NodeId, u64, [u8; 8])) {
+        if !self.lkh.ledger.contains(&entry) {
+            self.lkh.ledger.push(entry);
+        }
+    }
+
+    /// This member's new path and the group key from an LKH Install: its sealed copy if
+    /// the Install carries one for its rank, else its path advanced through the wraps.
+    /// `rank` is this member's rank in the new view. `None` if it does not open (wrong or
+    /// tampered wraps, a stale path, no copy).
+    pub(super) fn lkh_open(&self, install: &Install, rank: u16) -> Option<(GroupKey, Path)> {
+        let KeyDelivery::Lkh(d) = &install.key else {
+            return None;
+        };
+        let bind = self.lkh_bind(install);
+        let ctx = WrapContext {
+            group: &self.config.group,
+            view: install.view,
+            epoch: install.key_epoch,
+            bind: &bind,
+        };
+        let path = match d.paths.iter().find(|(r, _)| *r == rank) {
+            Some((_, sealed)) => {
+                let pk = self.pairs.pair_key(&install.view.coordinator)?;
+                Path::open(
+                    &self.provider,
+                    &ctx,
+                    pk.expose(),
+                    rank,
+                    d.degree,
+                    d.depth,
+                    sealed,
+                )?
+            }
+            None => self.lkh.path.as_ref()?.advance(&self.provider, &ctx, d)?,
+        };
+        let (_, root) = path.root()?;
+        let key = GroupKey::new(install.key_epoch, Secret::from_slice(root.expose()));
+        Some((key, path))
+    }
+
+    /// Takes an LKH Install: opens this member's path, keeps it, records its keys in the
+    /// ledger, and returns the group key (the root). `rank` is this member's rank in the
+    /// new view.
+    pub(super) fn lkh_install(&mut self, install: &Install, rank: u16) -> Option<GroupKey> {
+        let (key, path) = self.lkh_open(install, rank)?;
+        let entries: Vec<_> = path
+            .nodes()
+            .map(|(n, v, k)| (n, v, lkh::fingerprint(&self.provider, k.expose())))
+            .collect();
+        for e in entries {
+            self.lkh_record(e);
+        }
+        self.lkh.path = Some(path);
+        Some(key)
+    }
+}
