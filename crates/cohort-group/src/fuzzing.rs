@@ -215,6 +215,16 @@ pub fn sample_msgs() -> Vec<Msg> {
         Msg::InstallAck,
         Msg::Leave,
         Msg::RekeyRequest,
+        Msg::Report {
+            delivered: 41,
+            holder: 17,
+            load: 9,
+            failures: 2,
+            suspects: vec![18, 300],
+        },
+        Msg::Orphaned { parent: 3 },
+        Msg::Probe,
+        Msg::ProbeAck,
     ]
 }
 

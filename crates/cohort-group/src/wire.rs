@@ -17,6 +17,8 @@ pub const GROUP_VERSION: u8 = 1;
 pub const MAX_MEMBERS: usize = 4096;
 /// Most entries in one [`Msg::Orders`].
 pub const MAX_ORDERS: usize = 4096;
+/// Most suspected ranks in one [`Msg::Report`].
+pub const MAX_SUSPECTS: usize = 256;
 /// Most pending messages in one flush answer.
 pub const MAX_PENDING: usize = 1024;
 
@@ -103,6 +105,33 @@ pub enum Msg {
     Leave,
     /// A member asks the leader for a fresh key.
     RekeyRequest,
+    /// Failure detection over the overlay (views of more than `OVERLAY_MIN` members): what a
+    /// member reports for its subtree to its parent in the overlay (or, once orphaned, to
+    /// the leader). See `member/overlay.rs`.
+    Report {
+        /// The fewest positions delivered by any member of the subtree.
+        delivered: u64,
+        /// The rank of a member of the subtree that delivered only `delivered`.
+        holder: u16,
+        /// The highest CPU load in the subtree, 0 to 255.
+        load: u8,
+        /// Failed verifications in the subtree, summed.
+        failures: u64,
+        /// Ranks in the subtree suspected of having failed (at most [`MAX_SUSPECTS`]).
+        suspects: Vec<u16>,
+    },
+    /// To the leader, from a member that has not heard the leader through its overlay parent
+    /// for a suspicion timeout: the parent is suspected, and this member now reports to the
+    /// leader directly until the next view.
+    Orphaned {
+        /// The silent parent's rank.
+        parent: u16,
+    },
+    /// From a member taking over from a silent leader, to a lower-ranked member: are you
+    /// alive? (Answered by [`Msg::ProbeAck`].)
+    Probe,
+    /// The answer to [`Msg::Probe`].
+    ProbeAck,
 }
 
 /// The key a new view uses.
@@ -509,6 +538,32 @@ impl Msg {
                     w.u16(*sender).u64(*seq);
                 }
             }
+            Msg::Report {
+                delivered,
+                holder,
+                load,
+                failures,
+                suspects,
+            } => {
+                w.u8(16)
+                    .u64(*delivered)
+                    .u16(*holder)
+                    .u8(*load)
+                    .u64(*failures)
+                    .u16(suspects.len() as u16);
+                for s in suspects {
+                    w.u16(*s);
+                }
+            }
+            Msg::Orphaned { parent } => {
+                w.u8(17).u16(*parent);
+            }
+            Msg::Probe => {
+                w.u8(18);
+            }
+            Msg::ProbeAck => {
+                w.u8(19);
+            }
         }
     }
 
@@ -588,6 +643,29 @@ impl Msg {
                 }
                 Msg::Orders { first, entries }
             }
+            16 => {
+                let delivered = r.u64().ok()?;
+                let holder = r.u16().ok()?;
+                let load = r.u8().ok()?;
+                let failures = r.u64().ok()?;
+                let n = get_count(&mut r, MAX_SUSPECTS)?;
+                let mut suspects = Vec::with_capacity(n);
+                for _ in 0..n {
+                    suspects.push(r.u16().ok()?);
+                }
+                Msg::Report {
+                    delivered,
+                    holder,
+                    load,
+                    failures,
+                    suspects,
+                }
+            }
+            17 => Msg::Orphaned {
+                parent: r.u16().ok()?,
+            },
+            18 => Msg::Probe,
+            19 => Msg::ProbeAck,
             _ => return None,
         };
         r.is_empty().then_some(msg)

@@ -2,9 +2,13 @@
 //! leader tells members (positions given), the stable point, gear feedback to the
 //! controller, and removing members that lag too far behind.
 //!
-//! Owns: `Liveness` (when the leader was last heard, the next heartbeat). Suspicion of the
-//! silent is decided by the tick (`timers.rs`) from what this file records.
+//! Owns: `Liveness` (when the leader was last heard, the next heartbeat, the overlay state).
+//! Suspicion of the silent is decided by the tick (`timers.rs`) from what this file records.
+//! In views of more than `OVERLAY_MIN` members, members report to their overlay parent
+//! instead of heartbeating to the leader, and the leader's heartbeat goes down the tree
+//! (`overlay.rs`).
 
+use super::overlay::Overlay;
 use super::GroupMember;
 use crate::event::RemovalReason;
 use crate::id::MemberId;
@@ -12,11 +16,13 @@ use crate::wire::Msg;
 use cohort_core::Timestamp;
 use cohort_gears::controller::{Observation, ReceiverFeedback};
 
-/// Heartbeats: when the leader was last heard, and when this member sends its next heartbeat.
+/// Heartbeats: when the leader was last heard, when this member sends its next heartbeat,
+/// and its place in the overlay of a large view (`overlay.rs`).
 #[derive(Default)]
 pub(super) struct Liveness {
     pub(super) leader_heard: Timestamp,
     pub(super) next_heartbeat: Timestamp,
+    pub(super) overlay: Overlay,
 }
 
 impl GroupMember {
@@ -98,13 +104,19 @@ impl GroupMember {
             .map(|(_, a)| *a)
             .min()
             .unwrap_or(0);
-        let lagging: Vec<MemberId> = s
+        // The member holding the slowest position (in an overlay view a subtree's report
+        // names the member that holds its minimum).
+        let mut lagging: Vec<MemberId> = s
             .acked
             .iter()
             .enumerate()
             .filter(|(r, a)| *r != my && **a == slowest && s.next_order > **a)
-            .filter_map(|(r, _)| self.member_at(r as u16).map(|m| m.id))
+            .map(|(r, _)| s.holder[r])
+            .filter(|h| usize::from(*h) != my)
+            .filter_map(|h| self.member_at(h).map(|m| m.id))
             .collect();
+        lagging.sort_unstable();
+        lagging.dedup();
         for id in lagging {
             if !self.view_change.change_wanted.iter().any(|(m, _)| *m == id) {
                 self.view_change
@@ -130,8 +142,13 @@ impl GroupMember {
                 load: max_load.max(load),
                 failures: sum_failures,
             };
-            self.broadcast(&msg);
+            let packet = self.tree_broadcast(&msg);
+            if let Some(s) = self.reliable.sequencer.as_mut() {
+                s.last_heartbeat = packet;
+            }
             self.observe_feedback(now, max_load, sum_failures);
+        } else if self.overlay_active() && self.view_change.flushing.is_none() {
+            self.send_report(now);
         } else if let Some(view) = self.view.as_ref() {
             let to = match self.view_change.flushing.as_ref() {
                 Some(f) => view.members.get(usize::from(f.coordinator)).map(|m| m.addr),

@@ -59,6 +59,7 @@ mod install;
 mod join;
 mod key_tree;
 mod output;
+mod overlay;
 mod receive;
 mod reliable;
 mod timers;

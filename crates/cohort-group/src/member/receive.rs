@@ -1,6 +1,7 @@
 //! The receive path: a datagram's header, the keys that open it, and the dispatch of the
 //! message inside to the concern that owns it. Pair-channel messages (joins, key shares,
-//! tickets) are dispatched here too.
+//! tickets) are dispatched here too. In an overlay view it passes the leader's broadcasts
+//! on to this member's overlay children, unchanged, once they opened (`overlay.rs`).
 //!
 //! Owns: the `Insecure` reports (`insecure_reported`). It opens packets with the current
 //! or a kept old view's keys and counts what it drops. Besides noting who was heard
@@ -60,6 +61,15 @@ impl GroupMember {
                     let Some(msg) = decode_for(&packet[body], my, &mut self.counters) else {
                         return;
                     };
+                    // Down the overlay: the same sealed bytes go on to this member's
+                    // children (opened once here, so a duplicate is never passed on).
+                    if broadcast && self.forwards(rank, &msg) {
+                        self.send_down(data);
+                        if rank == my {
+                            // Our own submission, relayed down the tree through us.
+                            return;
+                        }
+                    }
                     // A submission addressed to everyone is relayed by the sequencer as it
                     // came, so it keeps the original bytes.
                     let raw = (broadcast && matches!(msg, Msg::Submit { .. })).then_some(data);
@@ -208,6 +218,16 @@ impl GroupMember {
             Msg::InstallAck => self.on_install_ack(now, sender.id),
             Msg::Leave => self.on_leave_request(now, sender.id),
             Msg::RekeyRequest => self.on_rekey_request(now),
+            Msg::Report {
+                delivered,
+                holder,
+                load,
+                failures,
+                suspects,
+            } => self.on_report(now, rank, delivered, holder, load, failures, suspects),
+            Msg::Orphaned { parent } => self.on_orphaned(now, rank, parent),
+            Msg::Probe => self.on_probe(rank),
+            Msg::ProbeAck => self.on_probe_ack(rank),
         }
     }
 

@@ -82,6 +82,19 @@ pub(super) struct Sequencer {
     pub(super) loads: Vec<(u8, u64)>,
     /// The sender whose turn it is to have a message ordered.
     pub(super) turn: usize,
+    /// Per rank: the member named as holding `acked` (itself, or in an overlay view the
+    /// member holding its subtree's minimum), the one removed if it lags.
+    pub(super) holder: Vec<u16>,
+    /// Per rank: reports to the leader directly (overlay views: the leader's children, and
+    /// members whose overlay parent fell silent); the leader suspects these when silent,
+    /// and sends them its broadcasts directly.
+    pub(super) direct: Vec<bool>,
+    /// Overlay views: the members reporting directly that are not the leader's children
+    /// (their parent fell silent), in the order they started.
+    pub(super) orphans: Vec<u16>,
+    /// Overlay views: the last heartbeat packet sent down the tree, for a member that
+    /// starts reporting directly.
+    pub(super) last_heartbeat: Option<Vec<u8>>,
     /// Since when the backlog has held ordering back.
     pub(super) stalled_since: Option<Timestamp>,
     /// Positions given since the last `Orders` message: (sender rank, message number).
@@ -130,6 +143,12 @@ impl Reliable {
             acked: vec![0; n],
             heard: vec![now; n],
             loads: vec![(0, 0); n],
+            holder: (0..n).map(|r| r as u16).collect(),
+            direct: (0..n)
+                .map(|r| !super::overlay::active(n) || super::overlay::parent(r as u16) == Some(0))
+                .collect(),
+            orphans: Vec::new(),
+            last_heartbeat: None,
             turn: 0,
             stalled_since: None,
             tokens: Vec::new(),
@@ -279,7 +298,7 @@ impl GroupMember {
         }
         let entries = std::mem::take(&mut s.tokens);
         let first = s.next_order - entries.len() as u64;
-        self.broadcast(&Msg::Orders { first, entries });
+        let _ = self.tree_broadcast(&Msg::Orders { first, entries });
     }
 
     pub(super) fn drain_sequencer_inner(&mut self, now: Timestamp) {
@@ -346,6 +365,9 @@ impl GroupMember {
         };
         let sender_addr = self.member_at(sender).map(|m| m.addr);
         match packet {
+            // In an overlay view the packet goes down the tree (its sender passes it on to
+            // its own children like any member).
+            Some(packet) if self.overlay_active() => self.send_down(&packet),
             Some(packet) => {
                 let others: Vec<SocketAddr> = self
                     .others()

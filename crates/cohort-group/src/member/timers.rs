@@ -5,7 +5,6 @@
 //! Owns: no state; each deadline lives with the concern that arms it. It may not send
 //! anything itself except by calling the owning concern.
 
-use super::flush::Change;
 use super::install::{fits_one_datagram, install_copy_for};
 use super::GroupMember;
 use crate::event::RemovalReason;
@@ -125,11 +124,15 @@ impl GroupMember {
             if self.view_change.coordinator.is_none() && self.view_change.flushing.is_none() {
                 let timeout = self.config.suspect_timeout;
                 let my = usize::from(self.rank);
+                // In an overlay view the leader hears only the members that report to it
+                // directly; the others are suspected by their overlay parents.
                 let silent: Vec<MemberId> = s
                     .heard
                     .iter()
                     .enumerate()
-                    .filter(|(r, t)| *r != my && now.saturating_duration_since(**t) > timeout)
+                    .filter(|(r, t)| {
+                        *r != my && s.direct[*r] && now.saturating_duration_since(**t) > timeout
+                    })
                     .filter_map(|(r, _)| self.member_at(r as u16).map(|m| m.id))
                     .collect();
                 for id in silent {
@@ -159,34 +162,11 @@ impl GroupMember {
                 self.progress_tree(now, true);
             }
         }
-        // A member suspects the leader (or the coordinator it follows) and, when its turn
-        // comes by rank, takes over.
+        self.overlay_tick(now);
+        // A member suspects the leader (or the coordinator it follows) and takes over when
+        // no lower rank answers its probes, or when its turn comes (`overlay.rs`).
         if !self.is_leader() && self.view_change.coordinator.is_none() {
-            let silence = now.saturating_duration_since(self.liveness.leader_heard);
-            let turn = self.config.suspect_timeout * u32::from(self.rank.max(1));
-            if silence > turn {
-                let Some(view) = self.view.clone() else {
-                    return;
-                };
-                let followed = self
-                    .view_change
-                    .flushing
-                    .as_ref()
-                    .map_or(0, |f| f.coordinator);
-                let mut removed = vec![(view.members[0].id, RemovalReason::Suspected)];
-                if followed != 0 {
-                    if let Some(m) = view.members.get(usize::from(followed)) {
-                        removed.push((m.id, RemovalReason::Suspected));
-                    }
-                }
-                // Every other member survives: the leader and that coordinator are the
-                // ones left out.
-                let change = Change {
-                    rekey: self.config.rekey_policy.on_membership_change,
-                    ..Change::removing(&view, removed, now)
-                };
-                self.start_coordinating(now, change);
-            }
+            self.takeover_tick(now);
         }
     }
 
