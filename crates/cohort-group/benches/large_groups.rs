@@ -4,11 +4,11 @@
 //! with every membership change).
 //!
 //! 1. **Rekey after one leave**, for each rekey method of [`methods`]: the member at the
-//!    middle rank leaves; measured are the virtual time until every survivor installed the
-//!    view without it (and holds one new key, checked by fingerprint), the bytes the leader
-//!    sent and the wall-clock time spent in the leader's calls, both raw and less what the
-//!    leader spends in the same time in steady state (heartbeats), and the wraps when the
-//!    member reports them.
+//!    middle rank leaves (three times, 1 s apart; the medians); measured are the virtual
+//!    time until every survivor installed the view without it (and holds one new key,
+//!    checked by fingerprint), the bytes the leader sent and the wall-clock time spent in
+//!    the leader's calls, both raw and less what the leader spends in the same time in
+//!    steady state (heartbeats), and the wraps when the member reports them.
 //! 2. **One view change**: a member joins and another leaves at the same instant; measured
 //!    are the bytes everyone sent until every member shares the view with the joiner and
 //!    without the leaver, raw and less steady state.
@@ -43,6 +43,8 @@
 //! * `LARGE_GROUPS_MODES`: `identity` (the default), `kdc`, or `identity,kdc`. KDC mode
 //!   runs the one-message rekey only (the only method it allows).
 //! * `LARGE_GROUPS_STEADY_SECS`: the steady-state window, in virtual seconds (5).
+//! * `LARGE_GROUPS_LEAVES`: leaves measured one after the other in part 1 (3): each row
+//!   shows their medians.
 //! * `LARGE_GROUPS_SEED`: the simulator's seed (1).
 //! * `LARGE_GROUPS_CAP_SECS`: wall-clock seconds one run may take before it is reported as
 //!   capped (1800).
@@ -61,7 +63,9 @@ use cohort_group::{
 };
 use cohort_kdc::{PrincipalKey, PrincipalName, Registry};
 use cohort_sim::{NodeId, Sim, SimConfig};
-use kit::{identity, ms, opt, principal_keys, principal_name, thread_cpu, wall_now, MemberOrKdc};
+use kit::{
+    identity, median, ms, opt, principal_keys, principal_name, thread_cpu, wall_now, MemberOrKdc,
+};
 use rand_core::RngCore;
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -563,20 +567,33 @@ struct RekeySample {
     views: u64,
 }
 
+/// Forms a group of `n` members using `method`, measures its steady state, then lets the
+/// member at the middle rank leave, `opts.leaves` times in a row (1 s apart), measuring each.
 fn rekey_run(
     mode: Mode,
     n: usize,
     method: RekeyMethod,
     opts: &Opts,
-) -> Result<RekeySample, String> {
+) -> Result<Vec<RekeySample>, String> {
     let mut w = World::new(mode, opts.seed, n, method, opts.cap);
     w.form(n, opts.batched, opts.form_limit(n))?;
     w.run_for(Duration::from_secs(1))?;
     w.peer_mut(0).busy = Some(Duration::ZERO);
     w.sim.flush();
     let base = baseline(&mut w, Duration::from_secs(2))?;
+    let mut samples = Vec::new();
+    for _ in 0..opts.leaves {
+        samples.push(leave_once(&mut w, base)?);
+        w.run_for(Duration::from_secs(1))?;
+    }
+    Ok(samples)
+}
+
+/// The member at the middle rank leaves; measured until every survivor installed the view
+/// without it and holds one new key.
+fn leave_once(w: &mut World, base: Baseline) -> Result<RekeySample, String> {
     let order = w.by_rank();
-    let leaver = order[n / 2];
+    let leaver = order[order.len() / 2];
     let survivors: Vec<usize> = order.iter().copied().filter(|i| *i != leaver).collect();
     let old_key = w.member(0).key_fingerprint();
     let (busy0, sent0, views0) = (
@@ -619,7 +636,8 @@ fn rekey_run(
 fn rekey_bench(opts: &Opts) {
     println!(
         "\n## 1. Rekey after one leave (5 ms links, default timers; the member at the middle \
-         rank leaves)\n"
+         rank leaves, {} times 1 s apart; medians)\n",
+        opts.leaves
     );
     println!(
         "Leader bytes and CPU are counted from the `leave` call until {} ms after the last \
@@ -629,11 +647,11 @@ fn rekey_bench(opts: &Opts) {
         TAIL.as_millis()
     );
     println!(
-        "| mode | members | method | time until all hold the new key (virtual ms) | wraps | \
-         leader sent: datagrams / KiB | leader KiB less steady state | leader CPU ms | \
-         leader CPU ms less steady state | leader views | wall s |"
+        "| mode | members | method | leaves | time until all hold the new key, virtual ms: \
+         median (min - max) | wraps | leader sent: datagrams / KiB | leader KiB less steady \
+         state | leader CPU ms | leader CPU ms less steady state | leader views | wall s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &mode in &opts.modes {
         for &n in &opts.sizes {
             for (name, method) in methods() {
@@ -648,23 +666,41 @@ fn rekey_bench(opts: &Opts) {
                     continue;
                 }
                 match rekey_run(mode, n, method, opts) {
-                    Ok(s) => {
-                        let secs = s.window.as_secs_f64();
-                        let bytes_less = s.leader_sent.bytes as f64 - s.base.leader_bytes * secs;
-                        let cpu_less = ms(s.leader_busy) - s.base.leader_busy * secs * 1e3;
+                    Ok(samples) => {
+                        let med = |f: &dyn Fn(&RekeySample) -> f64| -> f64 {
+                            median(samples.iter().map(f).collect()).unwrap_or(f64::NAN)
+                        };
+                        let virt = samples.iter().map(|s| ms(s.virt)).collect::<Vec<_>>();
+                        let range = format!(
+                            "{:.1} - {:.1}",
+                            virt.iter().copied().fold(f64::INFINITY, f64::min),
+                            virt.iter().copied().fold(0.0, f64::max)
+                        );
+                        let less_bytes = |s: &RekeySample| {
+                            s.leader_sent.bytes as f64
+                                - s.base.leader_bytes * s.window.as_secs_f64()
+                        };
+                        let less_cpu = |s: &RekeySample| {
+                            ms(s.leader_busy) - s.base.leader_busy * s.window.as_secs_f64() * 1e3
+                        };
+                        let wraps = samples.iter().map(|s| s.wraps).collect::<Option<Vec<_>>>();
                         println!(
-                            "| {} | {n} | {name} | {:.1} | {} | {} / {} | {} | {:.2} | {:.2} | \
-                             {} | {:.1} |",
+                            "| {} | {n} | {name} | {} | {:.1} ({range}) | {} | {:.0} / {} | {} | \
+                             {:.2} | {:.2} | {:.0} | {:.1} |",
                             mode.name(),
-                            ms(s.virt),
-                            s.wraps.map_or("-".into(), |x| x.to_string()),
-                            s.leader_sent.packets,
-                            kib(s.leader_sent.bytes as f64),
-                            kib(bytes_less),
-                            ms(s.leader_busy),
-                            cpu_less,
-                            s.views,
-                            s.wall.as_secs_f64(),
+                            samples.len(),
+                            med(&|s| ms(s.virt)),
+                            wraps.map_or("-".into(), |w| opt(
+                                median(w.iter().map(|x| *x as f64).collect()),
+                                0
+                            )),
+                            med(&|s| s.leader_sent.packets as f64),
+                            kib(med(&|s| s.leader_sent.bytes as f64)),
+                            kib(med(&less_bytes)),
+                            med(&|s| ms(s.leader_busy)),
+                            med(&less_cpu),
+                            med(&|s| s.views as f64),
+                            med(&|s| s.wall.as_secs_f64()),
                         );
                     }
                     Err(e) => println!("| {} | {n} | {name} | failed: {e} |", mode.name()),
@@ -996,6 +1032,7 @@ struct Opts {
     form_sizes: Vec<usize>,
     batched: bool,
     steady: Duration,
+    leaves: usize,
     seed: u64,
     cap: Duration,
 }
@@ -1040,6 +1077,7 @@ fn main() {
         form_sizes: env_list("LARGE_GROUPS_FORM_SIZES", &[1000, 2500, 5000, 10_000]),
         batched: std::env::var("LARGE_GROUPS_FORM").as_deref() == Ok("batched"),
         steady: Duration::from_secs(env_num("LARGE_GROUPS_STEADY_SECS", 5).max(1)),
+        leaves: env_num("LARGE_GROUPS_LEAVES", 3).max(1) as usize,
         seed: env_num("LARGE_GROUPS_SEED", 1),
         cap: Duration::from_secs(env_num("LARGE_GROUPS_CAP_SECS", 1800)),
     };
