@@ -19,7 +19,7 @@ use crate::event::{Channel, GroupEvent, RemovalReason};
 use crate::id::{Member, MemberId, ViewId};
 use crate::keys::{GearPlan, GroupKey, ViewKeys};
 use crate::pair::{PairEvent, PairTable};
-use crate::wire::{Install, KeyDelivery, Msg, PairMsg};
+use crate::wire::{Install, Joined, KeyDelivery, Msg, PairMsg};
 use crate::GroupMember;
 use cohort_channel::identity::Identity;
 use cohort_core::{Machine, Timestamp};
@@ -151,9 +151,19 @@ fn sample_members() -> Vec<Member> {
 fn sample_install(key: KeyDelivery, merge_into: Option<SocketAddr>) -> Install {
     Install {
         view: sample_view(),
-        members: sample_members(),
+        base: ViewId {
+            seq: 6,
+            coordinator: MemberId(identity(0).public()),
+        },
+        count: 2,
+        left: vec![1, 4],
+        joined: vec![Joined {
+            member: sample_members()[1],
+            next_seq: 3,
+            incarnation: 0x2222,
+        }],
+        digest: [0x3d; 32],
         next_seqs: vec![3, 0],
-        incarnations: vec![0x1111, 0x2222],
         key_epoch: 4,
         final_order: 12,
         key,
@@ -205,13 +215,19 @@ pub fn sample_msgs() -> Vec<Msg> {
         },
         Msg::Install(Box::new(sample_install(KeyDelivery::Same, None))),
         Msg::Install(Box::new(sample_install(
-            KeyDelivery::Wrapped(vec![Vec::new(), vec![0x77; 48]]),
+            KeyDelivery::Wrapped(vec![(1, vec![0x77; 48])]),
             None,
         ))),
         Msg::Install(Box::new(sample_install(
             KeyDelivery::Tree([9; 8]),
             Some(ADDR_B),
         ))),
+        Msg::InstallChunk {
+            view: sample_view(),
+            index: 1,
+            total: 3,
+            data: vec![0x08; 40],
+        },
         Msg::InstallAck,
         Msg::Leave,
         Msg::RekeyRequest,
@@ -248,6 +264,18 @@ pub fn sample_pair_msgs() -> Vec<PairMsg> {
         PairMsg::Welcome {
             install: Box::new(sample_install(KeyDelivery::Same, None)),
             key: Zeroizing::new(vec![0x42; 32]),
+            roster: crate::wire::encode_roster(&sample_members(), &[0x1111, 0x2222]),
+        },
+        PairMsg::Part {
+            view: sample_view(),
+            what: crate::wire::PART_LIST,
+            index: 0,
+            total: 2,
+            data: vec![0x21; 30],
+        },
+        PairMsg::ListRequest {
+            view: sample_view(),
+            from: 8,
         },
         PairMsg::KeyShare {
             proposal: sample_view(),

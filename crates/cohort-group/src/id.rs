@@ -6,6 +6,7 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// A member: its Ed25519 public key, in the text form of `cohort keygen`
 /// (`ed25519:<64 hex>`). Members are ordered by their key bytes; that order breaks ties
@@ -142,17 +143,143 @@ pub struct Member {
     pub addr: SocketAddr,
 }
 
+/// A view's member list, by rank: shared, not copied, when a view is cloned (a
+/// `GroupEvent::View` or a kept old view costs a pointer, not 10,000 members), with an
+/// index by id and by address so that looking a member up costs O(log n).
+///
+/// It dereferences to `[Member]`, so `members.len()`, `members[r]`, `members.iter()` and
+/// `members.get(r)` work as on the `Vec<Member>` it replaces; build one with
+/// `Members::from(vec)` or `collect()`.
+#[derive(Clone)]
+pub struct Members {
+    list: Arc<[Member]>,
+    /// Ranks sorted by member id.
+    by_id: Arc<[u16]>,
+    /// Ranks sorted by address.
+    by_addr: Arc<[u16]>,
+}
+
+impl Members {
+    /// The member list `list`, by rank. At most `u16::MAX` members (a view holds at most
+    /// [`MAX_VIEW_MEMBERS`](crate::MAX_VIEW_MEMBERS)); beyond that the index covers only
+    /// the first `u16::MAX`.
+    pub fn new(list: Arc<[Member]>) -> Self {
+        let n = list.len().min(usize::from(u16::MAX));
+        let mut by_id: Vec<u16> = (0..n as u16).collect();
+        by_id.sort_unstable_by(|a, b| list[usize::from(*a)].id.cmp(&list[usize::from(*b)].id));
+        let mut by_addr: Vec<u16> = (0..n as u16).collect();
+        by_addr.sort_unstable_by(|a, b| {
+            addr_key(&list[usize::from(*a)].addr).cmp(&addr_key(&list[usize::from(*b)].addr))
+        });
+        Members {
+            list,
+            by_id: by_id.into(),
+            by_addr: by_addr.into(),
+        }
+    }
+
+    /// The rank of `id`, if listed (O(log n)).
+    pub fn rank_of(&self, id: &MemberId) -> Option<usize> {
+        let list = &self.list;
+        self.by_id
+            .binary_search_by(|r| list[usize::from(*r)].id.cmp(id))
+            .ok()
+            .map(|i| usize::from(self.by_id[i]))
+    }
+
+    /// The rank of the member reached at `addr`, if listed (O(log n)). With two members at
+    /// one address (not in a well-formed view), one of them.
+    pub fn rank_of_addr(&self, addr: &SocketAddr) -> Option<usize> {
+        let list = &self.list;
+        let key = addr_key(addr);
+        self.by_addr
+            .binary_search_by(|r| addr_key(&list[usize::from(*r)].addr).cmp(&key))
+            .ok()
+            .map(|i| usize::from(self.by_addr[i]))
+    }
+
+    /// The shared list itself.
+    pub fn shared(&self) -> &Arc<[Member]> {
+        &self.list
+    }
+
+    /// Whether `other` is the same shared list (no comparison of members).
+    pub fn ptr_eq(&self, other: &Members) -> bool {
+        Arc::ptr_eq(&self.list, &other.list)
+    }
+}
+
+/// A total order on addresses for the index (`SocketAddr` orders V4 before V6 already,
+/// but this keeps the order explicit and cheap).
+fn addr_key(a: &SocketAddr) -> (u8, [u8; 16], u16) {
+    match a.ip() {
+        std::net::IpAddr::V4(ip) => {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&ip.octets());
+            (4, b, a.port())
+        }
+        std::net::IpAddr::V6(ip) => (6, ip.octets(), a.port()),
+    }
+}
+
+impl std::ops::Deref for Members {
+    type Target = [Member];
+    fn deref(&self) -> &[Member] {
+        &self.list
+    }
+}
+
+impl From<Vec<Member>> for Members {
+    fn from(list: Vec<Member>) -> Self {
+        Members::new(list.into())
+    }
+}
+
+impl From<Arc<[Member]>> for Members {
+    fn from(list: Arc<[Member]>) -> Self {
+        Members::new(list)
+    }
+}
+
+impl FromIterator<Member> for Members {
+    fn from_iter<I: IntoIterator<Item = Member>>(iter: I) -> Self {
+        Members::from(iter.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl<'a> IntoIterator for &'a Members {
+    type Item = &'a Member;
+    type IntoIter = std::slice::Iter<'a, Member>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.iter()
+    }
+}
+
+impl PartialEq for Members {
+    fn eq(&self, other: &Self) -> bool {
+        self.ptr_eq(other) || self.list[..] == other.list[..]
+    }
+}
+
+impl Eq for Members {}
+
+impl fmt::Debug for Members {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.list.iter()).finish()
+    }
+}
+
 /// A view: the members that see the same sequence of messages until the next view.
 ///
 /// Members are listed by rank: the first is the leader (and sequencer); when the leader is
 /// suspected, the next in rank takes over as coordinator. Joiners are appended, so rank is
-/// seniority.
+/// seniority. Cloning a view shares its member list.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct View {
     /// The view's id.
     pub id: ViewId,
-    /// The members, by rank.
-    pub members: Vec<Member>,
+    /// The members, by rank (shared; indexed by id and address).
+    pub members: Members,
     /// Counts group keys: grows by one with every fresh key (a rekey), not with every view.
     pub key_epoch: u64,
 }
@@ -163,9 +290,14 @@ impl View {
         &self.members[0]
     }
 
-    /// The rank of `id`, if it is a member.
+    /// The rank of `id`, if it is a member (O(log n)).
     pub fn rank_of(&self, id: &MemberId) -> Option<usize> {
-        self.members.iter().position(|m| m.id == *id)
+        self.members.rank_of(id)
+    }
+
+    /// The rank of the member reached at `addr`, if any (O(log n)).
+    pub fn rank_of_addr(&self, addr: &SocketAddr) -> Option<usize> {
+        self.members.rank_of_addr(addr)
     }
 
     /// Whether `id` is a member.

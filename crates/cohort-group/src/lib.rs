@@ -18,5 +18,5 @@ pub use config::{
     AuthMode, ConfigError, ConfigField, GroupConfig, Protection, RekeyMethod, RekeyPolicy,
 };
 pub use event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
-pub use id::{Member, MemberId, View, ViewId};
+pub use id::{Member, MemberId, Members, View, ViewId};
 pub use member::{Credentials, GroupMember};

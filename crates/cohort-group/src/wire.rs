@@ -12,9 +12,16 @@ use zeroize::Zeroizing;
 /// Protected group packets carry the gears packet version in their first byte and bind this
 /// one into their key derivation (`keys.rs`): a member of another version derives other keys,
 /// so its packets fail authentication instead of being misread.
-pub const GROUP_VERSION: u8 = 1;
-/// Most members a view may list (keeps every list bounded when parsing).
-pub const MAX_MEMBERS: usize = 4096;
+pub const GROUP_VERSION: u8 = 2;
+/// Most members a view may list (keeps every list bounded when parsing): ranks are `u16`
+/// and `u16::MAX` is the broadcast destination, so ranks run 0..=65,534.
+pub const MAX_MEMBERS: usize = u16::MAX as usize;
+/// Most parts one Install, Welcome or member list is split into ([`Msg::InstallChunk`],
+/// [`PairMsg::Part`]): 512 parts of at most [`MAX_PART_LEN`] bytes hold a member list of
+/// [`MAX_MEMBERS`] (about 60 bytes each) with room to spare.
+pub const MAX_PARTS: usize = 512;
+/// Most bytes in one part: a part and its headers fit a pair-channel record (16 KiB).
+pub const MAX_PART_LEN: usize = 15_000;
 /// Most entries in one [`Msg::Orders`].
 pub const MAX_ORDERS: usize = 4096;
 /// Most suspected ranks in one [`Msg::Report`].
@@ -132,6 +139,20 @@ pub enum Msg {
     Probe,
     /// The answer to [`Msg::Probe`].
     ProbeAck,
+    /// Part `index` of `total` of an encoded [`Msg::Install`] for view `view` that does
+    /// not fit one datagram. The group packet authenticates each part as coming from a
+    /// member; the receiver reassembles every part before decoding, and the coordinator's
+    /// signature (identity keys) or the receiver's wrap (KDC mode) authenticates the whole.
+    InstallChunk {
+        /// The view the Install installs.
+        view: ViewId,
+        /// This part's index, below `total`.
+        index: u16,
+        /// How many parts (at most [`MAX_PARTS`]).
+        total: u16,
+        /// The part's bytes (at most [`MAX_PART_LEN`]).
+        data: Vec<u8>,
+    },
 }
 
 /// The key a new view uses.
@@ -139,25 +160,54 @@ pub enum Msg {
 pub enum KeyDelivery {
     /// The current group key stays (no rekey was due).
     Same,
-    /// LSGC: the fresh key wrapped for each member of the new view, by rank, under its
-    /// pair key with the coordinator (the coordinator's own entry is empty).
-    Wrapped(Vec<Vec<u8>>),
+    /// LSGC: the fresh key wrapped for members of the new view under each one's pair key
+    /// with the coordinator, as (rank in the new view, wrap). The coordinator holds every
+    /// wrap; the copy a member receives carries only its own.
+    Wrapped(Vec<(u16, Vec<u8>)>),
     /// Ensemble: the fresh key already went down the tree; this is its fingerprint.
     Tree([u8; 8]),
 }
 
-/// The body of [`Msg::Install`].
+/// A member a view change lets in: who, its next reliable message number and its
+/// incarnation (a random number drawn when it starts: a join request with another
+/// incarnation comes from a restarted process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Joined {
+    /// The member.
+    pub member: Member,
+    /// Its next reliable message number (from its join request).
+    pub next_seq: u64,
+    /// Its incarnation.
+    pub incarnation: u64,
+}
+
+/// The body of [`Msg::Install`]: the change from the view `base` to the view `view`.
+///
+/// The new view's members are `base`'s members whose ranks are not in `left`, in their old
+/// order, then `joined`, in order; `digest` is [`roster_digest`] of that list with every
+/// member's incarnation, so a receiver that applied the change to its own copy of `base`
+/// knows it holds exactly the coordinator's list, and one that lacks `base` (a joiner)
+/// fetches the list ([`PairMsg::ListRequest`]) and checks it against the digest. An
+/// Install thus grows with the change, not with the view.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Install {
     /// The new view's id.
     pub view: ViewId,
-    /// Its members, by rank.
-    pub members: Vec<Member>,
-    /// Each member's next reliable message number, by rank.
+    /// The view the change applies to (the coordinator's view).
+    pub base: ViewId,
+    /// How many members the new view has.
+    pub count: u16,
+    /// Ranks in `base` that are not in the new view, ascending.
+    pub left: Vec<u16>,
+    /// Members appended after the survivors.
+    pub joined: Vec<Joined>,
+    /// [`roster_digest`] of the new view's members and incarnations, by rank.
+    pub digest: [u8; 32],
+    /// Every member's next reliable message number, by rank, only when the new view's
+    /// leader (its sequencer, who needs them all) is not the coordinator (the old leader
+    /// left or was taken over from); empty otherwise. Each member knows its own: a
+    /// survivor reported it in its flush answer, a joiner's is in `joined`.
     pub next_seqs: Vec<u64>,
-    /// Each member's incarnation (a random number drawn when it starts), by rank: a join
-    /// request with another incarnation comes from a restarted process.
-    pub incarnations: Vec<u64>,
     /// The new view's key epoch.
     pub key_epoch: u64,
     /// Positions of the old view every survivor delivers before installing.
@@ -181,14 +231,65 @@ impl Install {
     /// signature, with wrapped keys left out (they differ between per-member copies and
     /// authenticate themselves under each member's pair key).
     pub fn signed_bytes(&self, group: &str) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64 + 60 * self.members.len());
-        out.extend_from_slice(b"cohort group install v1");
+        let mut out = Vec::with_capacity(256 + 60 * self.joined.len());
+        out.extend_from_slice(b"cohort group install v2");
         out.push(group.len() as u8);
         out.extend_from_slice(group.as_bytes());
         let mut w = Writer::new(&mut out);
         put_install_fields(&mut w, self, false);
         out
     }
+
+    /// The rank `id` gets in the new view when it is one of the joiners.
+    pub fn joiner_rank(&self, id: &MemberId) -> Option<u16> {
+        let first = usize::from(self.count).checked_sub(self.joined.len())?;
+        let i = self.joined.iter().position(|j| j.member.id == *id)?;
+        u16::try_from(first + i).ok()
+    }
+
+    /// The rank that the member at `base_rank` in `base` gets in the new view, if it stays.
+    pub fn survivor_rank(&self, base_rank: u16) -> Option<u16> {
+        match self.left.binary_search(&base_rank) {
+            Ok(_) => None,
+            Err(i) => Some(base_rank - i as u16),
+        }
+    }
+}
+
+/// The member list of a view with each member's incarnation, by rank, as hashed into
+/// [`Install::digest`] and sent in parts to a member that lacks it: `count: u16`, then per
+/// member its id, address and incarnation.
+pub fn encode_roster(members: &[Member], incarnations: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + 60 * members.len());
+    let mut w = Writer::new(&mut out);
+    w.u16(members.len() as u16);
+    for (i, m) in members.iter().enumerate() {
+        put_member(&mut w, m);
+        w.u64(incarnations.get(i).copied().unwrap_or(0));
+    }
+    out
+}
+
+/// Parses [`encode_roster`]'s bytes; `None` if malformed, empty or longer than
+/// [`MAX_MEMBERS`].
+pub fn decode_roster(bytes: &[u8]) -> Option<(Vec<Member>, Vec<u64>)> {
+    let mut r = Reader::new(bytes);
+    let n = get_count(&mut r, MAX_MEMBERS)?;
+    if n == 0 {
+        return None;
+    }
+    let mut members = Vec::with_capacity(n);
+    let mut incarnations = Vec::with_capacity(n);
+    for _ in 0..n {
+        members.push(get_member(&mut r)?);
+        incarnations.push(r.u64().ok()?);
+    }
+    r.is_empty().then_some((members, incarnations))
+}
+
+/// SHA-256 of a label and [`encode_roster`]'s bytes: what an Install's `digest` holds.
+pub fn roster_digest(sha256: &dyn cohort_crypto::Digest, roster: &[u8]) -> [u8; 32] {
+    sha256.sha256(&[b"cohort group roster v1", roster])
 }
 
 /// A message over a pair channel (already encrypted and mutually authenticated).
@@ -215,10 +316,14 @@ pub enum PairMsg {
     NotInGroup,
     /// For a joiner: the view, with the group key in clear (the channel encrypts it).
     Welcome {
-        /// The view.
+        /// The view (as a change from the coordinator's view, which the joiner lacks).
         install: Box<Install>,
         /// The group key (wiped when dropped).
         key: Zeroizing<Vec<u8>>,
+        /// The new view's member list ([`encode_roster`]) when it is short; empty
+        /// otherwise, and the joiner fetches it ([`PairMsg::ListRequest`]). Either way the
+        /// joiner checks it against the Install's digest.
+        roster: Vec<u8>,
     },
     /// Tree rekey: a fresh key for the receiver and the members below it.
     KeyShare {
@@ -280,7 +385,38 @@ pub enum PairMsg {
         /// Who holds it.
         holders: Vec<MemberId>,
     },
+    /// Part `index` of `total` of something too long for one pair record: a Welcome
+    /// ([`PART_WELCOME`], parts of the encoded [`PairMsg::Welcome`]) or the member list of
+    /// view `view` ([`PART_LIST`], parts of [`encode_roster`]'s bytes). The pair channel
+    /// authenticates each part; the receiver reassembles all before decoding, and checks a
+    /// list against its Install's digest.
+    Part {
+        /// The view.
+        view: ViewId,
+        /// [`PART_WELCOME`] or [`PART_LIST`].
+        what: u8,
+        /// This part's index, below `total`.
+        index: u16,
+        /// How many parts (at most [`MAX_PARTS`]).
+        total: u16,
+        /// The part's bytes (at most [`MAX_PART_LEN`]).
+        data: Vec<u8>,
+    },
+    /// A member of view `view` that lacks its member list asks the view's coordinator for
+    /// the list's parts from `from` on (a few at a time). Asked by anyone else, it gets
+    /// nothing.
+    ListRequest {
+        /// The view.
+        view: ViewId,
+        /// The first part wanted.
+        from: u16,
+    },
 }
+
+/// [`PairMsg::Part`] of an encoded Welcome.
+pub const PART_WELCOME: u8 = 1;
+/// [`PairMsg::Part`] of a view's member list.
+pub const PART_LIST: u8 = 2;
 
 fn reason_code(why: RemovalReason) -> u8 {
     match why {
@@ -357,6 +493,46 @@ fn get_count(r: &mut Reader<'_>, max: usize) -> Option<usize> {
     (n <= max).then_some(n)
 }
 
+/// A Flush's survivors as the ranks left out of `0..n` (a Flush then grows with the
+/// change, not with the view): `n: u16`, then the count and the ranks left out, ascending.
+fn put_survivors(w: &mut Writer<'_>, survivors: &[u16]) {
+    let n = survivors.iter().max().map_or(0, |m| u32::from(*m) + 1);
+    let mut sorted = survivors.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let out: Vec<u16> = (0..n)
+        .filter(|r| sorted.binary_search(&(*r as u16)).is_err())
+        .map(|r| r as u16)
+        .collect();
+    w.u16(n as u16).u16(out.len() as u16);
+    for r in out {
+        w.u16(r);
+    }
+}
+
+fn get_survivors(r: &mut Reader<'_>) -> Option<Vec<u16>> {
+    let n = r.u16().ok()?;
+    let k = get_count(r, usize::from(n))?;
+    let mut out = Vec::with_capacity(k);
+    for _ in 0..k {
+        let rank = r.u16().ok()?;
+        if rank >= n || out.last().is_some_and(|l| *l >= rank) {
+            return None;
+        }
+        out.push(rank);
+    }
+    let mut survivors = Vec::with_capacity(usize::from(n) - k);
+    let mut gone = out.iter().peekable();
+    for rank in 0..n {
+        if gone.peek() == Some(&&rank) {
+            gone.next();
+        } else {
+            survivors.push(rank);
+        }
+    }
+    Some(survivors)
+}
+
 fn put_install(w: &mut Writer<'_>, i: &Install) {
     put_install_fields(w, i, true);
     w.u8(i.signature.len() as u8).bytes(&i.signature);
@@ -364,10 +540,21 @@ fn put_install(w: &mut Writer<'_>, i: &Install) {
 
 fn put_install_fields(w: &mut Writer<'_>, i: &Install, with_wraps: bool) {
     put_view_id(w, &i.view);
-    w.u16(i.members.len() as u16);
-    for ((m, s), inc) in i.members.iter().zip(&i.next_seqs).zip(&i.incarnations) {
-        put_member(w, m);
-        w.u64(*s).u64(*inc);
+    put_view_id(w, &i.base);
+    w.u16(i.count);
+    w.u16(i.left.len() as u16);
+    for r in &i.left {
+        w.u16(*r);
+    }
+    w.u16(i.joined.len() as u16);
+    for j in &i.joined {
+        put_member(w, &j.member);
+        w.u64(j.next_seq).u64(j.incarnation);
+    }
+    w.bytes(&i.digest);
+    w.u16(i.next_seqs.len() as u16);
+    for s in &i.next_seqs {
+        w.u64(*s);
     }
     w.u64(i.key_epoch).u64(i.final_order);
     match &i.key {
@@ -377,8 +564,9 @@ fn put_install_fields(w: &mut Writer<'_>, i: &Install, with_wraps: bool) {
         KeyDelivery::Wrapped(wraps) => {
             w.u8(1);
             if with_wraps {
-                for wrap in wraps {
-                    w.u8(wrap.len() as u8).bytes(wrap);
+                w.u16(wraps.len() as u16);
+                for (rank, wrap) in wraps {
+                    w.u16(*rank).u8(wrap.len() as u8).bytes(wrap);
                 }
             }
         }
@@ -403,27 +591,56 @@ fn put_install_fields(w: &mut Writer<'_>, i: &Install, with_wraps: bool) {
 
 fn get_install(r: &mut Reader<'_>) -> Option<Install> {
     let view = get_view_id(r).ok()?;
-    let n = get_count(r, MAX_MEMBERS)?;
-    if n == 0 {
+    let base = get_view_id(r).ok()?;
+    let count = r.u16().ok()?;
+    if count == 0 || usize::from(count) > MAX_MEMBERS {
         return None;
     }
-    let mut members = Vec::with_capacity(n);
-    let mut next_seqs = Vec::with_capacity(n);
-    let mut incarnations = Vec::with_capacity(n);
+    let n = get_count(r, MAX_MEMBERS)?;
+    let mut left = Vec::with_capacity(n);
     for _ in 0..n {
-        members.push(get_member(r)?);
+        let rank = r.u16().ok()?;
+        // Ascending, so that ranks follow by counting (`Install::survivor_rank`).
+        if left.last().is_some_and(|l| *l >= rank) {
+            return None;
+        }
+        left.push(rank);
+    }
+    let n = get_count(r, usize::from(count))?;
+    let mut joined = Vec::with_capacity(n);
+    for _ in 0..n {
+        let member = get_member(r)?;
+        let next_seq = r.u64().ok()?;
+        let incarnation = r.u64().ok()?;
+        joined.push(Joined {
+            member,
+            next_seq,
+            incarnation,
+        });
+    }
+    let digest = r.array().ok()?;
+    let n = get_count(r, usize::from(count))?;
+    if n != 0 && n != usize::from(count) {
+        return None;
+    }
+    let mut next_seqs = Vec::with_capacity(n);
+    for _ in 0..n {
         next_seqs.push(r.u64().ok()?);
-        incarnations.push(r.u64().ok()?);
     }
     let key_epoch = r.u64().ok()?;
     let final_order = r.u64().ok()?;
     let key = match r.u8().ok()? {
         0 => KeyDelivery::Same,
         1 => {
+            let n = get_count(r, usize::from(count))?;
             let mut wraps = Vec::with_capacity(n);
             for _ in 0..n {
+                let rank = r.u16().ok()?;
+                if rank >= count {
+                    return None;
+                }
                 let len = r.u8().ok()? as usize;
-                wraps.push(r.bytes(len).ok()?.to_vec());
+                wraps.push((rank, r.bytes(len).ok()?.to_vec()));
             }
             KeyDelivery::Wrapped(wraps)
         }
@@ -435,9 +652,9 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
         1 => Some(get_addr(r)?),
         _ => return None,
     };
-    let count = get_count(r, MAX_MEMBERS)?;
-    let mut removed = Vec::with_capacity(count);
-    for _ in 0..count {
+    let n = get_count(r, MAX_MEMBERS)?;
+    let mut removed = Vec::with_capacity(n);
+    for _ in 0..n {
         let id = MemberId::from_bytes(r.array().ok()?);
         let why = reason_from(r.u8().ok()?)?;
         removed.push((id, why));
@@ -446,9 +663,12 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
     let signature = r.bytes(n).ok()?.to_vec();
     Some(Install {
         view,
-        members,
+        base,
+        count,
+        left,
+        joined,
+        digest,
         next_seqs,
-        incarnations,
         key_epoch,
         final_order,
         key,
@@ -500,10 +720,7 @@ impl Msg {
             } => {
                 w.u8(6);
                 put_view_id(&mut w, proposal);
-                w.u16(survivors.len() as u16);
-                for s in survivors {
-                    w.u16(*s);
-                }
+                put_survivors(&mut w, survivors);
             }
             Msg::FlushOk {
                 proposal,
@@ -564,6 +781,16 @@ impl Msg {
             Msg::ProbeAck => {
                 w.u8(19);
             }
+            Msg::InstallChunk {
+                view,
+                index,
+                total,
+                data,
+            } => {
+                w.u8(13);
+                put_view_id(&mut w, view);
+                w.u16(*index).u16(*total).bytes(data);
+            }
         }
     }
 
@@ -603,11 +830,7 @@ impl Msg {
             }
             6 => {
                 let proposal = get_view_id(&mut r).ok()?;
-                let n = get_count(&mut r, MAX_MEMBERS)?;
-                let mut survivors = Vec::with_capacity(n);
-                for _ in 0..n {
-                    survivors.push(r.u16().ok()?);
-                }
+                let survivors = get_survivors(&mut r)?;
                 Msg::Flush {
                     proposal,
                     survivors,
@@ -666,6 +889,21 @@ impl Msg {
             },
             18 => Msg::Probe,
             19 => Msg::ProbeAck,
+            13 => {
+                let view = get_view_id(&mut r).ok()?;
+                let index = r.u16().ok()?;
+                let total = r.u16().ok()?;
+                let data = r.rest().to_vec();
+                if index >= total || usize::from(total) > MAX_PARTS || data.len() > MAX_PART_LEN {
+                    return None;
+                }
+                Msg::InstallChunk {
+                    view,
+                    index,
+                    total,
+                    data,
+                }
+            }
             _ => return None,
         };
         r.is_empty().then_some(msg)
@@ -701,10 +939,15 @@ impl PairMsg {
             PairMsg::NotInGroup => {
                 w.u8(3);
             }
-            PairMsg::Welcome { install, key } => {
+            PairMsg::Welcome {
+                install,
+                key,
+                roster,
+            } => {
                 w.u8(4);
                 put_install(&mut w, install);
                 w.u8(key.len() as u8).bytes(key);
+                put_bytes32(&mut w, roster);
             }
             PairMsg::KeyShare {
                 proposal,
@@ -767,6 +1010,22 @@ impl PairMsg {
                     w.bytes(h.as_bytes());
                 }
             }
+            PairMsg::Part {
+                view,
+                what,
+                index,
+                total,
+                data,
+            } => {
+                w.u8(16);
+                put_view_id(&mut w, view);
+                w.u8(*what).u16(*index).u16(*total).bytes(data);
+            }
+            PairMsg::ListRequest { view, from } => {
+                w.u8(17);
+                put_view_id(&mut w, view);
+                w.u16(*from);
+            }
         }
     }
 
@@ -801,9 +1060,12 @@ impl PairMsg {
             4 => {
                 let install = Box::new(get_install(&mut r)?);
                 let n = r.u8().ok()? as usize;
+                let key = Zeroizing::new(r.bytes(n).ok()?.to_vec());
+                let roster = get_bytes32(&mut r)?;
                 PairMsg::Welcome {
                     install,
-                    key: Zeroizing::new(r.bytes(n).ok()?.to_vec()),
+                    key,
+                    roster,
                 }
             }
             5 => {
@@ -860,6 +1122,31 @@ impl PairMsg {
             11 => PairMsg::Removed {
                 view: get_view_id(&mut r).ok()?,
                 reason: reason_from(r.u8().ok()?)?,
+            },
+            16 => {
+                let view = get_view_id(&mut r).ok()?;
+                let what = r.u8().ok()?;
+                let index = r.u16().ok()?;
+                let total = r.u16().ok()?;
+                let data = r.rest().to_vec();
+                let bad = !matches!(what, PART_WELCOME | PART_LIST)
+                    || index >= total
+                    || usize::from(total) > MAX_PARTS
+                    || data.len() > MAX_PART_LEN;
+                if bad {
+                    return None;
+                }
+                PairMsg::Part {
+                    view,
+                    what,
+                    index,
+                    total,
+                    data,
+                }
+            }
+            17 => PairMsg::ListRequest {
+                view: get_view_id(&mut r).ok()?,
+                from: r.u16().ok()?,
             },
             10 => {
                 let nonce = r.array().ok()?;

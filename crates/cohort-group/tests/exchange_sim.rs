@@ -645,7 +645,8 @@ fn a_member_that_misses_the_merge_install_gets_it_again() {
     g.run_for(Duration::from_millis(500)).expect("run");
     // After the heal, once a leader decides to dissolve its component, the first large
     // group datagram it sends to one of its members (the merge Install; flushes and
-    // heartbeats are small; pair channel and gossip datagrams are not group packets) is
+    // heartbeats are small; pair channel and gossip datagrams are not group packets, whose
+    // first byte is the gears packet version) is
     // lost.
     let armed: Arc<Mutex<Option<(cohort_sim::NodeId, cohort_sim::NodeId)>>> =
         Arc::new(Mutex::new(None));
@@ -655,7 +656,7 @@ fn a_member_that_misses_the_merge_install_gets_it_again() {
         .add_rule(FnRule::new("drop-merge-install", move |p, _| {
             let target = *rule_armed.lock().expect("lock");
             let mut n = rule_dropped.lock().expect("lock");
-            let group_packet = p.bytes.first() == Some(&cohort_group::wire::GROUP_VERSION);
+            let group_packet = p.bytes.first() == Some(&cohort_gears::PACKET_VERSION);
             if *n == 0 && target == Some((p.from, p.to)) && group_packet && p.bytes.len() > 200 {
                 *n += 1;
                 return Verdict::Drop;

@@ -9,7 +9,9 @@ use cohort_core::{Machine, Timestamp};
 use cohort_crypto::{CryptoProvider, Secret};
 use cohort_group::keys::{GearPlan, GroupKey, ViewKeys};
 use cohort_group::pair::{PairEvent, PairTable, PAIR_KIND};
-use cohort_group::wire::{Install, KeyDelivery, Msg, PairMsg};
+use cohort_group::wire::{
+    encode_roster, roster_digest, Install, Joined, KeyDelivery, Msg, PairMsg,
+};
 use cohort_group::{Drop, GroupConfig, GroupEvent, GroupMember, Member, MemberId, ViewId};
 use std::net::SocketAddr;
 
@@ -135,13 +137,19 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
         coordinator: ca,
     };
     let members = vec![Member { id: ca, addr: a }, Member { id: cb, addr: b }];
+    let roster = encode_roster(&members, &[1, incarnation]);
+    let digest = roster_digest(provider.sha256, &roster);
     let key1 = GroupKey::new(1, Secret::from_slice(&[0x11; 32]));
-    // An unsigned Install of both members into `view`, keeping the key of epoch 1.
-    let install = |view: ViewId| Install {
+    // An unsigned Install of both members into `view`, keeping the key of epoch 1: from
+    // `base`, letting in the member (`joined`) or not.
+    let install = |view: ViewId, base: ViewId, joined: Vec<Joined>| Install {
         view,
-        members: members.clone(),
-        next_seqs: vec![0, 0],
-        incarnations: vec![1, incarnation],
+        base,
+        count: 2,
+        left: Vec::new(),
+        joined,
+        digest,
+        next_seqs: Vec::new(),
         key_epoch: 1,
         final_order: 0,
         key: KeyDelivery::Same,
@@ -149,12 +157,22 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
         removed: Vec::new(),
         signature: Vec::new(),
     };
-    let mut welcome = install(view1);
+    let view0 = ViewId {
+        seq: 0,
+        coordinator: ca,
+    };
+    let joiner = Joined {
+        member: members[1],
+        next_seq: 0,
+        incarnation,
+    };
+    let mut welcome = install(view1, view0, vec![joiner]);
     let c = h.coordinator.clone();
     h.sign(&mut welcome, &c);
     let msg = PairMsg::Welcome {
         install: Box::new(welcome),
         key: zeroize::Zeroizing::new(key1.expose().to_vec()),
+        roster,
     };
     let mut body = Vec::new();
     msg.encode(&mut body);
@@ -188,7 +206,7 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
 
     // The forged Install: right proposal, sealed under the right keys (any member of view 1
     // could do this), keeping the old key, but not signed by the coordinator.
-    let mut forged = install(proposal);
+    let mut forged = install(proposal, view1, Vec::new());
     h.sign(&mut forged, &insider);
     let before = h.member.counters().get(Drop::AuthFailed);
     let packet = seal(&mut keys, &Msg::Install(Box::new(forged.clone())));

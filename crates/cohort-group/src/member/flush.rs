@@ -6,7 +6,7 @@
 //! Install being announced, what the next change is to do). It hands the key phase to
 //! `key_tree.rs` (tree rekey) and the Install to `install.rs`; it may not install a view.
 
-use super::install::Announce;
+use super::install::{Announce, Assembly, ListFetch, Roster};
 use super::reliable::{OrderedMsg, Reliable};
 use super::timers::interval;
 use super::GroupMember;
@@ -31,7 +31,21 @@ pub(super) struct ViewChange {
     pub(super) change_wanted: Vec<(MemberId, RemovalReason)>,
     pub(super) joiners_wanted: Vec<(Member, u64, u64)>,
     pub(super) rekey_wanted: Option<Timestamp>,
+    /// A member list being fetched from a coordinator (`install.rs`).
+    pub(super) fetch: Option<ListFetch>,
+    /// An Install or Welcome arriving in parts (`install.rs`).
+    pub(super) assembly: Option<Assembly>,
 }
+
+/// Most joiners let in by one view change. A cold start of thousands is admitted in
+/// batches: each view change costs a flush round and an Install whose size grows with the
+/// joiners it lists (about 60 bytes each, so 128 fit one 8 KiB part) plus the list each
+/// joiner fetches; a bounded batch keeps every change short and the time to form a group
+/// linear in its size (n / 128 changes of about the same length).
+pub(super) const JOIN_BATCH: usize = 128;
+
+/// Most joiners waiting at the leader for a later batch; more are refused (they retry).
+pub(super) const MAX_WAITING_JOINERS: usize = 1024;
 
 /// A view change this member is taking part in (it answered the coordinator).
 pub(super) struct Flushing {
@@ -42,6 +56,12 @@ pub(super) struct Flushing {
     pub(super) survivors: Vec<MemberId>,
     /// The Install, once it arrived, waiting for the positions it needs.
     pub(super) install: Option<Box<Install>>,
+    /// The new view's list, once resolved from the Install (or fetched).
+    pub(super) roster: Option<Roster>,
+    /// The next message number this member reported in its first answer to this flush;
+    /// later answers repeat it, so that it and the coordinator agree on it without the
+    /// Install listing it.
+    pub(super) answered_next_seq: Option<u64>,
     pub(super) last_nak: Option<Timestamp>,
 }
 
@@ -224,6 +244,10 @@ impl GroupMember {
         };
         let removed = std::mem::take(&mut self.view_change.change_wanted);
         let mut joiners = std::mem::take(&mut self.view_change.joiners_wanted);
+        // Bulk joins: a bounded batch now, the rest in the next change (in arrival order).
+        if joiners.len() > JOIN_BATCH {
+            self.view_change.joiners_wanted = joiners.split_off(JOIN_BATCH);
+        }
         // Requests from members already in the view with the same incarnation are stale.
         joiners.retain(|(m, _, inc)| {
             view.rank_of(&m.id)
@@ -433,11 +457,20 @@ impl GroupMember {
                 coordinator: rank,
                 survivors: survivor_ids,
                 install: None,
+                roster: None,
+                answered_next_seq: None,
                 last_nak: None,
             });
         }
         self.liveness.leader_heard = now;
-        let answer = FlushAnswer::own(&self.reliable);
+        let mut answer = FlushAnswer::own(&self.reliable);
+        if let Some(f) = self.view_change.flushing.as_mut() {
+            // A repeated answer repeats the first one's next message number (messages
+            // sent since go in the next view).
+            let first = *f.answered_next_seq.get_or_insert(answer.next_seq);
+            answer.next_seq = first;
+            answer.pending.retain(|(seq, _)| *seq < first);
+        }
         let msg = Msg::FlushOk {
             proposal,
             delivered: answer.delivered,
@@ -478,11 +511,16 @@ impl GroupMember {
         // Participant waiting for positions before installing.
         if let Some(f) = self.view_change.flushing.as_mut() {
             if let Some(install) = f.install.clone() {
+                let Some(roster) = f.roster.clone() else {
+                    // Fetching the list from the coordinator.
+                    self.fetch_tick(now);
+                    return;
+                };
                 let final_order = install.final_order;
                 let have_all = (self.reliable.delivered..final_order)
                     .all(|o| self.reliable.log.contains_key(&o));
                 if have_all {
-                    self.finish_participant_install(now, install);
+                    self.finish_participant_install(now, install, roster);
                 } else if f.last_nak.is_none_or(|t| {
                     now.saturating_duration_since(t) >= interval::fetch_retry(&self.config)
                 }) {
@@ -647,18 +685,27 @@ impl GroupMember {
         }
     }
 
-    /// The next view's members, by rank: survivors in their old order, then joiners.
+    /// The next view's members, by rank: survivors in their old order, then joiners (each
+    /// once, and none that survives). O(n log n).
     pub(super) fn new_members(&self) -> Vec<Member> {
         let Some(c) = self.view_change.coordinator.as_ref() else {
             return Vec::new();
         };
-        let mut members: Vec<Member> = c
-            .survivors
+        let mut survivors = c.survivors.clone();
+        survivors.sort_unstable();
+        survivors.dedup();
+        let mut members: Vec<Member> = survivors
             .iter()
             .filter_map(|r| self.member_at(*r))
             .collect();
+        let mut seen = BTreeSet::new();
         for (j, _, _) in &c.joiners {
-            if !members.iter().any(|m| m.id == j.id) {
+            let survives = self
+                .view
+                .as_ref()
+                .and_then(|v| v.rank_of(&j.id))
+                .is_some_and(|r| survivors.binary_search(&(r as u16)).is_ok());
+            if !survives && seen.insert(j.id) {
                 members.push(*j);
             }
         }
@@ -714,9 +761,21 @@ impl GroupMember {
             }
         };
         // Their pair channels may be half dead (one end forgot): start them afresh.
+        let joiners: Vec<Member> = self
+            .view_change
+            .coordinator
+            .as_ref()
+            .map_or(Vec::new(), |c| {
+                c.joiners.iter().map(|(m, _, _)| *m).collect()
+            });
         let addrs: Vec<SocketAddr> = silent
             .iter()
-            .filter_map(|id| self.known.get(id).copied())
+            .filter_map(|id| {
+                self.view
+                    .as_ref()
+                    .and_then(|v| v.rank_of(id).map(|r| v.members[r].addr))
+                    .or_else(|| joiners.iter().find(|m| m.id == *id).map(|m| m.addr))
+            })
             .collect();
         for a in addrs {
             self.pairs.forget(a);

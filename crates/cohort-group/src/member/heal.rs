@@ -90,7 +90,7 @@ impl GroupMember {
             .map(|(_, a)| *a)
             .collect();
         for c in &self.contacts {
-            if !view.members.iter().any(|m| m.addr == *c) && !targets.contains(c) {
+            if view.rank_of_addr(c).is_none() && !targets.contains(c) {
                 targets.push(*c);
             }
         }

@@ -10,16 +10,20 @@
 use super::flush::{Change, Coordinator, Phase};
 use super::join::Joining;
 use super::timers::interval;
-use super::{GroupMember, OldView};
+use super::{GroupMember, OldView, MAX_VIEW_MEMBERS};
 use crate::config::RekeyMethod;
 use crate::event::{Drop, GroupEvent, RemovalReason};
-use crate::id::{Member, MemberId, View, ViewId};
+use crate::id::{Member, MemberId, Members, View, ViewId};
 use crate::keys::{self, GroupKey, ViewKeys, GROUP_KEY_LEN};
-use crate::wire::{Install, KeyDelivery, Msg, PairMsg};
+use crate::wire::{
+    decode_roster, encode_roster, roster_digest, Install, Joined, KeyDelivery, Msg, PairMsg,
+    MAX_PARTS, MAX_PART_LEN, PART_LIST, PART_WELCOME,
+};
 use cohort_core::Timestamp;
 use cohort_crypto::Secret;
 use rand_core::RngCore;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use zeroize::Zeroizing;
 
@@ -27,7 +31,10 @@ use zeroize::Zeroizing;
 /// are resent until acknowledged.
 pub(super) struct Announce {
     pub(super) view: ViewId,
+    /// The Install with every wrap (each member is sent a copy with its own).
     pub(super) install: Box<Install>,
+    /// The new view's members (to find a member's rank for its copy).
+    pub(super) members: Members,
     pub(super) welcome_key: Option<Zeroizing<Vec<u8>>>,
     /// (member, is a joiner) not yet acknowledged.
     pub(super) unacked: Vec<(Member, bool)>,
@@ -37,40 +44,136 @@ pub(super) struct Announce {
     pub(super) sent: Timestamp,
 }
 
+/// A view's member list and each member's incarnation, by rank: what an Install's delta
+/// resolves to and its digest covers.
+#[derive(Clone)]
+pub(super) struct Roster {
+    pub(super) members: Members,
+    pub(super) incarnations: Arc<[u64]>,
+}
+
+/// The parts of one message being put back together: an Install split over group packets,
+/// a Welcome over pair records, or a member list. Bounded by [`MAX_PARTS`] parts of at most
+/// [`MAX_PART_LEN`] bytes; a part that disagrees with the others on the total starts it over.
+pub(super) struct Assembly {
+    pub(super) view: ViewId,
+    pub(super) what: u8,
+    parts: Vec<Option<Vec<u8>>>,
+    have: usize,
+}
+
+impl Assembly {
+    pub(super) fn new(view: ViewId, what: u8, total: u16) -> Self {
+        Assembly {
+            view,
+            what,
+            parts: vec![None; usize::from(total).min(MAX_PARTS)],
+            have: 0,
+        }
+    }
+
+    /// Adds part `index` of `total`; `Err` if it does not fit this assembly.
+    pub(super) fn add(&mut self, index: u16, total: u16, data: Vec<u8>) -> Result<(), ()> {
+        if usize::from(total) != self.parts.len() || data.len() > MAX_PART_LEN {
+            return Err(());
+        }
+        let slot = self.parts.get_mut(usize::from(index)).ok_or(())?;
+        if slot.is_none() {
+            *slot = Some(data);
+            self.have += 1;
+        }
+        Ok(())
+    }
+
+    /// Whether every part is in.
+    pub(super) fn complete(&self) -> bool {
+        self.have == self.parts.len()
+    }
+
+    /// The first part missing, if any.
+    pub(super) fn first_missing(&self) -> Option<u16> {
+        self.parts
+            .iter()
+            .position(Option::is_none)
+            .map(|i| i as u16)
+    }
+
+    /// The parts joined, once complete.
+    pub(super) fn take(self) -> Option<Vec<u8>> {
+        if !self.complete() {
+            return None;
+        }
+        Some(self.parts.into_iter().flatten().flatten().collect())
+    }
+}
+
+/// A member list being fetched from a view's coordinator: by a joiner (its Welcome's list
+/// was too long to ride along) or by a survivor whose own copy of the base view did not
+/// give the Install's digest.
+pub(super) struct ListFetch {
+    pub(super) install: Box<Install>,
+    /// A joiner's key, from its Welcome; `None` for a survivor in a flush.
+    pub(super) welcome_key: Option<Zeroizing<Vec<u8>>>,
+    pub(super) coordinator: (MemberId, SocketAddr),
+    pub(super) parts: Option<Assembly>,
+    pub(super) retry_at: Timestamp,
+    pub(super) tries: u32,
+}
+
+/// What an [`Assembly`] of Install chunks holds (beside `PART_WELCOME` and `PART_LIST`).
+pub(super) const PART_INSTALL: u8 = 0;
+
 /// Suspicion timeouts (gossip rounds) an Exchange's other component has to merge in before
 /// the key it handed over is replaced.
 const EXCHANGE_MERGE_ROUNDS: u32 = 5;
 
-/// Largest Install body sent whole: leaves room in a 64 KiB datagram for the headers.
-pub(super) const MAX_INSTALL_BODY: usize = 60_000;
+/// List parts sent for one request: a joiner asks again from the first part it lacks.
+const LIST_WINDOW: u16 = 8;
 
-/// Whether `install` fits one datagram as it is.
-pub(super) fn fits_one_datagram(install: &Install) -> bool {
-    let mut body = Vec::new();
-    Msg::Install(Box::new(install.clone())).encode(&mut body);
-    body.len() <= MAX_INSTALL_BODY
+/// Requests for a list's parts before a fetch gives up (a joiner then asks to join again;
+/// a survivor waits for the Install's next copy or the next view change).
+const MAX_FETCH_TRIES: u32 = 40;
+
+/// Member lists up to this many bytes ride along in a joiner's Welcome (about 60 members):
+/// small groups join in one round trip, as before delta Installs.
+const INLINE_ROSTER: usize = 4096;
+
+/// The Install a member receives: the Install with only that member's wrapped key (the
+/// one-message rekey's wraps are per member; nobody needs another's).
+pub(super) fn install_copy_for(install: &Install, rank: Option<u16>) -> Box<Install> {
+    let key = match &install.key {
+        KeyDelivery::Wrapped(wraps) => KeyDelivery::Wrapped(
+            wraps
+                .iter()
+                .filter(|(r, _)| Some(*r) == rank)
+                .cloned()
+                .collect(),
+        ),
+        other => other.clone(),
+    };
+    Box::new(Install {
+        view: install.view,
+        base: install.base,
+        count: install.count,
+        left: install.left.clone(),
+        joined: install.joined.clone(),
+        digest: install.digest,
+        next_seqs: install.next_seqs.clone(),
+        key_epoch: install.key_epoch,
+        final_order: install.final_order,
+        key,
+        merge_into: install.merge_into,
+        removed: install.removed.clone(),
+        signature: install.signature.clone(),
+    })
 }
 
-/// The Install a member receives: the whole message when it fits one datagram (LSGC's one
-/// message for everyone); otherwise (beyond about 600 members with wrapped keys) a copy
-/// with only that member's wrapped key, the others left empty.
-pub(super) fn install_copy_for(
-    install: &Install,
-    member: &MemberId,
-    whole_fits: bool,
-) -> Box<Install> {
-    let mut copy = Box::new(install.clone());
-    if whole_fits {
-        return copy;
+/// Splits `bytes` into parts of at most `limit` bytes (at least one part).
+pub(super) fn split_parts(bytes: &[u8], limit: usize) -> Vec<&[u8]> {
+    if bytes.is_empty() {
+        return vec![bytes];
     }
-    if let KeyDelivery::Wrapped(wraps) = &mut copy.key {
-        for (m, w) in install.members.iter().zip(wraps.iter_mut()) {
-            if m.id != *member {
-                w.clear();
-            }
-        }
-    }
-    copy
+    bytes.chunks(limit.clamp(1, MAX_PART_LEN)).collect()
 }
 
 impl GroupMember {
@@ -90,44 +193,85 @@ impl GroupMember {
     /// The coordinator sends Install to survivors (old keys) and Welcome to joiners (pair
     /// channels), then installs the view itself.
     pub(super) fn send_install(&mut self, now: Timestamp) {
-        let members = self.new_members();
+        let Some(base) = self.view.clone() else {
+            return;
+        };
         let Some(c) = self.view_change.coordinator.take() else {
             return;
         };
         let old_epoch = self.group_key.as_ref().map_or(0, |k| k.epoch);
         let key_epoch = c.new_key.as_ref().map_or(old_epoch, |k| k.epoch);
-        let next_seqs: Vec<u64> = members
+        // The change: survivors keep their old order, joiners are appended (`new_members`).
+        let n = base.members.len();
+        let mut survivors: Vec<u16> = c
+            .survivors
             .iter()
-            .map(|m| {
-                if let Some(r) = self.view.as_ref().and_then(|v| v.rank_of(&m.id)) {
-                    if let Some(a) = c.answers.get(&(r as u16)) {
-                        return a.next_seq;
-                    }
-                }
-                c.joiners
-                    .iter()
-                    .find(|(j, _, _)| j.id == m.id)
-                    .map_or(0, |(_, s, _)| *s)
-            })
+            .copied()
+            .filter(|r| usize::from(*r) < n)
             .collect();
-        let incarnations: Vec<u64> = members
+        survivors.sort_unstable();
+        survivors.dedup();
+        let left: Vec<u16> = (0..n as u16)
+            .filter(|r| survivors.binary_search(r).is_err())
+            .collect();
+        let mut joined: Vec<Joined> = Vec::new();
+        for (j, next_seq, incarnation) in &c.joiners {
+            let survives = base
+                .rank_of(&j.id)
+                .is_some_and(|r| survivors.binary_search(&(r as u16)).is_ok());
+            if survives || joined.iter().any(|x| x.member.id == j.id) {
+                continue;
+            }
+            joined.push(Joined {
+                member: *j,
+                next_seq: *next_seq,
+                incarnation: *incarnation,
+            });
+        }
+        let list: Vec<Member> = survivors
             .iter()
-            .map(|m| {
-                if let Some(j) = c.joiners.iter().find(|(j, _, _)| j.id == m.id) {
-                    return j.2;
-                }
-                self.view
-                    .as_ref()
-                    .and_then(|v| v.rank_of(&m.id))
-                    .and_then(|r| self.incarnations.get(r).copied())
-                    .unwrap_or(0)
-            })
+            .map(|r| base.members[usize::from(*r)])
+            .chain(joined.iter().map(|j| j.member))
             .collect();
-        let provisional = Install {
-            view: c.proposal,
+        let incarnations: Vec<u64> = survivors
+            .iter()
+            .map(|r| self.incarnations.get(usize::from(*r)).copied().unwrap_or(0))
+            .chain(joined.iter().map(|j| j.incarnation))
+            .collect();
+        let next_seqs: Vec<u64> = survivors
+            .iter()
+            .map(|r| c.answers.get(r).map_or(0, |a| a.next_seq))
+            .chain(joined.iter().map(|j| j.next_seq))
+            .collect();
+        if list.is_empty() || list.len() > MAX_VIEW_MEMBERS {
+            return;
+        }
+        let roster_bytes = encode_roster(&list, &incarnations);
+        let digest = roster_digest(self.provider.sha256, &roster_bytes);
+        let members: Members = if left.is_empty() && joined.is_empty() {
+            base.members.clone()
+        } else {
+            Members::from(list)
+        };
+        let roster = Roster {
             members: members.clone(),
-            next_seqs: next_seqs.clone(),
-            incarnations: incarnations.clone(),
+            incarnations: incarnations.into(),
+        };
+        // The sequencer of the new view needs every member's next message number: it has
+        // them when it is this coordinator; otherwise the Install carries them.
+        let leader_is_me = members[0].id == self.id;
+        let mut install = Box::new(Install {
+            view: c.proposal,
+            base: base.id,
+            count: members.len() as u16,
+            left,
+            joined,
+            digest,
+            next_seqs: if leader_is_me {
+                Vec::new()
+            } else {
+                next_seqs.clone()
+            },
             key_epoch,
             final_order: c.final_order,
             key: match (&c.new_key, self.config.rekey_method) {
@@ -140,44 +284,26 @@ impl GroupMember {
             merge_into: c.merge_into,
             removed: c.removed.clone(),
             signature: Vec::new(),
-        };
-        let bind = self.install_bind(&provisional);
-        let key = match (&c.new_key, self.config.rekey_method) {
-            (None, _) => KeyDelivery::Same,
-            (Some(k), RekeyMethod::Tree { .. }) => KeyDelivery::Tree(k.fingerprint(&self.provider)),
-            (Some(k), RekeyMethod::OneMessage) => {
-                let mut wraps = Vec::with_capacity(members.len());
-                for (r, m) in members.iter().enumerate() {
-                    if m.id == self.id {
-                        wraps.push(Vec::new());
-                        continue;
-                    }
-                    let wrapped = self
-                        .pairs
-                        .pair_key(&m.id)
-                        .and_then(|pk| {
-                            keys::wrap(&self.provider, pk.expose(), &c.proposal, r as u16, k, &bind)
-                                .ok()
-                        })
-                        .unwrap_or_default();
-                    wraps.push(wrapped);
-                }
-                KeyDelivery::Wrapped(wraps)
-            }
-        };
-        let install = Box::new(Install {
-            view: c.proposal,
-            members: members.clone(),
-            next_seqs,
-            incarnations,
-            key_epoch,
-            final_order: c.final_order,
-            key,
-            merge_into: c.merge_into,
-            removed: c.removed.clone(),
-            signature: Vec::new(),
         });
-        let mut install = install;
+        if let (Some(k), RekeyMethod::OneMessage) = (&c.new_key, self.config.rekey_method) {
+            let bind = self.install_bind(&install);
+            let mut wraps = Vec::with_capacity(members.len());
+            for (r, m) in members.iter().enumerate() {
+                if m.id == self.id {
+                    continue;
+                }
+                let wrapped = self
+                    .pairs
+                    .pair_key(&m.id)
+                    .and_then(|pk| {
+                        keys::wrap(&self.provider, pk.expose(), &c.proposal, r as u16, k, &bind)
+                            .ok()
+                    })
+                    .unwrap_or_default();
+                wraps.push((r as u16, wrapped));
+            }
+            install.key = KeyDelivery::Wrapped(wraps);
+        }
         // Identity keys: the coordinator signs. KDC mode: no signature; each member's wrap
         // binds the Install's digest instead.
         if let Some(identity) = self.identity.as_ref() {
@@ -186,6 +312,7 @@ impl GroupMember {
                 Err(_) => return, // the backend failed: no view change this time
             }
         }
+        self.roster_bytes = Some((install.view, Arc::new(roster_bytes)));
         let fresh_key = c.new_key.is_some() && c.exchange_from.is_none();
         let new_key = match c.new_key {
             Some(k) => k,
@@ -197,52 +324,36 @@ impl GroupMember {
         let welcome_key = Zeroizing::new(new_key.expose().to_vec());
         let mut unacked = Vec::new();
         let mut told = Vec::new();
-        let old_members = self
-            .view
-            .as_ref()
-            .map(|v| v.members.clone())
-            .unwrap_or_default();
-        for m in &members {
+        for m in members.iter() {
             if m.id == self.id {
                 continue;
             }
-            let joiner = c.joiners.iter().any(|(j, _, _)| j.id == m.id);
+            let joiner = install.joiner_rank(&m.id).is_some();
             unacked.push((*m, joiner));
         }
-        for m in &old_members {
-            if m.id != self.id && !members.iter().any(|n| n.id == m.id) {
-                let why = c
-                    .removed
-                    .iter()
-                    .find(|(id, _)| *id == m.id)
-                    .map(|(_, r)| *r);
-                // Removed members hear of it (under the old key they hold; the new key is
-                // wrapped for members only). One that was suspected but is alive then goes
-                // on in its own component at once, instead of after its suspicion timeout.
-                if why.is_some() {
-                    told.push(*m);
-                }
+        for r in &install.left {
+            let m = base.members[usize::from(*r)];
+            // Removed members hear of it (under the old key they hold; the new key is
+            // wrapped for members only). One that was suspected but is alive then goes on in
+            // its own component at once, instead of after its suspicion timeout.
+            if m.id != self.id && c.removed.iter().any(|(id, _)| *id == m.id) {
+                told.push(m);
             }
         }
-        let old_view = self.view.as_ref().map(|v| v.id);
-        let whole_fits = fits_one_datagram(&install);
         for (m, joiner) in &unacked {
-            let copy = install_copy_for(&install, &m.id, whole_fits);
+            let copy = install_copy_for(&install, members.rank_of(&m.id).map(|r| r as u16));
             if *joiner {
-                let w = PairMsg::Welcome {
-                    install: copy,
-                    key: welcome_key.clone(),
-                };
-                self.send_pair(now, m.addr, Some(m.id), &w);
+                self.send_welcome(now, m, copy, &welcome_key);
             } else {
-                self.send_msg(m.addr, &Msg::Install(copy));
+                self.send_install_msg(m.addr, &copy, None);
             }
         }
         // In KDC mode the members left out could not authenticate the Install (they hold no
         // wrap): they hear of it over their pair channel.
         for m in &told {
             if self.identity.is_some() {
-                self.send_msg(m.addr, &Msg::Install(install.clone()));
+                let copy = install_copy_for(&install, None);
+                self.send_install_msg(m.addr, &copy, None);
             } else if let Some((_, why)) = install.removed.iter().find(|(id, _)| *id == m.id) {
                 let msg = PairMsg::Removed {
                     view: install.view,
@@ -272,7 +383,7 @@ impl GroupMember {
         }
         let took = now.saturating_duration_since(c.started);
         let removed = c.removed.clone();
-        let leaving_self = !members.iter().any(|m| m.id == self.id);
+        let leaving_self = members.rank_of(&self.id).is_none();
         if fresh_key {
             // A fresh key completed first: a ticket that came meanwhile is dropped (the next
             // gossip starts the Exchange again, with this key on our side).
@@ -304,20 +415,131 @@ impl GroupMember {
         self.view_change.announce = Some(Announce {
             view: install.view,
             install: install.clone(),
+            members: members.clone(),
             welcome_key: Some(welcome_key),
             unacked,
             resend_at: now.saturating_add(interval::flush_resend(&self.config)),
             until: now.saturating_add(self.config.key_grace),
             sent: now,
         });
-        let _ = old_view;
         if leaving_self {
             self.leave_now(RemovalReason::Left);
             return;
         }
         // The coordinator delivers what every survivor delivers before the new view.
         self.deliver_up_to(install.final_order);
-        self.install_view(now, &install, new_key, Some((took, removed)));
+        self.install_view(
+            now,
+            &install,
+            roster,
+            next_seqs,
+            new_key,
+            Some((took, removed)),
+        );
+    }
+
+    /// Sends `install` to the member at `to` under the current view's keys (or the kept
+    /// view `old`'s): whole when it fits one part, otherwise in [`Msg::InstallChunk`]s.
+    pub(super) fn send_install_msg(
+        &mut self,
+        to: SocketAddr,
+        install: &Install,
+        old: Option<ViewId>,
+    ) {
+        let msg = Msg::Install(Box::new(install.clone()));
+        let mut body = Vec::new();
+        msg.encode(&mut body);
+        let limit = self.part_limit;
+        let msgs: Vec<Msg> = if body.len() <= limit {
+            vec![msg]
+        } else {
+            // The encoded message is split; the receiver decodes the joined parts.
+            let parts = split_parts(&body, limit);
+            let total = parts.len() as u16;
+            if parts.len() > MAX_PARTS {
+                return;
+            }
+            parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| Msg::InstallChunk {
+                    view: install.view,
+                    index: i as u16,
+                    total,
+                    data: p.to_vec(),
+                })
+                .collect()
+        };
+        for m in &msgs {
+            match old {
+                Some(v) => self.send_msg_old(v, to, m),
+                None => self.send_msg(to, m),
+            }
+        }
+    }
+
+    /// Sends a joiner its Welcome over the pair channel: in [`PairMsg::Part`]s when it is
+    /// longer than a part; with the member list inline when that is short.
+    pub(super) fn send_welcome(
+        &mut self,
+        now: Timestamp,
+        m: &Member,
+        install: Box<Install>,
+        key: &Zeroizing<Vec<u8>>,
+    ) {
+        let roster = match self.roster_bytes.as_ref() {
+            Some((v, bytes)) if *v == install.view && bytes.len() <= INLINE_ROSTER => {
+                bytes.to_vec()
+            }
+            _ => Vec::new(),
+        };
+        let view = install.view;
+        let w = PairMsg::Welcome {
+            install,
+            key: key.clone(),
+            roster,
+        };
+        let mut body = Zeroizing::new(Vec::new());
+        w.encode(&mut body);
+        if body.len() <= self.part_limit {
+            self.pairs.send(now, m.addr, Some(m.id), &body);
+            return;
+        }
+        let parts = split_parts(&body, self.part_limit);
+        if parts.len() > MAX_PARTS {
+            return;
+        }
+        let total = parts.len() as u16;
+        for (i, p) in parts.into_iter().enumerate() {
+            let part = PairMsg::Part {
+                view,
+                what: PART_WELCOME,
+                index: i as u16,
+                total,
+                data: p.to_vec(),
+            };
+            self.send_pair(now, m.addr, Some(m.id), &part);
+        }
+    }
+
+    /// Resends the announced Install (and Welcomes) to the members that have not
+    /// acknowledged it (the timer, every `flush_timeout / 4`).
+    pub(super) fn resend_announce(&mut self, now: Timestamp) {
+        let Some(mut a) = self.view_change.announce.take() else {
+            return;
+        };
+        a.resend_at = now.saturating_add(interval::flush_resend(&self.config));
+        let old = self.old_views.last().map(|o| o.view.id);
+        for (m, joiner) in a.unacked.clone() {
+            let copy = install_copy_for(&a.install, a.members.rank_of(&m.id).map(|r| r as u16));
+            if joiner {
+                let key = a.welcome_key.clone().unwrap_or_default();
+                self.send_welcome(now, &m, copy, &key);
+            } else if let Some(old) = old {
+                self.send_install_msg(m.addr, &copy, Some(old));
+            }
+        }
+        self.view_change.announce = Some(a);
     }
 
     /// `member` acknowledged the announced Install (or, while this coordinator dissolves
@@ -351,13 +573,21 @@ impl GroupMember {
         let Some((install, waiting)) = c.dissolving.as_ref() else {
             return;
         };
-        let whole_fits = fits_one_datagram(install);
+        // A merge Install lets nobody in (survivors only): a member's rank follows from its
+        // rank in the current view.
         let copies: Vec<(SocketAddr, Box<Install>)> = waiting
             .iter()
-            .map(|m| (m.addr, install_copy_for(install, &m.id, whole_fits)))
+            .map(|m| {
+                let rank = self
+                    .view
+                    .as_ref()
+                    .and_then(|v| v.rank_of(&m.id))
+                    .and_then(|r| install.survivor_rank(r as u16));
+                (m.addr, install_copy_for(install, rank))
+            })
             .collect();
         for (addr, copy) in copies {
-            self.send_msg(addr, &Msg::Install(copy));
+            self.send_install_msg(addr, &copy, None);
         }
     }
 
@@ -372,6 +602,53 @@ impl GroupMember {
         self.view_change.coordinator = None;
         self.deliver_up_to(final_order);
         self.dissolve(now, target);
+    }
+
+    /// Part of an Install split over group packets, from the member at `rank`: kept until
+    /// every part is in, then handled as the whole Install (which its signature or wrap
+    /// authenticates as a whole).
+    pub(super) fn on_install_chunk(
+        &mut self,
+        now: Timestamp,
+        rank: u16,
+        view: ViewId,
+        index: u16,
+        total: u16,
+        data: Vec<u8>,
+    ) {
+        let relevant =
+            self.view_change.flushing.as_ref().is_some_and(|f| {
+                f.proposal == view && f.install.is_none() && f.coordinator == rank
+            }) || self.view.as_ref().is_some_and(|v| view > v.id);
+        if !relevant {
+            return;
+        }
+        let fresh = self
+            .view_change
+            .assembly
+            .as_ref()
+            .is_none_or(|a| a.view != view || a.what != PART_INSTALL);
+        if fresh {
+            self.view_change.assembly = Some(Assembly::new(view, PART_INSTALL, total));
+        }
+        let Some(a) = self.view_change.assembly.as_mut() else {
+            return;
+        };
+        if a.add(index, total, data).is_err() {
+            self.counters.count(Drop::Malformed);
+            self.view_change.assembly = None;
+            return;
+        }
+        if !a.complete() {
+            return;
+        }
+        let bytes = self.view_change.assembly.take().and_then(Assembly::take);
+        match bytes.as_deref().and_then(Msg::decode) {
+            Some(Msg::Install(install)) if install.view == view => {
+                self.on_install(now, rank, install)
+            }
+            _ => self.counters.count(Drop::Malformed),
+        }
     }
 
     pub(super) fn on_install(&mut self, now: Timestamp, rank: u16, install: Box<Install>) {
@@ -395,18 +672,28 @@ impl GroupMember {
         if !relevant {
             return;
         }
-        if !self.install_is_signed(&install) {
+        let Some(view) = self.view.clone() else {
+            return;
+        };
+        if install.base != view.id || !delta_fits(&view, &install) {
+            // Flushes run under the base view's keys, so a member taking part holds the
+            // base: this Install is for another view than ours.
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let new_rank = install.survivor_rank(self.rank);
+        if !self.install_is_signed(&install, new_rank) {
             self.counters.count(Drop::AuthFailed);
             return;
         }
-        if !install.members.iter().any(|m| m.id == self.id) {
+        if new_rank.is_none() {
             // We were removed.
             let newer = self
                 .view_change
                 .flushing
                 .as_ref()
                 .is_some_and(|f| f.proposal == install.view)
-                || self.view.as_ref().is_some_and(|v| install.view > v.id);
+                || install.view > view.id;
             if !newer {
                 return;
             }
@@ -424,13 +711,11 @@ impl GroupMember {
                     if self.view_change.coordinator.is_some() {
                         return;
                     }
-                    let Some(view) = self.view.clone() else {
-                        return;
-                    };
-                    let gone: Vec<(MemberId, RemovalReason)> = install
-                        .members
-                        .iter()
-                        .map(|m| (m.id, RemovalReason::Suspected))
+                    let gone: Vec<(MemberId, RemovalReason)> = (0..view.members.len() as u16)
+                        .filter(|r| install.left.binary_search(r).is_err())
+                        .map(|r| view.members[usize::from(r)].id)
+                        .chain(install.joined.iter().map(|j| j.member.id))
+                        .map(|id| (id, RemovalReason::Suspected))
                         .collect();
                     let change = Change {
                         rekey: self.config.rekey_policy.on_membership_change,
@@ -441,35 +726,103 @@ impl GroupMember {
             }
             return;
         }
-        let Some(f) = self.view_change.flushing.as_mut() else {
+        let Some(f) = self.view_change.flushing.as_ref() else {
             return;
         };
-        if f.proposal != install.view || f.coordinator != rank {
+        if f.proposal != install.view || f.coordinator != rank || f.install.is_some() {
             return;
         }
-        if f.install.is_none() {
+        // The new list from our copy of the base; a digest that differs (our copy is not
+        // the coordinator's) sends us to fetch the list from the coordinator.
+        let roster = self.apply_delta(&view, &install);
+        if roster.is_none() {
+            self.counters.count(Drop::AuthFailed);
+            self.view_change.fetch = Some(ListFetch {
+                install: install.clone(),
+                welcome_key: None,
+                coordinator: (coord.id, coord.addr),
+                parts: None,
+                retry_at: now,
+                tries: 0,
+            });
+        }
+        if let Some(f) = self.view_change.flushing.as_mut() {
             f.install = Some(install);
+            f.roster = roster;
         }
         self.progress_flush(now);
     }
 
-    pub(super) fn finish_participant_install(&mut self, now: Timestamp, install: Box<Install>) {
+    /// The new view's list from `base` (our copy) and the change, if it gives the
+    /// Install's digest.
+    pub(super) fn apply_delta(&self, base: &View, install: &Install) -> Option<Roster> {
+        if !delta_fits(base, install) {
+            return None;
+        }
+        let survivors =
+            (0..base.members.len() as u16).filter(|r| install.left.binary_search(r).is_err());
+        let list: Vec<Member> = survivors
+            .clone()
+            .map(|r| base.members[usize::from(r)])
+            .chain(install.joined.iter().map(|j| j.member))
+            .collect();
+        let incarnations: Vec<u64> = survivors
+            .map(|r| self.incarnations.get(usize::from(r)).copied().unwrap_or(0))
+            .chain(install.joined.iter().map(|j| j.incarnation))
+            .collect();
+        let bytes = encode_roster(&list, &incarnations);
+        if roster_digest(self.provider.sha256, &bytes) != install.digest {
+            return None;
+        }
+        let members = if install.left.is_empty() && install.joined.is_empty() {
+            base.members.clone()
+        } else {
+            Members::from(list)
+        };
+        Some(Roster {
+            members,
+            incarnations: incarnations.into(),
+        })
+    }
+
+    /// A member list for `install` from its bytes, if it gives the digest, has the
+    /// Install's length and agrees with its joiners.
+    pub(super) fn roster_from_bytes(&self, install: &Install, bytes: &[u8]) -> Option<Roster> {
+        if roster_digest(self.provider.sha256, bytes) != install.digest {
+            return None;
+        }
+        let (list, incarnations) = decode_roster(bytes)?;
+        if list.len() != usize::from(install.count) {
+            return None;
+        }
+        Some(Roster {
+            members: Members::from(list),
+            incarnations: incarnations.into(),
+        })
+    }
+
+    pub(super) fn finish_participant_install(
+        &mut self,
+        now: Timestamp,
+        install: Box<Install>,
+        roster: Roster,
+    ) {
         if let Some(target) = install.merge_into {
             self.deliver_up_to(install.final_order);
             // Confirm under the component's keys before dropping them: the coordinator stays
             // until every member has.
-            self.ack_install(&install);
+            self.ack_install(&install, &roster.members);
             self.dissolve(now, target);
             return;
         }
-        if !install.members.iter().any(|m| m.id == self.id) {
+        let Some(my_rank) = roster.members.rank_of(&self.id) else {
             return;
-        }
+        };
         let key = match &install.key {
             KeyDelivery::Same => self.group_key.as_ref().map(|k| k.duplicate()),
             KeyDelivery::Wrapped(_) => match self.view_change.unwrapped.take() {
                 Some((view, key)) if view == install.view => Some(key),
-                _ => self.unwrap_own(&install),
+                _ => self.unwrap_own(&install, Some(my_rank as u16)),
             },
             KeyDelivery::Tree(fp) => match self.tree.tree_key.as_ref() {
                 Some((p, k)) if *p == install.view && k.fingerprint(&self.provider) == *fp => {
@@ -483,6 +836,7 @@ impl GroupMember {
             // pair channel may still be coming up) or for the next view change.
             if let Some(f) = self.view_change.flushing.as_mut() {
                 f.install = None;
+                f.roster = None;
             }
             return;
         };
@@ -490,12 +844,219 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             if let Some(f) = self.view_change.flushing.as_mut() {
                 f.install = None;
+                f.roster = None;
             }
             return;
         }
+        // Own next message number: the one this member reported in its flush answer.
+        let own = self
+            .view_change
+            .flushing
+            .as_ref()
+            .and_then(|f| f.answered_next_seq)
+            .unwrap_or(self.reliable.next_reliable);
+        let next_seqs = self.next_seqs_for(&install, my_rank, own);
         self.deliver_up_to(install.final_order);
-        self.install_view(now, &install, key, None);
-        self.ack_install(&install);
+        self.install_view(now, &install, roster.clone(), next_seqs, key, None);
+        self.ack_install(&install, &roster.members);
+    }
+
+    /// Every member's next message number for `Reliable::start_view`: the Install's list
+    /// when it carries one (the new leader is not its coordinator), else zeros with this
+    /// member's own number at its rank (only a sequencer reads the others').
+    pub(super) fn next_seqs_for(&self, install: &Install, my_rank: usize, own: u64) -> Vec<u64> {
+        if install.next_seqs.len() == usize::from(install.count) {
+            return install.next_seqs.clone();
+        }
+        let mut seqs = vec![0; usize::from(install.count)];
+        if let Some(s) = seqs.get_mut(my_rank) {
+            *s = own;
+        }
+        seqs
+    }
+
+    /// A joiner or a survivor asks again for the list parts it lacks, when due; gives up
+    /// after `MAX_FETCH_TRIES`.
+    pub(super) fn fetch_tick(&mut self, now: Timestamp) {
+        let retry = interval::fetch_retry(&self.config);
+        let Some(f) = self.view_change.fetch.as_mut() else {
+            return;
+        };
+        if now < f.retry_at {
+            return;
+        }
+        if f.tries >= MAX_FETCH_TRIES {
+            self.view_change.fetch = None;
+            if let Some(fl) = self.view_change.flushing.as_mut() {
+                fl.install = None;
+            }
+            return;
+        }
+        f.tries += 1;
+        f.retry_at = now.saturating_add(retry * 2);
+        let from = f
+            .parts
+            .as_ref()
+            .and_then(Assembly::first_missing)
+            .unwrap_or(0);
+        let msg = PairMsg::ListRequest {
+            view: f.install.view,
+            from,
+        };
+        let (id, addr) = f.coordinator;
+        self.send_pair(now, addr, Some(id), &msg);
+    }
+
+    /// At a view's coordinator: a member of the view asks for its list's parts from `from`.
+    /// Anyone not in the view, or a view that is not the current one, gets nothing.
+    pub(super) fn on_list_request(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        addr: SocketAddr,
+        view: ViewId,
+        from: u16,
+    ) {
+        let Some(current) = self.view.as_ref() else {
+            self.counters.count(Drop::Unexpected);
+            return;
+        };
+        let member = current
+            .rank_of(&peer)
+            .is_some_and(|r| current.members[r].addr == addr);
+        if current.id != view || !member || view.coordinator != self.id {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let bytes = match self.roster_bytes.as_ref() {
+            Some((v, b)) if *v == view => b.clone(),
+            _ => {
+                let b = Arc::new(encode_roster(&current.members, &self.incarnations));
+                self.roster_bytes = Some((view, b.clone()));
+                b
+            }
+        };
+        let parts = split_parts(&bytes, self.part_limit);
+        if parts.len() > MAX_PARTS {
+            return;
+        }
+        let total = parts.len() as u16;
+        let end = from.saturating_add(LIST_WINDOW).min(total);
+        for i in from..end {
+            let part = PairMsg::Part {
+                view,
+                what: PART_LIST,
+                index: i,
+                total,
+                data: parts[usize::from(i)].to_vec(),
+            };
+            self.send_pair(now, addr, Some(peer), &part);
+        }
+    }
+
+    /// A part over a pair channel: of a joiner's Welcome, or of the member list it (or a
+    /// survivor) fetches.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_part(
+        &mut self,
+        now: Timestamp,
+        peer: MemberId,
+        addr: SocketAddr,
+        view: ViewId,
+        what: u8,
+        index: u16,
+        total: u16,
+        data: Vec<u8>,
+    ) {
+        if what == PART_WELCOME {
+            if self.joining.is_none() || view.coordinator != peer {
+                self.counters.count(Drop::Unexpected);
+                return;
+            }
+            let fresh = self
+                .view_change
+                .assembly
+                .as_ref()
+                .is_none_or(|a| a.view != view || a.what != PART_WELCOME);
+            if fresh {
+                self.view_change.assembly = Some(Assembly::new(view, PART_WELCOME, total));
+            }
+            let Some(a) = self.view_change.assembly.as_mut() else {
+                return;
+            };
+            if a.add(index, total, data).is_err() {
+                self.counters.count(Drop::Malformed);
+                self.view_change.assembly = None;
+                return;
+            }
+            if !a.complete() {
+                return;
+            }
+            let bytes = self.view_change.assembly.take().and_then(Assembly::take);
+            match bytes.as_deref().and_then(PairMsg::decode) {
+                Some(PairMsg::Welcome {
+                    install,
+                    key,
+                    roster,
+                }) if install.view == view => {
+                    self.on_welcome(now, peer, addr, install, key, roster)
+                }
+                _ => self.counters.count(Drop::Malformed),
+            }
+            return;
+        }
+        let Some(f) = self.view_change.fetch.as_mut() else {
+            self.counters.count(Drop::Unexpected);
+            return;
+        };
+        if f.install.view != view || f.coordinator.0 != peer {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let a = f
+            .parts
+            .get_or_insert_with(|| Assembly::new(view, PART_LIST, total));
+        if a.add(index, total, data).is_err() {
+            self.counters.count(Drop::Malformed);
+            f.parts = None;
+            return;
+        }
+        if !a.complete() {
+            // The window is in: ask for the next one now rather than at the retry.
+            let window_done = a
+                .first_missing()
+                .is_some_and(|m| m > index && m % LIST_WINDOW == 0);
+            if window_done {
+                f.retry_at = now;
+                self.fetch_tick(now);
+            }
+            return;
+        }
+        let Some(f) = self.view_change.fetch.take() else {
+            return;
+        };
+        let bytes = f.parts.and_then(Assembly::take).unwrap_or_default();
+        let Some(roster) = self.roster_from_bytes(&f.install, &bytes) else {
+            // Tampered with or not the Install's list: counted, and fetched again.
+            self.counters.count(Drop::AuthFailed);
+            self.view_change.fetch = Some(ListFetch {
+                parts: None,
+                retry_at: now.saturating_add(interval::fetch_retry(&self.config)),
+                ..f
+            });
+            return;
+        };
+        match f.welcome_key {
+            Some(key) => self.finish_welcome(now, f.install, key, roster),
+            None => {
+                if let Some(fl) = self.view_change.flushing.as_mut() {
+                    if fl.install.as_ref().is_some_and(|i| i.view == view) {
+                        fl.roster = Some(roster);
+                    }
+                }
+                self.progress_flush(now);
+            }
+        }
     }
 
     /// Installs `install` with `key`: new keys, new log, events.
@@ -503,15 +1064,17 @@ impl GroupMember {
         &mut self,
         now: Timestamp,
         install: &Install,
+        roster: Roster,
+        next_seqs: Vec<u64>,
         key: GroupKey,
         coordinated: Option<(Duration, Vec<(MemberId, RemovalReason)>)>,
     ) {
-        let Some(rank) = install.members.iter().position(|m| m.id == self.id) else {
+        let Some(rank) = roster.members.rank_of(&self.id) else {
             return;
         };
         let view = View {
             id: install.view,
-            members: install.members.clone(),
+            members: roster.members.clone(),
             key_epoch: install.key_epoch,
         };
         let keys = match ViewKeys::derive(
@@ -529,19 +1092,9 @@ impl GroupMember {
         // Keep the old view for its grace window.
         if let (Some(old_view), Some(old_keys)) = (self.view.take(), self.keys.take()) {
             let log = std::mem::take(&mut self.reliable.log);
-            self.old_views.push(OldView {
-                view: old_view.clone(),
-                keys: old_keys,
-                log,
-                expires: now.saturating_add(self.config.key_grace),
-            });
-            while self.old_views.len() > 2 {
-                self.old_views.remove(0);
-            }
             let removed = install.removed.clone();
-            let staying: std::collections::HashSet<MemberId> = view.ids().collect();
-            for m in &old_view.members {
-                if !staying.contains(&m.id) {
+            for m in old_view.members.iter() {
+                if view.rank_of(&m.id).is_none() {
                     let reason = removed
                         .iter()
                         .find(|(id, _)| *id == m.id)
@@ -557,7 +1110,17 @@ impl GroupMember {
                         self.departed.insert(m.id);
                     }
                     self.pairs.forget(m.addr);
+                    self.remember_departed(m.id, m.addr);
                 }
+            }
+            self.old_views.push(OldView {
+                view: old_view,
+                keys: old_keys,
+                log,
+                expires: now.saturating_add(self.config.key_grace),
+            });
+            while self.old_views.len() > 2 {
+                self.old_views.remove(0);
             }
         }
         let rekeyed = self.group_key.as_ref().is_none_or(|k| {
@@ -569,7 +1132,7 @@ impl GroupMember {
         // Tokens presented by members now in the view are spent.
         self.admission
             .presented
-            .retain(|(m, _)| !install.members.iter().any(|x| x.id == *m));
+            .retain(|(m, _)| view.rank_of(m).is_none());
         if self.admission.presented.len() > 1024 {
             self.admission.presented.clear();
         }
@@ -580,11 +1143,19 @@ impl GroupMember {
         self.record_key(&key);
         self.group_key = Some(key);
         self.rank = rank as u16;
-        self.incarnations = install.incarnations.clone();
+        self.incarnations = roster.incarnations.clone();
+        if self
+            .roster_bytes
+            .as_ref()
+            .is_some_and(|(v, _)| *v != view.id)
+        {
+            self.roster_bytes = None;
+        }
         self.keys = Some(keys);
         self.reliable
-            .start_view(install.members.len(), &install.next_seqs, rank, now);
+            .start_view(view.members.len(), &next_seqs, rank, now);
         self.view_change.flushing = None;
+        self.view_change.fetch = None;
         self.tree.tree_key = None;
         self.tree.tree_wait = None;
         self.view_change.highest_proposal = Some(
@@ -594,11 +1165,11 @@ impl GroupMember {
         );
         self.liveness.leader_heard = now;
         self.liveness.next_heartbeat = now;
-        for m in &view.members {
-            if m.id != self.id {
-                self.known.insert(m.id, m.addr);
-                self.departed.remove(&m.id);
-            }
+        // Members in the view are no longer "departed" or known only from the past: the
+        // few that joined are checked, not the whole view.
+        for j in &install.joined {
+            self.departed.remove(&j.member.id);
+            self.known.remove(&j.member.id);
         }
         self.view = Some(view.clone());
         self.events.push_back(GroupEvent::View(view.clone()));
@@ -629,12 +1200,13 @@ impl GroupMember {
     }
 
     /// Whether `install` comes from its coordinator: its Ed25519 signature, or in KDC mode
-    /// this member's wrap, which binds the Install's digest under the pair key shared with
-    /// the coordinator (an Install that leaves this member out cannot be checked there).
-    pub(super) fn install_is_signed(&mut self, install: &Install) -> bool {
+    /// this member's wrap (for rank `new_rank` in the new view), which binds the Install's
+    /// digest under the pair key shared with the coordinator (an Install that leaves this
+    /// member out cannot be checked there).
+    pub(super) fn install_is_signed(&mut self, install: &Install, new_rank: Option<u16>) -> bool {
         if self.identity.is_none() {
             // The check unwraps this member's key: keep it for the install that follows.
-            return match self.unwrap_own(install) {
+            return match self.unwrap_own(install, new_rank) {
                 Some(key) => {
                     self.view_change.unwrapped = Some((install.view, key));
                     true
@@ -650,7 +1222,8 @@ impl GroupMember {
     }
 
     /// KDC mode binds this into every wrap: SHA-256 of what an identity-key coordinator
-    /// would sign. Empty with identity keys (the signature covers it).
+    /// would sign (which holds the member list's digest). Empty with identity keys (the
+    /// signature covers it).
     pub(super) fn install_bind(&self, install: &Install) -> Vec<u8> {
         if self.identity.is_some() {
             return Vec::new();
@@ -661,31 +1234,42 @@ impl GroupMember {
             .to_vec()
     }
 
-    /// This member's key from a one-message Install's wraps.
-    pub(super) fn unwrap_own(&self, install: &Install) -> Option<GroupKey> {
+    /// This member's key from a one-message Install's wraps, at `rank` in the new view.
+    pub(super) fn unwrap_own(&self, install: &Install, rank: Option<u16>) -> Option<GroupKey> {
         let KeyDelivery::Wrapped(wraps) = &install.key else {
             return None;
         };
-        let my_rank = install.members.iter().position(|m| m.id == self.id)?;
+        let my_rank = rank?;
+        let (_, wrap) = wraps.iter().find(|(r, _)| *r == my_rank)?;
         let pk = self.pairs.pair_key(&install.view.coordinator)?;
         keys::unwrap(
             &self.provider,
             pk.expose(),
             &install.view,
-            my_rank as u16,
+            my_rank,
             install.key_epoch,
-            wraps.get(my_rank)?,
+            wrap,
             &self.install_bind(install),
         )
     }
 
     /// Tells the view's coordinator (under the new view's keys) that it is installed here.
-    pub(super) fn ack_install(&mut self, install: &Install) {
-        let coordinator = install
-            .members
-            .iter()
-            .find(|m| m.id == install.view.coordinator)
-            .map(|m| m.addr);
+    pub(super) fn ack_install(&mut self, install: &Install, members: &Members) {
+        let coordinator = members
+            .rank_of(&install.view.coordinator)
+            .map(|r| members[r].addr);
+        if let Some(addr) = coordinator {
+            self.send_msg(addr, &Msg::InstallAck);
+        }
+    }
+
+    /// Tells the current view's coordinator again that it is installed here (its Install
+    /// came again, in parts, under the old view's keys: the first ack was lost).
+    pub(super) fn ack_current_view(&mut self) {
+        let coordinator = self
+            .view
+            .as_ref()
+            .and_then(|v| v.rank_of(&v.id.coordinator).map(|r| v.members[r].addr));
         if let Some(addr) = coordinator {
             self.send_msg(addr, &Msg::InstallAck);
         }
@@ -701,6 +1285,8 @@ impl GroupMember {
         self.view_change.flushing = None;
         self.view_change.coordinator = None;
         self.view_change.announce = None;
+        self.view_change.fetch = None;
+        self.view_change.assembly = None;
         self.old_views.clear();
         self.incarnation = self.rng.next_u64();
     }
@@ -713,4 +1299,12 @@ impl GroupMember {
         self.joining = Some(Joining::new(contacts, now));
         self.drive_join(now);
     }
+}
+
+/// Whether `install`'s change can apply to `base`: ranks that left are in it, and the
+/// count adds up.
+fn delta_fits(base: &View, install: &Install) -> bool {
+    let n = base.members.len();
+    install.left.last().is_none_or(|r| usize::from(*r) < n)
+        && n - install.left.len().min(n) + install.joined.len() == usize::from(install.count)
 }

@@ -6,11 +6,12 @@
 //! presented tokens). It may not change the view: an admitted joiner is handed to the view
 //! change (`view_change.joiners_wanted`).
 
-use super::install::{fits_one_datagram, install_copy_for};
+use super::flush::MAX_WAITING_JOINERS;
+use super::install::{install_copy_for, ListFetch, Roster};
 use super::{GroupMember, MAX_VIEW_MEMBERS};
 use crate::event::{Drop, RemovalReason};
 use crate::exchange::{self};
-use crate::id::{Member, MemberId, View, ViewId};
+use crate::id::{Member, MemberId, Members, View, ViewId};
 use crate::keys::{GroupKey, GROUP_KEY_LEN};
 use crate::wire::{Install, KeyDelivery, PairMsg};
 use cohort_core::Timestamp;
@@ -49,6 +50,9 @@ pub(super) struct Joining {
     pub(super) attempts: u32,
     /// A member in a group pointed at its leader: a group exists, do not found another.
     pub(super) redirected: bool,
+    /// When the leader last said this joiner waits for a later batch (a bulk join): the
+    /// joiner does not give up on the group while it hears that.
+    pub(super) queued_at: Option<Timestamp>,
 }
 
 impl Joining {
@@ -63,6 +67,7 @@ impl Joining {
             replied: BTreeSet::new(),
             attempts: 0,
             redirected: false,
+            queued_at: None,
         }
     }
 }
@@ -71,23 +76,25 @@ impl GroupMember {
     pub(super) fn found(&mut self, now: Timestamp) {
         self.joining = None;
         let key = self.fresh_key(1);
-        let view = View {
-            id: self.next_proposal(),
-            members: vec![Member {
-                id: self.id,
-                addr: self.addr,
-            }],
-            key_epoch: 1,
-        };
+        let id = self.next_proposal();
+        let members = Members::from(vec![Member {
+            id: self.id,
+            addr: self.addr,
+        }]);
+        let next_seq = self
+            .reliable
+            .pending
+            .front()
+            .map_or(self.reliable.next_reliable, |p| p.seq);
+        // Never sent: the founder installs it itself.
         let install = Install {
-            view: view.id,
-            members: view.members.clone(),
-            next_seqs: vec![self
-                .reliable
-                .pending
-                .front()
-                .map_or(self.reliable.next_reliable, |p| p.seq)],
-            incarnations: vec![self.incarnation],
+            view: id,
+            base: id,
+            count: 1,
+            left: Vec::new(),
+            joined: Vec::new(),
+            digest: [0; 32],
+            next_seqs: vec![next_seq],
             key_epoch: 1,
             final_order: 0,
             key: KeyDelivery::Same,
@@ -95,10 +102,23 @@ impl GroupMember {
             removed: Vec::new(),
             signature: Vec::new(),
         };
-        self.install_view(now, &install, key, None);
+        let roster = Roster {
+            members,
+            incarnations: vec![self.incarnation].into(),
+        };
+        self.install_view(now, &install, roster, vec![next_seq], key, None);
     }
 
     pub(super) fn drive_join(&mut self, now: Timestamp) {
+        if self.view_change.fetch.is_some() {
+            // Welcomed: fetching the view's list; no new join requests meanwhile.
+            self.fetch_tick(now);
+            let retry = self.view_change.fetch.as_ref().map(|f| f.retry_at);
+            if let (Some(j), Some(t)) = (self.joining.as_mut(), retry) {
+                j.next_try = t;
+                return;
+            }
+        }
         let Some(j) = self.joining.as_mut() else {
             return;
         };
@@ -106,6 +126,7 @@ impl GroupMember {
             return;
         }
         let waited = now.saturating_duration_since(j.started);
+        let waited_queued = now.saturating_duration_since(j.queued_at.unwrap_or(j.started));
         let lowest = j.not_in_group.iter().all(|other| self.id < *other);
         // Founding needs answers from outside any group; a redirect means a group exists.
         let everyone_out =
@@ -113,12 +134,32 @@ impl GroupMember {
         let nobody = !j.answered && waited >= self.config.suspect_timeout * 3;
         // Redirected to a leader that never lets us in (it or we do not trust the other,
         // which st-trust allows between members of one component): go on alone.
-        let refused = waited >= self.config.suspect_timeout * 5;
+        let refused = waited_queued >= self.config.suspect_timeout * 5;
         if everyone_out || nobody || refused {
             self.found(now);
             return;
         }
-        j.next_try = now.saturating_add(self.config.flush_timeout);
+        // Patient retries: a joiner told to wait for a later batch asks again less often,
+        // with jitter, so that thousands starting at once do not ask in step. (Others keep
+        // the plain flush timeout.)
+        let ft = self.config.flush_timeout;
+        let jitter = |rng: &mut rand_chacha::ChaCha20Rng, span: std::time::Duration| {
+            let ms = (span.as_millis() as u64).max(1);
+            std::time::Duration::from_millis(rng.next_u64() % ms)
+        };
+        let wait = if j.queued_at.is_some() {
+            ft * 2 + jitter(&mut self.rng, ft / 2)
+        } else if !j.answered && j.attempts >= 1 {
+            // Nobody answered yet (a leader swamped by a cold start drops pair handshakes
+            // beyond its half-open limit): spread the next tries over a flush timeout.
+            ft + jitter(&mut self.rng, ft)
+        } else {
+            ft
+        };
+        let Some(j) = self.joining.as_mut() else {
+            return;
+        };
+        j.next_try = now.saturating_add(wait);
         j.attempts += 1;
         let stale: Vec<SocketAddr> = if j.attempts > 1 {
             j.contacts
@@ -201,12 +242,10 @@ impl GroupMember {
                 .iter()
                 .any(|(m, j)| *j && m.id == peer && m.addr == addr)
             {
-                let whole_fits = fits_one_datagram(&a.install);
-                let welcome = PairMsg::Welcome {
-                    install: install_copy_for(&a.install, &peer, whole_fits),
-                    key: a.welcome_key.clone().unwrap_or_default(),
-                };
-                self.send_pair(now, addr, Some(peer), &welcome);
+                let rank = a.members.rank_of(&peer).map(|r| r as u16);
+                let copy = install_copy_for(&a.install, rank);
+                let key = a.welcome_key.clone().unwrap_or_default();
+                self.send_welcome(now, &Member { id: peer, addr }, copy, &key);
                 return;
             }
         }
@@ -250,21 +289,60 @@ impl GroupMember {
             self.grant(now, &view, peer, addr, next_seq, incarnation);
             return;
         }
-        self.view_change
-            .joiners_wanted
-            .retain(|(m, _, _)| m.id != peer);
-        self.view_change
-            .joiners_wanted
-            .push((Member { id: peer, addr }, next_seq, incarnation));
+        let waiting = &mut self.view_change.joiners_wanted;
+        let full = waiting.len() >= MAX_WAITING_JOINERS;
+        match waiting.iter_mut().find(|(m, _, _)| m.id == peer) {
+            Some(w) => *w = (Member { id: peer, addr }, next_seq, incarnation),
+            None if full => {
+                // Bulk join: the queue is full; the joiner is told to wait and asks again
+                // later (it must not give up on the group and found its own).
+                self.counters.count(Drop::Unexpected);
+                let leader = self.addr;
+                self.send_pair(now, addr, Some(peer), &PairMsg::Redirect { leader });
+                return;
+            }
+            None => waiting.push((Member { id: peer, addr }, next_seq, incarnation)),
+        }
         self.maybe_start_change(now);
+        // Not let in by a change that started now: tell it to wait for a later batch.
+        let admitted = self
+            .view_change
+            .coordinator
+            .as_ref()
+            .is_some_and(|c| c.joiners.iter().any(|(m, _, _)| m.id == peer));
+        if !admitted {
+            let leader = self.addr;
+            self.send_pair(now, addr, Some(peer), &PairMsg::Redirect { leader });
+        }
     }
 
+    /// A contact points at the leader; the leader pointing at itself means "you wait for
+    /// a later batch".
+    pub(super) fn on_redirect(&mut self, now: Timestamp, addr: SocketAddr, leader: SocketAddr) {
+        if let Some(j) = self.joining.as_mut() {
+            j.answered = true;
+            j.redirected = true;
+            j.replied.insert(addr);
+            if leader == addr {
+                j.queued_at = Some(now);
+            }
+            if !j.contacts.contains(&leader) && leader != self.addr {
+                j.contacts.push(leader);
+                j.next_try = now;
+            }
+        }
+    }
+
+    /// A Welcome from the coordinator of the view that lets this member in: the change and
+    /// the key; the member list rides along when short, else it is fetched in parts.
     pub(super) fn on_welcome(
         &mut self,
         now: Timestamp,
         peer: MemberId,
+        addr: SocketAddr,
         install: Box<Install>,
         key: Zeroizing<Vec<u8>>,
+        roster: Vec<u8>,
     ) {
         if self.joining.is_none() {
             return; // not asking (any more): a late Welcome, or one after leave()
@@ -273,22 +351,74 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             return;
         }
+        if self
+            .view_change
+            .fetch
+            .as_ref()
+            .is_some_and(|f| f.install.view == install.view)
+        {
+            return; // a resent Welcome: the fetch is under way
+        }
         // The pair channel authenticated the coordinator; with identity keys the Install
         // carries its signature too.
-        if self.identity.is_some() && !self.install_is_signed(&install) {
+        if self.identity.is_some() && !self.install_is_signed(&install, None) {
             self.counters.count(Drop::AuthFailed);
             return;
         }
-        let mine = install.members.iter().position(|m| m.id == self.id);
-        if mine.and_then(|r| install.incarnations.get(r)) != Some(&self.incarnation) {
+        let mine = install.joined.iter().find(|j| j.member.id == self.id);
+        if mine.map(|j| j.incarnation) != Some(self.incarnation) {
             // Not for us, or for an earlier incarnation of this member.
             self.counters.count(Drop::Unexpected);
             return;
         }
+        if !roster.is_empty() {
+            match self.roster_from_bytes(&install, &roster) {
+                Some(r) => {
+                    self.finish_welcome(now, install, key, r);
+                    return;
+                }
+                None => self.counters.count(Drop::AuthFailed),
+            }
+        }
+        self.view_change.fetch = Some(ListFetch {
+            install,
+            welcome_key: Some(key),
+            coordinator: (peer, addr),
+            parts: None,
+            retry_at: now,
+            tries: 0,
+        });
+        self.fetch_tick(now);
+    }
+
+    /// The joiner holds its Welcome's list: installs the view and confirms.
+    pub(super) fn finish_welcome(
+        &mut self,
+        now: Timestamp,
+        install: Box<Install>,
+        key: Zeroizing<Vec<u8>>,
+        roster: Roster,
+    ) {
+        let Some(my_rank) = roster.members.rank_of(&self.id) else {
+            self.counters.count(Drop::Unexpected);
+            return;
+        };
+        if roster.incarnations.get(my_rank) != Some(&self.incarnation) {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let own = install
+            .joined
+            .iter()
+            .find(|j| j.member.id == self.id)
+            .map_or(self.reliable.next_reliable, |j| j.next_seq);
         self.joining = None;
+        self.view_change.fetch = None;
+        let next_seqs = self.next_seqs_for(&install, my_rank, own);
         let key = GroupKey::new(install.key_epoch, Secret::from_slice(&key));
-        self.install_view(now, &install, key, None);
-        self.ack_install(&install);
+        let members = roster.members.clone();
+        self.install_view(now, &install, roster, next_seqs, key, None);
+        self.ack_install(&install, &members);
     }
 
     /// KDC mode, LSGC message 4: the view id and the joiner's token, under σ (the pair

@@ -29,7 +29,7 @@ use crate::channels::Pairs;
 use crate::config::{AuthMode, ConfigError, ConfigField, GroupConfig, Protection};
 use crate::event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
 use crate::exchange::GOSSIP_KIND;
-use crate::id::{Member, MemberId, View};
+use crate::id::{Member, MemberId, View, ViewId};
 use crate::kdc_pair::{KdcCredentials, KdcPairTable};
 use crate::keys::{GearPlan, GroupKey, ViewKeys};
 use crate::pair::PairTable;
@@ -51,6 +51,7 @@ use reliable::Reliable;
 use reliable::{OrderedMsg, Pending};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 mod flush;
 mod heal;
@@ -65,9 +66,16 @@ mod reliable;
 mod timers;
 mod trust;
 
-/// Most members a view admits: an Install lists every member in about 55 bytes, and must
-/// fit one datagram (wrapped keys beyond about 600 members go in per-member copies).
-pub const MAX_VIEW_MEMBERS: usize = 1024;
+/// Most members a view admits: 65,535. Ranks are `u16` and `u16::MAX` is the broadcast
+/// destination, so ranks run 0..=65,534. Installs carry only the change (delta Installs)
+/// and a member list travels in parts, so no datagram bounds it any more; what bounds it
+/// in practice is memory: each member holds the list (about 70 bytes a member with its
+/// index and incarnation), its view's per-sender key slots and the sequencer's per-member
+/// state at the leader, a few hundred bytes per member of the view in all.
+pub const MAX_VIEW_MEMBERS: usize = u16::MAX as usize;
+
+/// Most members remembered from past views (for healing partitions): the most recent.
+const MAX_KNOWN: usize = 1024;
 
 /// How a member proves who it is: the choice between the two authentication modes.
 pub enum Credentials {
@@ -104,9 +112,12 @@ pub struct GroupMember {
     pairs: Pairs,
 
     joining: Option<Joining>,
-    /// Every member seen in a view, and the contacts given to `start`: where a leader looks
-    /// for other components of the group.
+    /// Members seen leaving a view (at most `MAX_KNOWN`, the most recent) and, with
+    /// `contacts`, where a leader looks for other components of the group. Members of the
+    /// current view are not copied here: they are in the view.
     known: BTreeMap<MemberId, SocketAddr>,
+    /// The order `known` was filled in, to forget the oldest first.
+    known_order: VecDeque<MemberId>,
     contacts: Vec<SocketAddr>,
     /// The leader's side of healing partitions (`heal.rs`).
     heal: Heal,
@@ -127,7 +138,13 @@ pub struct GroupMember {
     went_alone_from: Option<(MemberId, SocketAddr)>,
     incarnation: u64,
     /// Incarnations of the view's members, by rank.
-    incarnations: Vec<u64>,
+    incarnations: Arc<[u64]>,
+    /// The current view's member list encoded for members that fetch it (built once per
+    /// view, at the coordinator when it sends the Install or on the first request).
+    roster_bytes: Option<(ViewId, Arc<Vec<u8>>)>,
+    /// Largest part of an Install, Welcome or member list (`wire::MAX_PART_LEN`; lower in
+    /// tests, to split small groups' messages).
+    part_limit: usize,
     expelled: bool,
     view: Option<View>,
     rank: u16,
@@ -248,11 +265,14 @@ impl GroupMember {
             pairs,
             joining: None,
             known: BTreeMap::new(),
+            known_order: VecDeque::new(),
             contacts: Vec::new(),
             departed: BTreeSet::new(),
             went_alone_from: None,
             incarnation: 0,
-            incarnations: Vec::new(),
+            incarnations: Arc::from(Vec::new()),
+            roster_bytes: None,
+            part_limit: crate::wire::MAX_PART_LEN,
             expelled: false,
             view: None,
             rank: 0,
@@ -453,6 +473,14 @@ impl GroupMember {
         )
     }
 
+    /// Test knob: splits Installs, Welcomes and member lists into parts of at most `limit`
+    /// bytes (at least 64; at most `wire::MAX_PART_LEN`, the default), so that tests see
+    /// small groups' messages in parts.
+    #[doc(hidden)]
+    pub fn set_part_limit_for_tests(&mut self, limit: usize) {
+        self.part_limit = limit.clamp(64, crate::wire::MAX_PART_LEN);
+    }
+
     /// The fingerprint of the key the current view uses, if any.
     pub fn key_fingerprint(&self) -> Option<[u8; 8]> {
         self.group_key
@@ -470,6 +498,31 @@ impl GroupMember {
             .iter()
             .flat_map(|v| v.members.iter())
             .filter(move |m| m.id != me)
+    }
+
+    /// Remembers a member that left a view (for healing), forgetting the oldest beyond
+    /// `MAX_KNOWN`.
+    pub(super) fn remember_departed(&mut self, id: MemberId, addr: SocketAddr) {
+        if self.known.insert(id, addr).is_none() {
+            self.known_order.push_back(id);
+        }
+        while self.known.len() > MAX_KNOWN {
+            match self.known_order.pop_front() {
+                Some(old) => {
+                    self.known.remove(&old);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Addresses of the current view's other members and of the members remembered from
+    /// past views: every pair channel this member may hold.
+    pub(super) fn known_addrs(&self) -> Vec<SocketAddr> {
+        self.others()
+            .map(|m| m.addr)
+            .chain(self.known.values().copied())
+            .collect()
     }
 
     pub(super) fn member_at(&self, rank: u16) -> Option<Member> {

@@ -56,7 +56,7 @@ impl GroupMember {
         let dest = self
             .view
             .as_ref()
-            .and_then(|v| v.members.iter().position(|m| m.addr == to))
+            .and_then(|v| v.rank_of_addr(&to))
             .map_or(BROADCAST, |r| r as u16);
         if let Some(packet) = self.seal(dest, msg) {
             self.out.push_back((to, packet));
@@ -94,12 +94,7 @@ impl GroupMember {
         let Some(old) = self.old_views.iter_mut().find(|o| o.view.id == view) else {
             return;
         };
-        let dest = old
-            .view
-            .members
-            .iter()
-            .position(|m| m.addr == to)
-            .map_or(BROADCAST, |r| r as u16);
+        let dest = old.view.rank_of_addr(&to).map_or(BROADCAST, |r| r as u16);
         if let Some(packet) = seal_body(&mut old.keys, &gears, dest, msg, &mut self.scratch) {
             self.out.push_back((to, packet));
         }

@@ -133,7 +133,7 @@ impl GroupMember {
         if self
             .view
             .as_ref()
-            .is_some_and(|v| v.members.iter().any(|m| m.addr == from))
+            .is_some_and(|v| v.rank_of_addr(&from).is_some())
         {
             return;
         }
@@ -215,6 +215,12 @@ impl GroupMember {
                 pending,
             } => self.on_flush_ok(now, rank, proposal, delivered, next_seq, pending),
             Msg::Install(install) => self.on_install(now, rank, install),
+            Msg::InstallChunk {
+                view,
+                index,
+                total,
+                data,
+            } => self.on_install_chunk(now, rank, view, index, total, data),
             Msg::InstallAck => self.on_install_ack(now, sender.id),
             Msg::Leave => self.on_leave_request(now, sender.id),
             Msg::RekeyRequest => self.on_rekey_request(now),
@@ -261,9 +267,16 @@ impl GroupMember {
             }
             // A resent Install of the view we already have: the ack was lost.
             Msg::Install(install) if self.view.as_ref().is_some_and(|v| v.id == install.view) => {
-                self.ack_install(&install);
+                if let Some(members) = self.view.as_ref().map(|v| v.members.clone()) {
+                    self.ack_install(&install, &members);
+                }
             }
-            Msg::Install(_) => {}
+            Msg::InstallChunk {
+                view: v, index: 0, ..
+            } if self.view.as_ref().is_some_and(|cur| cur.id == v) => {
+                self.ack_current_view();
+            }
+            Msg::Install(_) | Msg::InstallChunk { .. } => {}
             Msg::Leave | Msg::RekeyRequest => {
                 // Sent before the member saw the new view; it will ask again.
             }
@@ -298,17 +311,7 @@ impl GroupMember {
                 }
                 self.on_join_request(now, peer, addr, incarnation, next_seq, key_proof);
             }
-            PairMsg::Redirect { leader } => {
-                if let Some(j) = self.joining.as_mut() {
-                    j.answered = true;
-                    j.redirected = true;
-                    j.replied.insert(addr);
-                    if !j.contacts.contains(&leader) && leader != self.addr {
-                        j.contacts.push(leader);
-                        j.next_try = now;
-                    }
-                }
-            }
+            PairMsg::Redirect { leader } => self.on_redirect(now, addr, leader),
             PairMsg::NotInGroup => {
                 if let Some(j) = self.joining.as_mut() {
                     j.answered = true;
@@ -316,7 +319,21 @@ impl GroupMember {
                     j.not_in_group.insert(peer);
                 }
             }
-            PairMsg::Welcome { install, key } => self.on_welcome(now, peer, install, key),
+            PairMsg::Welcome {
+                install,
+                key,
+                roster,
+            } => self.on_welcome(now, peer, addr, install, key, roster),
+            PairMsg::Part {
+                view,
+                what,
+                index,
+                total,
+                data,
+            } => self.on_part(now, peer, addr, view, what, index, total, data),
+            PairMsg::ListRequest { view, from } => {
+                self.on_list_request(now, peer, addr, view, from)
+            }
             PairMsg::KeyShare {
                 proposal,
                 key_epoch,

@@ -5,11 +5,10 @@
 //! Owns: no state; each deadline lives with the concern that arms it. It may not send
 //! anything itself except by calling the owning concern.
 
-use super::install::{fits_one_datagram, install_copy_for};
 use super::GroupMember;
 use crate::event::RemovalReason;
 use crate::id::MemberId;
-use crate::wire::{Msg, PairMsg};
+use crate::wire::Msg;
 use cohort_core::Timestamp;
 use rand_core::RngCore;
 use std::time::Duration;
@@ -55,25 +54,7 @@ impl GroupMember {
             if now >= a.until || self.view.as_ref().is_none_or(|v| v.id != a.view) {
                 self.view_change.announce = None;
             } else if now >= a.resend_at {
-                let a = self.view_change.announce.take();
-                if let Some(mut a) = a {
-                    a.resend_at = now.saturating_add(interval::flush_resend(&self.config));
-                    let old = self.old_views.last().map(|o| o.view.id);
-                    let whole_fits = fits_one_datagram(&a.install);
-                    for (m, joiner) in a.unacked.clone() {
-                        let copy = install_copy_for(&a.install, &m.id, whole_fits);
-                        if joiner {
-                            let w = PairMsg::Welcome {
-                                install: copy,
-                                key: a.welcome_key.clone().unwrap_or_default(),
-                            };
-                            self.send_pair(now, m.addr, Some(m.id), &w);
-                        } else if let Some(old) = old {
-                            self.send_msg_old(old, m.addr, &Msg::Install(copy));
-                        }
-                    }
-                    self.view_change.announce = Some(a);
-                }
+                self.resend_announce(now);
             }
         }
         if self.joining.is_some() {

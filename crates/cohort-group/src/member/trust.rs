@@ -129,7 +129,7 @@ impl GroupMember {
     /// Drops the pair channels to every member this one knows (their ends may drop theirs
     /// when they remove this member).
     pub(super) fn forget_pairs(&mut self) {
-        let addrs: Vec<SocketAddr> = self.known.values().copied().collect();
+        let addrs: Vec<SocketAddr> = self.known_addrs();
         for a in addrs {
             self.pairs.forget(a);
         }

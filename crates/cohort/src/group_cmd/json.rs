@@ -374,7 +374,8 @@ mod tests {
                     id: member(2),
                     addr: "127.0.0.1:2".parse().unwrap(),
                 },
-            ],
+            ]
+            .into(),
             key_epoch: 7,
         };
         let v = event(&GroupEvent::View(view.clone()));
