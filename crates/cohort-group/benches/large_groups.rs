@@ -45,6 +45,8 @@
 //! * `LARGE_GROUPS_STEADY_SECS`: the steady-state window, in virtual seconds (5).
 //! * `LARGE_GROUPS_LEAVES`: leaves measured one after the other in part 1 (3): each row
 //!   shows their medians.
+//! * `LARGE_GROUPS_METHODS`: part 1's methods, comma-separated, each matching the start of
+//!   the names [`methods`] gives (`one-message,tree,lkh`; default all).
 //! * `LARGE_GROUPS_SEED`: the simulator's seed (1).
 //! * `LARGE_GROUPS_CAP_SECS`: wall-clock seconds one run may take before it is reported as
 //!   capped (1800).
@@ -658,6 +660,9 @@ fn rekey_bench(opts: &Opts) {
                 if mode == Mode::Kdc && method != RekeyMethod::OneMessage {
                     continue;
                 }
+                if !opts.methods.is_empty() && !opts.methods.iter().any(|m| name.starts_with(m)) {
+                    continue;
+                }
                 if n > MAX_VIEW_MEMBERS {
                     println!(
                         "| {} | {n} | {name} | skipped: above MAX_VIEW_MEMBERS ({MAX_VIEW_MEMBERS}) |",
@@ -1033,6 +1038,8 @@ struct Opts {
     batched: bool,
     steady: Duration,
     leaves: usize,
+    /// Part 1's methods, by the start of their names (all when empty).
+    methods: Vec<String>,
     seed: u64,
     cap: Duration,
 }
@@ -1078,6 +1085,9 @@ fn main() {
         batched: std::env::var("LARGE_GROUPS_FORM").as_deref() == Ok("batched"),
         steady: Duration::from_secs(env_num("LARGE_GROUPS_STEADY_SECS", 5).max(1)),
         leaves: env_num("LARGE_GROUPS_LEAVES", 3).max(1) as usize,
+        methods: std::env::var("LARGE_GROUPS_METHODS")
+            .map(|v| v.split(',').map(|m| m.trim().to_string()).collect())
+            .unwrap_or_default(),
         seed: env_num("LARGE_GROUPS_SEED", 1),
         cap: Duration::from_secs(env_num("LARGE_GROUPS_CAP_SECS", 1800)),
     };
