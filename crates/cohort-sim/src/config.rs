@@ -43,6 +43,16 @@ pub struct SimConfig {
     /// Events, timeouts, partitions and crashes are always logged and counters always
     /// count. Default true; turn it off for long runs that only check events.
     pub log_packets: bool,
+    /// Whether a [`LogKind::Timeout`](crate::LogKind::Timeout) entry goes into the log each
+    /// time a node's deadline fires. The `timeouts` counter counts them either way. Default
+    /// true; turn it off for runs of thousands of nodes, whose timers would fill the log
+    /// (10,000 nodes with a 100 ms timer log 100,000 entries a simulated second).
+    pub log_timeouts: bool,
+    /// Whether [`Sim::partition`](crate::Sim::partition) logs, for every node, the nodes it
+    /// can reach ([`LogKind::Partitioned`](crate::LogKind::Partitioned)): n entries that
+    /// list up to n nodes each, so n² node ids for one cut. Default true; turn it off for
+    /// runs of thousands of nodes. `heal` is logged either way.
+    pub log_partitions: bool,
     /// How many of the last log entries a [`SimFailure`](crate::SimFailure) shows.
     /// Default 30.
     pub failure_tail: usize,
@@ -72,6 +82,8 @@ impl Default for SimConfig {
             max_steps: 10_000_000,
             max_outputs_per_drain: 100_000,
             log_packets: true,
+            log_timeouts: true,
+            log_partitions: true,
             failure_tail: 30,
             trace: false,
         }

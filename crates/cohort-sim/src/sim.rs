@@ -64,6 +64,10 @@ pub struct Sim<M: Machine> {
     log: Vec<LogEntry<M::Event>>,
     counters: Counters,
     buf: Vec<u8>,
+    /// Indexes of the nodes touched through `node_mut` since the last flush (each node's
+    /// `dirty` flag says whether it still needs draining), so that a flush costs the nodes
+    /// touched, not every node: `step` flushes before every event.
+    touched: Vec<usize>,
 }
 
 struct Node<M> {
@@ -107,6 +111,7 @@ where
             log: Vec::new(),
             counters: Counters::default(),
             buf: Vec::with_capacity(65_536),
+            touched: Vec::new(),
         }
     }
 
@@ -361,9 +366,17 @@ where
             next += 1;
         }
         self.next_component = next;
-        self.components = Some(component);
+        self.components = Some(component.clone());
+        if !self.config.log_partitions {
+            return;
+        }
+        // Each component's nodes in index order, built once (not n x n reachability tests).
+        let mut members: Vec<Vec<NodeId>> = vec![Vec::new(); next];
+        for id in self.node_ids() {
+            members[component[id.index()]].push(id);
+        }
         for id in self.node_ids().collect::<Vec<_>>() {
-            let reach: Vec<NodeId> = self.node_ids().filter(|&b| self.can_reach(id, b)).collect();
+            let reach = members[component[id.index()]].clone();
             self.record(id, LogKind::Partitioned { component: reach });
         }
     }
@@ -472,16 +485,31 @@ where
     /// [`Sim::flush`], `step` or `run_*`; prefer [`Sim::with_node`], which drains at once.
     pub fn node_mut(&mut self, id: NodeId) -> &mut M {
         let i = self.check_id(id);
-        self.nodes[i].dirty = true;
+        if !self.nodes[i].dirty {
+            self.nodes[i].dirty = true;
+            self.touched.push(i);
+        }
         &mut self.nodes[i].machine
     }
 
     /// Drains every node changed through [`Sim::node_mut`], in node order.
     pub fn flush(&mut self) {
-        for i in 0..self.nodes.len() {
+        if self.touched.is_empty() {
+            return;
+        }
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        for &i in &touched {
+            // Listed twice, or drained meanwhile: drained once.
             if self.nodes[i].dirty {
                 self.drain(NodeId::from_index(i));
             }
+        }
+        // Keep the allocation for the next flush.
+        touched.clear();
+        if self.touched.is_empty() {
+            self.touched = touched;
         }
     }
 
@@ -869,7 +897,9 @@ where
         self.nodes[id.index()].deadline = None;
         self.now = self.now.max(at);
         self.counters.timeouts += 1;
-        self.record(id, LogKind::Timeout);
+        if self.config.log_timeouts {
+            self.record(id, LogKind::Timeout);
+        }
         self.nodes[id.index()].machine.handle_timeout(self.now);
         self.drain(id);
     }
@@ -919,5 +949,169 @@ impl<M: Machine> fmt::Debug for Sim<M> {
             .field("log_len", &self.log.len())
             .field("counters", &self.counters)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cohort_core::Transmit;
+
+    /// Sends one byte to `to` on every command and every `tick` of its timer; reports an
+    /// event per datagram it receives.
+    struct Pinger {
+        to: SocketAddr,
+        tick: Duration,
+        next: Timestamp,
+        queued: u32,
+        got: u32,
+    }
+
+    impl Pinger {
+        fn new(to: SocketAddr, tick_ms: u64) -> Pinger {
+            let tick = Duration::from_millis(tick_ms);
+            Pinger {
+                to,
+                tick,
+                next: Timestamp::ZERO + tick,
+                queued: 0,
+                got: 0,
+            }
+        }
+    }
+
+    impl Machine for Pinger {
+        type Event = u32;
+        fn handle_datagram(&mut self, _: Timestamp, _: SocketAddr, _: &[u8]) {
+            self.got += 1;
+        }
+        fn handle_timeout(&mut self, now: Timestamp) {
+            self.queued += 1;
+            self.next = now + self.tick;
+        }
+        fn poll_transmit(&mut self, _: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
+            if self.queued == 0 {
+                return None;
+            }
+            self.queued -= 1;
+            buf.push(1);
+            Some(Transmit {
+                destination: self.to,
+                size: 1,
+            })
+        }
+        fn poll_timeout(&self) -> Option<Timestamp> {
+            Some(self.next)
+        }
+        fn poll_event(&mut self) -> Option<u32> {
+            let g = std::mem::take(&mut self.got);
+            (g > 0).then_some(g)
+        }
+    }
+
+    fn ring(config: SimConfig, n: usize) -> Sim<Pinger> {
+        let mut sim = Sim::new(config);
+        for i in 0..n {
+            let to = NodeId::from_index((i + 1) % n).addr();
+            sim.add_node(Pinger::new(to, 7 + i as u64));
+        }
+        sim
+    }
+
+    #[test]
+    fn flush_drains_touched_nodes_in_node_order_once() {
+        let mut sim = ring(SimConfig::with_seed(1), 6);
+        // Touched out of order, one of them twice.
+        for i in [4, 1, 4, 3] {
+            sim.node_mut(NodeId::from_index(i)).queued += 1;
+        }
+        sim.flush();
+        let senders: Vec<usize> = sim
+            .log()
+            .iter()
+            .filter(|e| matches!(e.kind, LogKind::Sent { .. }))
+            .map(|e| e.node.index())
+            .collect();
+        // Node 4 was touched twice but drained once, sending both datagrams.
+        assert_eq!(senders, vec![1, 3, 4, 4]);
+        // Nothing left to drain: a second flush sends nothing.
+        sim.flush();
+        assert_eq!(sim.counters().sent, 4);
+    }
+
+    #[test]
+    fn timeouts_unlogged_change_nothing_else() {
+        let run = |log_timeouts| {
+            let config = SimConfig {
+                log_timeouts,
+                jitter: Duration::from_millis(3),
+                ..SimConfig::with_seed(9)
+            };
+            let mut sim = ring(config, 5);
+            sim.run_until(Timestamp::ZERO + Duration::from_millis(500))
+                .unwrap();
+            let rest: Vec<LogEntry<u32>> = sim
+                .log()
+                .iter()
+                .filter(|e| !matches!(e.kind, LogKind::Timeout))
+                .cloned()
+                .collect();
+            let timeouts = sim.log().len() - rest.len();
+            (rest, sim.counters(), timeouts)
+        };
+        let (log_on, counters_on, timeouts_on) = run(true);
+        let (log_off, counters_off, timeouts_off) = run(false);
+        assert!(timeouts_on > 100, "{timeouts_on}");
+        assert_eq!(timeouts_off, 0);
+        assert_eq!(counters_on, counters_off);
+        assert_eq!(counters_on.timeouts, timeouts_on as u64);
+        assert_eq!(log_on, log_off);
+    }
+
+    #[test]
+    fn partitions_log_each_nodes_component_or_nothing() {
+        let n = 7;
+        let ids: Vec<NodeId> = (0..n).map(NodeId::from_index).collect();
+        let mut sim = ring(SimConfig::with_seed(2), n);
+        sim.partition(&[&[ids[5], ids[0]], &[ids[2], ids[3], ids[6]]]);
+        let logged: Vec<(NodeId, Vec<NodeId>)> = sim
+            .log()
+            .iter()
+            .filter_map(|e| match &e.kind {
+                LogKind::Partitioned { component } => Some((e.node, component.clone())),
+                _ => None,
+            })
+            .collect();
+        // Every node, in node order, with exactly the nodes it reaches, in index order.
+        let want: Vec<(NodeId, Vec<NodeId>)> = ids
+            .iter()
+            .map(|&a| {
+                (
+                    a,
+                    ids.iter()
+                        .copied()
+                        .filter(|&b| sim.can_reach(a, b))
+                        .collect(),
+                )
+            })
+            .collect();
+        assert_eq!(logged, want);
+        assert_eq!(logged[0].1, vec![ids[0], ids[5]]);
+        assert_eq!(logged[1].1, vec![ids[1]]);
+
+        let mut quiet = ring(
+            SimConfig {
+                log_partitions: false,
+                ..SimConfig::with_seed(2)
+            },
+            n,
+        );
+        quiet.partition(&[&[ids[5], ids[0]], &[ids[2], ids[3], ids[6]]]);
+        assert!(quiet.log().is_empty());
+        for &a in &ids {
+            for &b in &ids {
+                assert_eq!(quiet.can_reach(a, b), sim.can_reach(a, b));
+            }
+        }
     }
 }
