@@ -10,7 +10,7 @@ mod support;
 
 use cohort_core::{Machine, Timestamp, Transmit};
 use cohort_crypto::CryptoProvider;
-use cohort_group::{Channel, Drop, GroupConfig, GroupEvent, GroupMember, MemberId};
+use cohort_group::{Channel, Drop, GroupConfig, GroupEvent, GroupMember, MemberId, RekeyMethod};
 use cohort_sim::{DuplicateRule, Loss, NodeId, ReorderRule, Sim};
 use rand_core::RngCore;
 use std::collections::BTreeSet;
@@ -21,6 +21,8 @@ use std::time::Duration;
 struct Counted {
     member: GroupMember,
     sent: u64,
+    /// Bytes of the datagrams it sent.
+    sent_bytes: u64,
     received: u64,
     /// Reliable messages delivered.
     delivered: u64,
@@ -38,6 +40,7 @@ impl Machine for Counted {
     fn poll_transmit(&mut self, now: Timestamp, buf: &mut Vec<u8>) -> Option<Transmit> {
         let t = self.member.poll_transmit(now, buf)?;
         self.sent += 1;
+        self.sent_bytes += t.size as u64;
         Some(t)
     }
     fn poll_timeout(&self) -> Option<Timestamp> {
@@ -70,10 +73,16 @@ impl Big {
     /// `n` members with default timers, started together, run until they share one view
     /// of all `n`.
     fn formed(seed: u64, n: usize) -> Big {
+        Big::formed_with(seed, n, |_| {})
+    }
+
+    /// As [`Big::formed`], with `tune` applied to the default config.
+    fn formed_with(seed: u64, n: usize, tune: impl Fn(&mut GroupConfig)) -> Big {
         let mut sim: Sim<Counted> = Sim::new(support::sim_config(seed));
         let identities: Vec<_> = (0..n).map(|i| support::identity(seed, i)).collect();
         let ids: Vec<MemberId> = identities.iter().map(|i| MemberId(i.public())).collect();
-        let config = GroupConfig::new("overlay", ids.clone());
+        let mut config = GroupConfig::new("overlay", ids.clone());
+        tune(&mut config);
         let mut nodes = Vec::new();
         for ident in identities {
             let mut seed_bytes = [0u8; 32];
@@ -90,6 +99,7 @@ impl Big {
                     )
                     .expect("member"),
                     sent: 0,
+                    sent_bytes: 0,
                     received: 0,
                     delivered: 0,
                 }
@@ -396,6 +406,63 @@ fn leader_and_next_three_crash(big: &mut Big) {
         "takeover waited rank × suspicion"
     );
     assert_eq!(big.rank_of(heir), 0, "rank 4 took over");
+}
+
+/// An Install that is the same for every survivor (here an LKH batch) goes down the tree
+/// once: a leave costs the leader far fewer bytes than one copy per member would (an LKH
+/// Install of this group is about 1 KB), and when an interior member crashes, the members
+/// below it, which the tree copy misses, get theirs when the leader resends to those that
+/// did not acknowledge.
+#[test]
+fn shared_installs_go_down_the_tree() {
+    let n = 128;
+    let mut big = Big::formed_with(31, n, |c| c.rekey_method = RekeyMethod::lkh());
+    // Two leaves in a row; the second is certainly a batch on the leader's tree (the same
+    // Install for every survivor).
+    for round in 0..2 {
+        let leader = big.at_rank(0, 0);
+        let alive: Vec<usize> = (0..n)
+            .filter(|i| !big.sim.is_crashed(big.nodes[*i]))
+            .filter(|i| big.sim.node(big.nodes[*i]).member.view().is_some())
+            .collect();
+        let leaver = big.at_rank(leader, alive.len() / 2);
+        let before = big.sim.node(big.nodes[leader]).sent_bytes;
+        big.sim
+            .with_node(big.nodes[leaver], |node, now| node.member.leave(now));
+        let rest: BTreeSet<usize> = alive.iter().copied().filter(|i| *i != leaver).collect();
+        big.wait_view(&rest, Duration::from_secs(5))
+            .expect("a view without the leaver");
+        big.run_for(Duration::from_millis(50));
+        let stats = big
+            .sim
+            .node(big.nodes[leader])
+            .member
+            .lkh_last_rekey()
+            .cloned()
+            .expect("an lkh rekey");
+        let sent = big.sim.node(big.nodes[leader]).sent_bytes - before;
+        eprintln!(
+            "round {round}: reseed {} wraps {} leader sent {sent} bytes",
+            stats.reseed, stats.wraps
+        );
+        if round == 1 {
+            assert!(!stats.reseed, "the second leave is a batch");
+            // One Flush (about 80 bytes) to each of the 126 others and the tree's 16 copies of
+            // the Install; one copy per member would be about 126 KB more.
+            assert!(sent < 40_000, "the leader sent {sent} bytes for one leave");
+        }
+    }
+    // An interior member (rank 1, parent of ranks 17..=32) crashes: its subtree is reached by
+    // the resend, and everyone left installs the view without it.
+    let leader = big.at_rank(0, 0);
+    let interior = big.at_rank(leader, 1);
+    big.crash(interior);
+    let rest: BTreeSet<usize> = (0..n)
+        .filter(|i| !big.sim.is_crashed(big.nodes[*i]))
+        .filter(|i| big.sim.node(big.nodes[*i]).member.view().is_some())
+        .collect();
+    big.wait_view(&rest, Duration::from_secs(5))
+        .expect("a view without the crashed interior member");
 }
 
 /// The same at 1,000 members (the most a view holds today is 1,024): the numbers the crate

@@ -175,6 +175,18 @@ pub(super) fn install_copy_for(install: &Install, rank: Option<u16>) -> Box<Inst
     })
 }
 
+/// Whether every survivor's copy of `install` is the same (no per-member wrap; LKH sealed
+/// paths only for joiners, who get theirs in their Welcome), so one copy can go down the
+/// overlay for all.
+fn shared_by_survivors(install: &Install) -> bool {
+    let first_joiner = usize::from(install.count).saturating_sub(install.joined.len());
+    match &install.key {
+        KeyDelivery::Same | KeyDelivery::Tree(_) => true,
+        KeyDelivery::Lkh(d) => d.paths.iter().all(|(r, _)| usize::from(*r) >= first_joiner),
+        KeyDelivery::Wrapped(_) => false,
+    }
+}
+
 /// Splits `bytes` into parts of at most `limit` bytes (at least one part).
 pub(super) fn split_parts(bytes: &[u8], limit: usize) -> Vec<&[u8]> {
     if bytes.is_empty() {
@@ -356,11 +368,20 @@ impl GroupMember {
                 told.push(m);
             }
         }
+        // The leader of an overlay view sends an Install that is the same for every
+        // survivor down the tree once (its children pass the sealed bytes on): its bytes and
+        // seals do not grow with the view. Members the tree misses (below a dead member)
+        // get their own copy when the Install is resent to those that did not acknowledge.
+        let down_tree = self.rank == 0
+            && self.overlay_active()
+            && install.merge_into.is_none()
+            && shared_by_survivors(&install)
+            && self.install_down_tree(&install);
         for (m, joiner) in &unacked {
             let copy = install_copy_for(&install, members.rank_of(&m.id).map(|r| r as u16));
             if *joiner {
                 self.send_welcome(now, m, copy, &welcome_key);
-            } else {
+            } else if !down_tree {
                 self.send_install_msg(m.addr, &copy, None);
             }
         }
@@ -452,6 +473,19 @@ impl GroupMember {
             new_key,
             Some((took, removed)),
         );
+    }
+
+    /// The leader of an overlay view: seals the survivors' copy of `install` once and sends
+    /// it down the tree. False (nothing sent) when it needs more than one part: the caller
+    /// then sends every member its own copy.
+    fn install_down_tree(&mut self, install: &Install) -> bool {
+        let msg = Msg::Install(install_copy_for(install, None));
+        let mut body = Vec::new();
+        msg.encode(&mut body);
+        if body.len() > self.part_limit {
+            return false;
+        }
+        self.tree_broadcast(&msg).is_some()
     }
 
     /// Sends `install` to the member at `to` under the current view's keys (or the kept

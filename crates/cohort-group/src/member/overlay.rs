@@ -215,14 +215,15 @@ impl GroupMember {
     }
 
     /// Whether a packet from `sender`, addressed to everyone and carrying `msg`, came down
-    /// the tree and goes on to this member's children: the leader's Heartbeat and Orders,
-    /// and the submissions it relays.
+    /// the tree and goes on to this member's children: the leader's Heartbeat, Orders and
+    /// Installs (those the same for every survivor, `install.rs`), and the submissions it
+    /// relays.
     pub(super) fn forwards(&self, sender: u16, msg: &Msg) -> bool {
         if self.rank == 0 || !self.overlay_active() {
             return false;
         }
         match msg {
-            Msg::Heartbeat { .. } | Msg::Orders { .. } => sender == 0,
+            Msg::Heartbeat { .. } | Msg::Orders { .. } | Msg::Install(_) => sender == 0,
             Msg::Submit { .. } => true,
             _ => false,
         }
