@@ -672,7 +672,7 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
             KeyDelivery::Wrapped(wraps)
         }
         2 => KeyDelivery::Tree(r.array().ok()?),
-        3 => KeyDelivery::Lkh(Box::new(get_lkh(r, n)?)),
+        3 => KeyDelivery::Lkh(Box::new(get_lkh(r, usize::from(count))?)),
         _ => return None,
     };
     let merge_into = match r.u8().ok()? {
