@@ -377,13 +377,14 @@ fn one_message_under_faults_partitions_leaves_and_replays() {
     sweep(8, |seed| faulty(seed, RekeyMethod::OneMessage));
 }
 
-/// Seeds at which this scenario reported total order broken: 12, 15, 30 and 34 where it
-/// was found (the LKH branch), 1, 20, 22 and 29 on the merged tree. In each, a member left
-/// while others split off from the same view: the leaver's deliveries were a prefix of its
-/// own side's, and differed from the split members' only in the tail that a partition may
-/// order differently on each side. The checker held a member that left to every side's
-/// order; it now holds it to the side of the view that removed it as left (and, with the
-/// fix in `member/flush.rs`, a leader that leaves is held to its survivors' order too:
+/// Seeds at which this scenario reported total order broken: 12, 15, 30 and 34 on main
+/// before issue 14 (6b6d016) and on the LKH branch, 1, 20, 22 and 29 on the merged tree
+/// (69176b7). In the four on the merged tree (each looked at), a member left while others
+/// split off from the same view: the leaver's deliveries were a prefix of its own side's,
+/// and differed from the split members' only in the tail that a partition may order
+/// differently on each side. The checker held a member that left to every side's order; it
+/// now holds it to the side of the view that removed it as left (and, with the fix in
+/// `member/flush.rs`, a leader that leaves is held to its survivors' order too:
 /// tests/leave_order.rs).
 const ORDER_SEEDS: [u64; 8] = [1, 12, 15, 20, 22, 29, 30, 34];
 
