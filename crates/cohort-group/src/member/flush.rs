@@ -548,10 +548,20 @@ impl GroupMember {
         match c.phase {
             Phase::Collect => {
                 if c.survivors.iter().all(|r| c.answers.contains_key(r)) {
+                    // The view delivers at least what any survivor delivered, and what this
+                    // coordinator delivered even when it leaves itself out (a leader that
+                    // leaves): it delivered every position it ordered at once, perhaps
+                    // before any survivor, and survivors' pending messages appended at
+                    // those positions would give them another order than the one it
+                    // delivered, and lose the messages only it had delivered. Its log holds
+                    // every position from the stable point up to what it delivered.
+                    let own = (!c.survivors.contains(&self.rank))
+                        .then_some((self.rank, self.reliable.delivered));
                     let (holder, target) = c
                         .answers
                         .iter()
                         .map(|(r, a)| (*r, a.delivered))
+                        .chain(own)
                         .max_by_key(|(_, d)| *d)
                         .unwrap_or((self.rank, self.reliable.delivered));
                     if let Some(c) = self.view_change.coordinator.as_mut() {

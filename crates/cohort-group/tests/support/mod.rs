@@ -3,7 +3,7 @@
 
 use cohort_channel::identity::Identity;
 use cohort_core::Transmit;
-use cohort_group::{Channel, GroupConfig, GroupEvent, MemberId, ViewId};
+use cohort_group::{Channel, GroupConfig, GroupEvent, MemberId, RemovalReason, ViewId};
 use cohort_sim::{NodeId, Sim, SimConfig, SimFailure};
 use rand_core::RngCore;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -299,8 +299,39 @@ impl Group {
     /// view (or are both still in it) deliver the same sequence there, one a prefix of the
     /// other. Members whose next views differ split in a partition; the last messages of the
     /// view they split from may then be ordered differently on the two sides (this is
-    /// "agreed", not "safe", delivery; see the crate README).
+    /// "agreed", not "safe", delivery; see the crate README). A member that left has no next
+    /// view of its own: it is on the side of the view that others installed without it,
+    /// naming it as left (it coordinated that view, or its leave was granted there), and is
+    /// held to that side's order. One that no such view names left alone (its leave reached
+    /// no one: a leader cut off by a partition): a side of its own, as a crashed member.
     fn check_fifo_and_order(&self, per_node: &[Vec<GroupEvent>]) -> Result<(), SimFailure> {
+        // (view, member) -> the view installed from it without the member, which left.
+        let mut left_into: HashMap<(ViewId, MemberId), ViewId> = HashMap::new();
+        for events in per_node {
+            let mut current: Option<ViewId> = None;
+            let mut leavers = Vec::new();
+            for e in events {
+                match e {
+                    GroupEvent::Removed {
+                        member,
+                        reason: RemovalReason::Left,
+                    } => leavers.push(*member),
+                    GroupEvent::View(v) => {
+                        if let Some(c) = current {
+                            for m in leavers.drain(..) {
+                                left_into.insert((c, m), v.id);
+                            }
+                        }
+                        leavers.clear();
+                        current = Some(v.id);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // Members that left through a view change no one else installed (say, a leader cut
+        // off by a partition, which went alone): a side of their own, as a crashed member.
+        let mut left_alone: HashSet<usize> = HashSet::new();
         // (view) -> node -> (deliveries, next view)
         let mut by_view: HashMap<ViewId, Vec<(usize, Deliveries, Option<ViewId>)>> = HashMap::new();
         for (i, events) in per_node.iter().enumerate() {
@@ -347,7 +378,23 @@ impl Group {
                 }
             }
             if let Some((id, list)) = current.take() {
-                by_view.entry(id).or_default().push((i, list, None));
+                let next = left_into.get(&(id, self.ids[i])).copied();
+                let left = events
+                    .iter()
+                    .rev()
+                    .take_while(|e| !matches!(e, GroupEvent::View(_)))
+                    .any(|e| {
+                        matches!(
+                            e,
+                            GroupEvent::Expelled {
+                                reason: RemovalReason::Left
+                            }
+                        )
+                    });
+                if left && next.is_none() {
+                    left_alone.insert(i);
+                }
+                by_view.entry(id).or_default().push((i, list, next));
             }
         }
         for (view, nodes) in &by_view {
@@ -356,9 +403,10 @@ impl Group {
                     let (na, la, sa) = &nodes[a];
                     let (nb, lb, sb) = &nodes[b];
                     // A crashed member's last view has no successor: it may have been on
-                    // either side of a split.
-                    let crashed =
-                        |n: &usize, s: &Option<ViewId>| s.is_none() && self.crashed.contains(n);
+                    // either side of a split. So has that of a member that left alone.
+                    let crashed = |n: &usize, s: &Option<ViewId>| {
+                        s.is_none() && (self.crashed.contains(n) || left_alone.contains(n))
+                    };
                     let together = (sa == sb || sa.is_none() || sb.is_none())
                         && !crashed(na, sa)
                         && !crashed(nb, sb);
