@@ -475,6 +475,37 @@ impl GroupMember {
         );
     }
 
+    /// Adds part `index` of `total` of a message of kind `what` for `view` to the one being
+    /// reassembled (a part of another view or kind starts over); the whole message's bytes
+    /// once every part is in. A part that does not fit is counted and drops the assembly.
+    fn add_part(
+        &mut self,
+        view: ViewId,
+        what: u8,
+        index: u16,
+        total: u16,
+        data: Vec<u8>,
+    ) -> Option<Vec<u8>> {
+        let fresh = self
+            .view_change
+            .assembly
+            .as_ref()
+            .is_none_or(|a| a.view != view || a.what != what);
+        if fresh {
+            self.view_change.assembly = Some(Assembly::new(view, what, total));
+        }
+        let a = self.view_change.assembly.as_mut()?;
+        if a.add(index, total, data).is_err() {
+            self.counters.count(Drop::Malformed);
+            self.view_change.assembly = None;
+            return None;
+        }
+        if !a.complete() {
+            return None;
+        }
+        self.view_change.assembly.take().and_then(Assembly::take)
+    }
+
     /// The leader of an overlay view: seals the survivors' copy of `install` once and sends
     /// it down the tree. False (nothing sent) when it needs more than one part: the caller
     /// then sends every member its own copy.
@@ -673,27 +704,10 @@ impl GroupMember {
         if !relevant {
             return;
         }
-        let fresh = self
-            .view_change
-            .assembly
-            .as_ref()
-            .is_none_or(|a| a.view != view || a.what != PART_INSTALL);
-        if fresh {
-            self.view_change.assembly = Some(Assembly::new(view, PART_INSTALL, total));
-        }
-        let Some(a) = self.view_change.assembly.as_mut() else {
+        let Some(bytes) = self.add_part(view, PART_INSTALL, index, total, data) else {
             return;
         };
-        if a.add(index, total, data).is_err() {
-            self.counters.count(Drop::Malformed);
-            self.view_change.assembly = None;
-            return;
-        }
-        if !a.complete() {
-            return;
-        }
-        let bytes = self.view_change.assembly.take().and_then(Assembly::take);
-        match bytes.as_deref().and_then(Msg::decode) {
+        match Msg::decode(&bytes) {
             Some(Msg::Install(install)) if install.view == view => {
                 self.on_install(now, rank, install)
             }
@@ -1062,27 +1076,10 @@ impl GroupMember {
                 self.counters.count(Drop::Unexpected);
                 return;
             }
-            let fresh = self
-                .view_change
-                .assembly
-                .as_ref()
-                .is_none_or(|a| a.view != view || a.what != PART_WELCOME);
-            if fresh {
-                self.view_change.assembly = Some(Assembly::new(view, PART_WELCOME, total));
-            }
-            let Some(a) = self.view_change.assembly.as_mut() else {
+            let Some(bytes) = self.add_part(view, PART_WELCOME, index, total, data) else {
                 return;
             };
-            if a.add(index, total, data).is_err() {
-                self.counters.count(Drop::Malformed);
-                self.view_change.assembly = None;
-                return;
-            }
-            if !a.complete() {
-                return;
-            }
-            let bytes = self.view_change.assembly.take().and_then(Assembly::take);
-            match bytes.as_deref().and_then(PairMsg::decode) {
+            match PairMsg::decode(&bytes) {
                 Some(PairMsg::Welcome {
                     install,
                     key,
