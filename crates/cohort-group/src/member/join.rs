@@ -106,6 +106,7 @@ impl GroupMember {
             members,
             incarnations: vec![self.incarnation].into(),
         };
+        self.lkh_found(id, &key);
         self.install_view(now, &install, roster, vec![next_seq], key, None);
     }
 

@@ -5,7 +5,8 @@
 //! Owns: `LkhState` (the tree this member built as coordinator, its own path, the tree
 //! key ledger, the last rekey's counts). It may not install anything: `install.rs` calls
 //! `lkh_delivery` when it builds an Install and `lkh_install` when it takes one, and
-//! installs the key they return; `join.rs` calls `lkh_install` for a joiner's Welcome.
+//! installs the key they return; `join.rs` calls `lkh_install` for a joiner's Welcome and
+//! `lkh_found` when this member founds a component with a key of its own.
 //!
 //! Which rekeys are batches: the coordinator holds a tree only if it built it. A batch
 //! runs when that tree covers exactly the current view's members and its root is the
@@ -183,6 +184,39 @@ impl GroupMember {
         self.lkh.path = tree.path_of(&self.id);
         self.lkh.tree = Some((provisional.view, tree));
         KeyDelivery::Lkh(Box::new(delivery))
+    }
+
+    /// A member that founds a component (at start, or alone again after leaving one)
+    /// draws its group key itself, outside any rekey: its path becomes a one-member tree's
+    /// whose root is that key. Invariant: with the LKH method, a member's path (if any)
+    /// has the current group key as its root. A founder that kept the path of the
+    /// component it left broke it: if another component took its key through an Exchange
+    /// and it merged in (a joiner that holds the key: no rekey), it held a stale root while
+    /// the others held the new one (seed 126 of `lkh_random_faults_crashes_and_an_adversary`).
+    /// The tree is not kept: the founder's first rekey still reseeds.
+    pub(super) fn lkh_found(&mut self, view: ViewId, key: &GroupKey) {
+        self.lkh.tree = None;
+        self.lkh.path = None;
+        if !matches!(self.config.rekey_method, RekeyMethod::Lkh { .. }) {
+            return;
+        }
+        let group = self.config.group.clone();
+        let ctx = WrapContext {
+            group: &group,
+            view,
+            epoch: key.epoch,
+            bind: &[],
+        };
+        let root = Secret::from_slice(key.expose());
+        let mut tree = Tree::new(self.lkh_degree());
+        // The backend failed: no path, and the next rekey reseeds as it would anyway.
+        let Ok(batch) = tree.reseed(&self.provider, &mut self.rng, &ctx, &[self.id], &root) else {
+            return;
+        };
+        for entry in batch.created {
+            self.lkh_record(entry);
+        }
+        self.lkh.path = tree.path_of(&self.id);
     }
 
     fn lkh_record(&mut self, entry: (NodeId, u64, [u8; 8])) {
