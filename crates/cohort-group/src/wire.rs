@@ -503,7 +503,8 @@ fn get_count(r: &mut Reader<'_>, max: usize) -> Option<usize> {
 }
 
 /// A Flush's survivors as the ranks left out of `0..n` (a Flush then grows with the
-/// change, not with the view): `n: u16`, then the count and the ranks left out, ascending.
+/// change, not with the view): `n: u16` (one past the highest survivor), then the count and
+/// the ranks left out, ascending (rank `n - 1` never among them).
 fn put_survivors(w: &mut Writer<'_>, survivors: &[u16]) {
     let n = survivors.iter().max().map_or(0, |m| u32::from(*m) + 1);
     let mut sorted = survivors.to_vec();
@@ -529,6 +530,11 @@ fn get_survivors(r: &mut Reader<'_>) -> Option<Vec<u16>> {
             return None;
         }
         out.push(rank);
+    }
+    // `n` is one past the highest survivor, so rank n - 1 is never left out: the encoding
+    // is canonical (the fuzzer found `n` = 3 with rank 2 left out, which re-encodes as 2).
+    if n > 0 && out.last() == Some(&(n - 1)) {
+        return None;
     }
     let mut survivors = Vec::with_capacity(usize::from(n) - k);
     let mut gone = out.iter().peekable();
