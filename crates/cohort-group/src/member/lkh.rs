@@ -101,10 +101,7 @@ impl GroupMember {
         }
         let mut bare = install.clone();
         bare.key = KeyDelivery::Lkh(Box::default());
-        self.provider
-            .sha256
-            .sha256(&[&bare.signed_bytes(&self.config.group)])
-            .to_vec()
+        self.install_bind(&bare)
     }
 
     /// Coordinator: the LKH delivery of `provisional` (the Install without its key),
