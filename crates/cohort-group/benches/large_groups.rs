@@ -449,9 +449,22 @@ impl World {
             }
         }
         let all: Vec<usize> = (0..n).collect();
+        // LARGE_GROUPS_VERBOSE: the leader's view size each time it changes, with the
+        // virtual and wall-clock time (where forming spends its time).
+        let trace = std::env::var_os("LARGE_GROUPS_VERBOSE").is_some();
+        let last = Cell::new(0usize);
+        let wall = Instant::now();
         self.run_until(limit, "forming (one view of all)", |w| {
-            w.leader_view()
-                .is_some_and(|(id, len)| len == n && w.all_in(&all, id, n))
+            let view = w.leader_view();
+            if let Some((_, len)) = view.filter(|(_, len)| trace && *len != last.get()) {
+                last.set(len);
+                eprintln!(
+                    "  {:>8.3} s virtual, {:>7.1} s wall: leader's view {len}",
+                    w.sim.now().saturating_duration_since(begin).as_secs_f64(),
+                    wall.elapsed().as_secs_f64()
+                );
+            }
+            view.is_some_and(|(id, len)| len == n && w.all_in(&all, id, n))
         })
         .map_err(|e| format!("{e}: {}", self.summary(n)))?;
         self.one_key(&all, None)?;

@@ -2,6 +2,7 @@
 //! channels ([`KdcPairTable`]). Both have the same interface; this forwards to the one the
 //! group's [`AuthMode`](crate::AuthMode) picked.
 
+use crate::config::TrustList;
 use crate::id::MemberId;
 use crate::kdc_pair::{KdcPairTable, KDC_PAIR_KIND};
 use crate::pair::{PairEvent, PairTable, PAIR_KIND};
@@ -51,7 +52,7 @@ impl Pairs {
         }
     }
 
-    pub fn set_trust(&mut self, trust: Vec<MemberId>) {
+    pub fn set_trust(&mut self, trust: TrustList) {
         match self {
             Pairs::Identity(t) => t.set_trust(trust),
             Pairs::Kdc(t) => t.set_trust(trust),

@@ -26,6 +26,7 @@
 //! Reject (untrusted, or unknown to the KDC) is not authenticated: the opener reports it
 //! as a hint. Members are named by principal: `MemberId::from_principal`.
 
+use crate::config::TrustList;
 use crate::id::MemberId;
 use crate::pair::{PairDrops, PairEvent, PairFailure, MAX_QUEUED};
 use cohort_core::wire::{Reader, Writer};
@@ -199,7 +200,7 @@ pub struct KdcPairTable {
     key: PrincipalKey,
     kdc: SocketAddr,
     group: Vec<u8>,
-    trust: Vec<MemberId>,
+    trust: TrustList,
     /// Trust every principal the KDC knows.
     trust_any: bool,
     rng: ChaCha20Rng,
@@ -225,7 +226,7 @@ impl KdcPairTable {
         provider: CryptoProvider,
         credentials: KdcCredentials,
         group: &str,
-        trust: Vec<MemberId>,
+        trust: impl Into<TrustList>,
         trust_any: bool,
         seed: [u8; 32],
     ) -> Self {
@@ -237,7 +238,7 @@ impl KdcPairTable {
             key: credentials.key,
             kdc: credentials.kdc,
             group: name[..name.len().min(255)].to_vec(),
-            trust,
+            trust: trust.into(),
             trust_any,
             rng: ChaCha20Rng::from_seed(seed),
             slots: BTreeMap::new(),
@@ -283,8 +284,8 @@ impl KdcPairTable {
     }
 
     /// Replaces the trust list; open channels to principals no longer trusted close.
-    pub fn set_trust(&mut self, trust: Vec<MemberId>) {
-        self.trust = trust;
+    pub fn set_trust(&mut self, trust: impl Into<TrustList>) {
+        self.trust = trust.into();
         self.close_where(PairFailure::NoLongerTrusted, |t, s| {
             s.peer.is_some_and(|p| !t.trusted(&p))
         });

@@ -16,6 +16,7 @@
 
 use crate::config::Protection;
 use crate::id::ViewId;
+use std::collections::btree_map::{BTreeMap, Entry};
 use cohort_crypto::{AeadAlgorithm, CryptoError, CryptoProvider, Secret};
 use cohort_gears::{
     prefix_len, DropReason, GearId, GearKeys, GearSet, ProtectError, Protector, ReceivePolicy,
@@ -145,9 +146,13 @@ pub struct ViewKeys {
     provider: CryptoProvider,
     plan: GearPlan,
     protector: Protector,
-    /// One per sender, made on its first packet. Boxed: an `Unprotector` is about 2.5 KB,
-    /// and every member derives a view's keys for every member at every view change.
-    receivers: Vec<Option<Box<Unprotector>>>,
+    /// Members of the view: ranks at or above are refused.
+    members: usize,
+    /// One per sender, made on its first packet, keyed by rank. A map, not a slot per
+    /// member: a member hears from a handful of senders (the leader, its overlay parent
+    /// and children), and a vector of n slots in each of the kept views was 8 bytes x n
+    /// per member. Boxed: an `Unprotector` is about 2.5 KB.
+    receivers: BTreeMap<u16, Box<Unprotector>>,
 }
 
 impl ViewKeys {
@@ -182,7 +187,8 @@ impl ViewKeys {
             provider: *provider,
             plan: plan.clone(),
             protector: Protector::new(own),
-            receivers: (0..members).map(|_| None).collect(),
+            members,
+            receivers: BTreeMap::new(),
         })
     }
 
@@ -265,18 +271,17 @@ impl ViewKeys {
     /// the body range within `packet`.
     pub fn open(&mut self, packet: &mut [u8]) -> Result<(u16, std::ops::Range<usize>), DropReason> {
         let (_, rank) = peek_header(packet).ok_or(DropReason::Malformed)?;
-        let index = usize::from(rank);
-        if index >= self.receivers.len() {
+        if usize::from(rank) >= self.members {
             return Err(DropReason::Malformed);
         }
-        if self.receivers[index].is_none() {
-            let keys = sender_keys(&self.provider, &self.secret, rank, &self.plan)
-                .map_err(|_| DropReason::Malformed)?;
-            self.receivers[index] = Some(Box::new(Unprotector::new(keys, self.plan.policy)));
-        }
-        let unprotector = self.receivers[index]
-            .as_mut()
-            .ok_or(DropReason::Malformed)?;
+        let unprotector = match self.receivers.entry(rank) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => {
+                let keys = sender_keys(&self.provider, &self.secret, rank, &self.plan)
+                    .map_err(|_| DropReason::Malformed)?;
+                e.insert(Box::new(Unprotector::new(keys, self.plan.policy)))
+            }
+        };
         let base = packet.as_ptr() as usize;
         let opened = unprotector.unprotect(packet)?;
         let start = opened.body.as_ptr() as usize - base;
@@ -286,8 +291,7 @@ impl ViewKeys {
     /// Failed verifications under this view's keys, all senders.
     pub fn failures(&self) -> u64 {
         self.receivers
-            .iter()
-            .flatten()
+            .values()
             .map(|u| u.counters().get(DropReason::AuthFailed))
             .sum()
     }

@@ -17,6 +17,7 @@ pub mod wire;
 
 pub use config::{
     AuthMode, ConfigError, ConfigField, GroupConfig, Protection, RekeyMethod, RekeyPolicy,
+    TrustList,
 };
 pub use event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
 pub use id::{Member, MemberId, Members, View, ViewId};

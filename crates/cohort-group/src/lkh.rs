@@ -419,6 +419,11 @@ pub struct Tree {
     depth: u8,
     slots: BTreeMap<MemberId, u32>,
     by_slot: BTreeMap<u32, MemberId>,
+    /// Slots below `end` that no member holds: the lowest free slot is the first of these,
+    /// or `end`, found without scanning the occupied ones.
+    free: BTreeSet<u32>,
+    /// One past the highest slot ever given in this tree.
+    end: u32,
     keys: HashMap<NodeId, (u64, Secret)>,
 }
 
@@ -430,6 +435,8 @@ impl Tree {
             depth: 1,
             slots: BTreeMap::new(),
             by_slot: BTreeMap::new(),
+            free: BTreeSet::new(),
+            end: 0,
             keys: HashMap::new(),
         }
     }
@@ -551,31 +558,59 @@ impl Tree {
         members: &[MemberId],
         root: &Secret,
     ) -> Result<Batch, CryptoError> {
-        let d = self.degree;
         let keep: std::collections::HashSet<MemberId> = members.iter().copied().collect();
+        let left: Vec<MemberId> = self
+            .slots
+            .keys()
+            .filter(|m| !keep.contains(m))
+            .copied()
+            .collect();
+        let joined: Vec<MemberId> = members
+            .iter()
+            .filter(|m| !self.slots.contains_key(m))
+            .copied()
+            .collect();
+        self.batch_change(provider, rng, ctx, &left, &joined, root)
+    }
+
+    /// [`batch`](Self::batch) given the change instead of the new member list: the leaves
+    /// of `left` are freed and `joined` (in order; those already in the tree are skipped)
+    /// take the lowest free ones. Its cost grows with the change and the tree's depth,
+    /// not with the members: a coordinator that knows the change (a delta Install) does
+    /// not compare 10,000 members against the tree's slots for one leave.
+    pub fn batch_change(
+        &mut self,
+        provider: &CryptoProvider,
+        rng: &mut dyn RngCore,
+        ctx: &WrapContext<'_>,
+        left: &[MemberId],
+        joined: &[MemberId],
+        root: &Secret,
+    ) -> Result<Batch, CryptoError> {
+        let d = self.degree;
         let mut touched: BTreeSet<u32> = BTreeSet::new();
         // Leaves.
-        let gone: Vec<(MemberId, u32)> = self
-            .slots
-            .iter()
-            .filter(|(m, _)| !keep.contains(m))
-            .map(|(m, s)| (*m, *s))
-            .collect();
-        for (m, s) in gone {
-            self.slots.remove(&m);
-            self.by_slot.remove(&s);
-            touched.insert(s);
+        for m in left {
+            if let Some(s) = self.slots.remove(m) {
+                self.by_slot.remove(&s);
+                self.free.insert(s);
+                touched.insert(s);
+            }
         }
         // Joins, lowest free slot first.
         let mut copies = Vec::new();
-        let mut next_free = 0u32;
-        for m in members {
+        for m in joined {
             if self.slots.contains_key(m) {
                 continue;
             }
-            while self.by_slot.contains_key(&next_free) {
-                next_free += 1;
-            }
+            let next_free = match self.free.pop_first() {
+                Some(s) => s,
+                None => {
+                    let s = self.end;
+                    self.end = self.end.saturating_add(1);
+                    s
+                }
+            };
             self.slots.insert(*m, next_free);
             self.by_slot.insert(next_free, *m);
             touched.insert(next_free);

@@ -86,6 +86,7 @@
 //! other side may keep sending on a channel this side dropped until the caller
 //! [`forget`](PairTable::forget)s it.
 
+use crate::config::TrustList;
 use crate::id::MemberId;
 use cohort_channel::datagram::{
     DatagramChannel, DatagramEvent, INITIAL_RTO, KIND_HANDSHAKE, KIND_PROTECTED, MAX_RETRANSMITS,
@@ -97,6 +98,7 @@ use cohort_core::{Machine, Timestamp, Transmit};
 use cohort_crypto::{CryptoProvider, Secret};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
+use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -333,11 +335,22 @@ pub struct PairTable {
     identity: Identity,
     me: MemberId,
     group: Vec<u8>,
-    trust: Vec<MemberId>,
+    trust: TrustList,
     rng: ChaCha20Rng,
     client: Client,
     server: Server,
     slots: BTreeMap<SocketAddr, Slot>,
+    /// By peer: the addresses where a channel authenticated it. A superset of the slots
+    /// whose primary is authenticated with that peer (a slot's entry goes when the slot
+    /// goes; one replaced in place is checked on lookup), so that [`pair_key`](Self::pair_key)
+    /// looks up a few addresses instead of scanning every slot: a leader of 10,000 wraps
+    /// a key for each member with it.
+    authenticated: BTreeMap<MemberId, Vec<SocketAddr>>,
+    /// [`poll_timeout`](Self::poll_timeout)'s answer, computed once after each change: it
+    /// is the minimum over every channel, and a leader of 10,000 is asked after every
+    /// datagram it handles, most of which do not touch its pair channels. Cleared by
+    /// every `&mut self` method that can change a channel (`forget_timeout`).
+    timeout_cache: Cell<Option<Option<Timestamp>>>,
     outbox: VecDeque<(SocketAddr, Vec<u8>)>,
     events: VecDeque<PairEvent>,
     next_seq: u64,
@@ -362,7 +375,7 @@ impl PairTable {
         provider: CryptoProvider,
         identity: Identity,
         group: &str,
-        trust: Vec<MemberId>,
+        trust: impl Into<TrustList>,
         seed: [u8; 32],
     ) -> Self {
         let mut rng = ChaCha20Rng::from_seed(seed);
@@ -376,11 +389,13 @@ impl PairTable {
             me: MemberId(identity.public()),
             identity,
             group: name[..name.len().min(255)].to_vec(),
-            trust,
+            trust: trust.into(),
             rng,
             client,
             server,
             slots: BTreeMap::new(),
+            authenticated: BTreeMap::new(),
+            timeout_cache: Cell::new(None),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             next_seq: 0,
@@ -398,8 +413,10 @@ impl PairTable {
     /// the group), once the channel to `peer` is authenticated. If `peer` is authenticated
     /// at several addresses, the most recently authenticated channel's key.
     pub fn pair_key(&self, peer: &MemberId) -> Option<&Secret> {
-        self.slots
-            .values()
+        self.authenticated
+            .get(peer)?
+            .iter()
+            .filter_map(|a| self.slots.get(a))
             .map(|s| &s.primary)
             .filter(|c| c.authenticated_at.is_some() && c.peer == Some(*peer))
             .max_by_key(|c| c.authenticated_at)
@@ -427,8 +444,9 @@ impl PairTable {
 
     /// Replaces the trust list. Authenticated channels to peers no longer trusted are dropped
     /// with [`PairEvent::Failed`].
-    pub fn set_trust(&mut self, trust: Vec<MemberId>) {
-        self.trust = trust;
+    pub fn set_trust(&mut self, trust: impl Into<TrustList>) {
+        self.forget_timeout();
+        self.trust = trust.into();
         let trust = &self.trust;
         let allowed = |peer: Option<MemberId>, _expect: Option<MemberId>| {
             peer.is_none_or(|p| trust.contains(&p))
@@ -447,7 +465,7 @@ impl PairTable {
             }
         }
         for addr in gone {
-            self.slots.remove(&addr);
+            self.drop_slot(addr);
             self.events.push_back(PairEvent::Failed {
                 addr,
                 reason: PairFailure::NoLongerTrusted,
@@ -468,6 +486,7 @@ impl PairTable {
         expect: Option<MemberId>,
         data: &[u8],
     ) {
+        self.forget_timeout();
         if let Some(slot) = self.slots.get_mut(&addr) {
             if let Some(e) = expect {
                 let conflict = slot.expect.is_some_and(|x| x != e)
@@ -525,11 +544,33 @@ impl PairTable {
     /// Drops the channel to `addr` (e.g. the peer was removed), with its queued data; the
     /// next send reconnects. No event.
     pub fn forget(&mut self, addr: SocketAddr) {
-        self.slots.remove(&addr);
+        self.forget_timeout();
+        self.drop_slot(addr);
+    }
+
+    /// Removes the slot at `addr` and its entry in `authenticated`.
+    fn drop_slot(&mut self, addr: SocketAddr) -> Option<Slot> {
+        let slot = self.slots.remove(&addr)?;
+        self.unlist(slot.primary.peer, addr);
+        Some(slot)
+    }
+
+    /// Forgets that `peer` was authenticated at `addr`.
+    fn unlist(&mut self, peer: Option<MemberId>, addr: SocketAddr) {
+        let Some(peer) = peer else {
+            return;
+        };
+        if let Some(addrs) = self.authenticated.get_mut(&peer) {
+            addrs.retain(|a| *a != addr);
+            if addrs.is_empty() {
+                self.authenticated.remove(&peer);
+            }
+        }
     }
 
     /// A datagram whose first byte is PAIR_KIND.
     pub fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
+        self.forget_timeout();
         let inner = match data.split_first() {
             Some((&PAIR_KIND, inner))
                 if matches!(inner.first(), Some(&KIND_HANDSHAKE | &KIND_PROTECTED)) =>
@@ -571,6 +612,7 @@ impl PairTable {
     /// Retransmits handshakes and proofs that are due, and gives up on those that tried too
     /// often.
     pub fn handle_timeout(&mut self, now: Timestamp) {
+        self.forget_timeout();
         let addrs: Vec<SocketAddr> = self.slots.keys().copied().collect();
         for addr in addrs {
             let Some(slot) = self.slots.get_mut(&addr) else {
@@ -607,12 +649,23 @@ impl PairTable {
 
     /// When [`handle_timeout`](Self::handle_timeout) must be called next.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        self.slots
+        if let Some(t) = self.timeout_cache.get() {
+            return t;
+        }
+        let t = self
+            .slots
             .values()
             .flat_map(|s| std::iter::once(&s.primary).chain(s.pending.as_ref()))
             .flat_map(|c| [c.dc.poll_timeout(), c.retry_at])
             .flatten()
-            .min()
+            .min();
+        self.timeout_cache.set(Some(t));
+        t
+    }
+
+    /// Drops the cached [`poll_timeout`](Self::poll_timeout): a channel may change.
+    fn forget_timeout(&mut self) {
+        self.timeout_cache.set(None);
     }
 
     /// The next event.
@@ -678,7 +731,8 @@ impl PairTable {
                 if slot.primary.role == Role::Server {
                     self.drops.evicted += 1;
                 }
-                slot.primary = chan;
+                let old = std::mem::replace(&mut slot.primary, chan);
+                self.unlist(old.peer, from);
             }
             (_, None) => {
                 self.slots.insert(
@@ -739,6 +793,7 @@ impl PairTable {
                 group,
                 trust,
                 slots,
+                authenticated,
                 outbox,
                 events,
                 drops,
@@ -811,6 +866,10 @@ impl PairTable {
                     }
                     let chan = &mut slot.primary;
                     if let Some(peer) = chan.peer {
+                        let addrs = authenticated.entry(peer).or_default();
+                        if !addrs.contains(&addr) {
+                            addrs.push(addr);
+                        }
                         events.push_back(PairEvent::Established { peer, addr });
                         if let Some(data) = first {
                             events.push_back(PairEvent::Message { peer, addr, data });
@@ -865,7 +924,7 @@ impl PairTable {
                 }
             }
             Which::Primary => {
-                let Some(slot) = self.slots.remove(&addr) else {
+                let Some(slot) = self.drop_slot(addr) else {
                     return;
                 };
                 let loud = slot.primary.role == Role::Client
@@ -922,7 +981,7 @@ struct Local<'a> {
     identity: &'a Identity,
     me: MemberId,
     group: &'a [u8],
-    trust: &'a [MemberId],
+    trust: &'a TrustList,
     expect: Option<MemberId>,
 }
 

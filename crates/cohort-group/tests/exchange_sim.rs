@@ -176,7 +176,8 @@ fn trusting_only_q(seed: u64) -> Group {
             0 => vec![ids[q]],
             1 => vec![ids[p], ids[s]],
             _ => vec![ids[q]],
-        };
+        }
+        .into();
     })
 }
 

@@ -37,15 +37,27 @@ pub(super) struct ViewChange {
     pub(super) assembly: Option<Assembly>,
 }
 
-/// Most joiners let in by one view change. A cold start of thousands is admitted in
-/// batches: each view change costs a flush round and an Install whose size grows with the
-/// joiners it lists (about 60 bytes each, so 128 fit one 8 KiB part) plus the list each
-/// joiner fetches; a bounded batch keeps every change short and the time to form a group
-/// linear in its size (n / 128 changes of about the same length).
+/// Fewest joiners one view change lets in when that many wait (see [`join_batch`]).
 pub(super) const JOIN_BATCH: usize = 128;
 
+/// Most joiners one view change lets in (see [`join_batch`]): the Install lists them at
+/// about 60 bytes each, 240 KiB for 4,096, 17 of its [`MAX_PARTS`](crate::wire::MAX_PARTS).
+pub(super) const MAX_JOIN_BATCH: usize = 4096;
+
+/// Joiners one view change lets in, in a view of `members`: as many as the view holds,
+/// at least [`JOIN_BATCH`] and at most [`MAX_JOIN_BATCH`]. A cold start of thousands is
+/// admitted in batches, and every view change costs the leader a flush round with every
+/// member (O(n) datagrams); with a fixed batch that is n / 128 rounds of growing size,
+/// O(n^2) in all. A batch that grows with the view doubles the group with each change up
+/// to the cap, so forming costs O(log n) rounds up to 4,096 members and one round per
+/// 4,096 joiners beyond: the flush work per joiner stays bounded.
+pub(super) fn join_batch(members: usize) -> usize {
+    members.clamp(JOIN_BATCH, MAX_JOIN_BATCH)
+}
+
 /// Most joiners waiting at the leader for a later batch; more are refused (they retry).
-pub(super) const MAX_WAITING_JOINERS: usize = 1024;
+/// Two full batches: a cold start keeps the next batch queued while one is let in.
+pub(super) const MAX_WAITING_JOINERS: usize = 2 * MAX_JOIN_BATCH;
 
 /// A view change this member is taking part in (it answered the coordinator).
 pub(super) struct Flushing {
@@ -245,8 +257,9 @@ impl GroupMember {
         let removed = std::mem::take(&mut self.view_change.change_wanted);
         let mut joiners = std::mem::take(&mut self.view_change.joiners_wanted);
         // Bulk joins: a bounded batch now, the rest in the next change (in arrival order).
-        if joiners.len() > JOIN_BATCH {
-            self.view_change.joiners_wanted = joiners.split_off(JOIN_BATCH);
+        let batch = join_batch(view.members.len());
+        if joiners.len() > batch {
+            self.view_change.joiners_wanted = joiners.split_off(batch);
         }
         // Requests from members already in the view with the same incarnation are stale.
         joiners.retain(|(m, _, inc)| {

@@ -33,8 +33,9 @@ pub(super) struct Reliable {
     pub(super) relayed: HashMap<(u16, u64), Vec<u8>>,
     /// Positions whose relayed submission has not arrived yet.
     pub(super) awaiting: HashMap<(u16, u64), u64>,
-    /// Per rank: the highest message number delivered from that sender in this view.
-    pub(super) delivered_seq: Vec<Option<u64>>,
+    /// By rank: the highest message number delivered from that sender in this view. Only
+    /// senders that sent appear (a vector of n slots cost 16 bytes x n per member).
+    pub(super) delivered_seq: BTreeMap<u16, u64>,
     /// One past the highest position this member knows was given (from Orders, Ordered
     /// or the leader's heartbeat): what it must NAK for while it has not delivered it.
     pub(super) known_end: u64,
@@ -123,7 +124,7 @@ impl Reliable {
         self.log = BTreeMap::new();
         self.relayed.clear();
         self.awaiting.clear();
-        self.delivered_seq = vec![None; n];
+        self.delivered_seq = BTreeMap::new();
         self.known_end = 0;
         self.delivered = 0;
         self.stable = 0;
@@ -407,10 +408,8 @@ impl GroupMember {
         let stale = self
             .reliable
             .delivered_seq
-            .get(usize::from(rank))
-            .copied()
-            .flatten()
-            .is_some_and(|d| seq <= d);
+            .get(&rank)
+            .is_some_and(|d| seq <= *d);
         if stale {
             return; // already delivered (recovered by a NAK first)
         }
@@ -564,9 +563,7 @@ impl GroupMember {
             };
             let (sender_id, seq, data) = (sender.id, m.seq, m.data.clone());
             let rank = m.sender;
-            if let Some(d) = self.reliable.delivered_seq.get_mut(usize::from(rank)) {
-                *d = Some(seq);
-            }
+            self.reliable.delivered_seq.insert(rank, seq);
             self.reliable.relayed.remove(&(rank, seq));
             self.reliable.awaiting.remove(&(rank, seq));
             let order = self.reliable.delivered;

@@ -30,8 +30,8 @@ impl GroupMember {
     /// leaders it trusts). Other members stay: they are linked to this one through the
     /// leader, which st-trust allows.
     pub fn set_trust(&mut self, now: Timestamp, trust: Vec<MemberId>) {
-        self.config.trust = trust.clone();
-        self.pairs.set_trust(trust);
+        self.config.trust = trust.into();
+        self.pairs.set_trust(self.config.trust.clone());
         self.drain_pairs(now);
         let mut untrusted_members = Vec::new();
         if let Some(view) = self.view.clone() {
