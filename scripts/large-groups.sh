@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 14's simulator benchmarks (crates/cohort-group/benches/large_groups.rs), in one run:
 # rekey after one leave for each rekey method, one view change (a join and a leave), forming
-# a group from cold, steady-state datagrams a second at the leader and at a member, and the
+# a group from cold, steady-state datagrams a second at the leader and at a member, the
+# removal of a crashed member and a takeover after the leader and ranks 1..3 crash, and the
 # simulator's own cost per step. Prints markdown tables (docs/performance.md, "Large groups
 # (issue 14)").
 #
@@ -9,8 +10,8 @@
 #   quick  100 members; forming at 100 and 200; the simulator alone at 1,000 nodes (a minute)
 #   full   1,000 members; forming at 250, 500, 1,000, 2,500, 5,000 and 10,000; the simulator
 #          alone at 1,000 and 10,000 nodes (the default; about half an hour on 2 cores)
-#   big    10,000 members (needs views past 1,024 members: sizes above
-#          cohort_group::MAX_VIEW_MEMBERS are printed as skipped)
+#   big    10,000 members (forming, steady state, rekeys, a view change, failures; about
+#          an hour on 2 cores and about 10 GB of memory)
 # LARGE_GROUPS_MODES=identity,kdc adds KDC mode (one-message rekey only). Forming runs each
 # size in a process of its own, so that each resident-memory figure starts from a fresh
 # process. Other LARGE_GROUPS_* variables (see the benchmark's head comment) pass through.
@@ -37,6 +38,6 @@ nice -n 5 cargo bench -q -p cohort-group --bench large_groups --no-run
 for n in $FORM; do
     LARGE_GROUPS=form LARGE_GROUPS_FORM_SIZES=$n bench
 done
-LARGE_GROUPS=steady,rekey,change LARGE_GROUPS_SIZES=$SIZES bench
+LARGE_GROUPS=steady,rekey,change,fail LARGE_GROUPS_SIZES=$SIZES bench
 LARGE_GROUPS=sim LARGE_GROUPS_SIM_SIZES=$SIM bench
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -32,7 +32,8 @@
 //! Environment (all optional):
 //!
 //! * `LARGE_GROUPS`: which parts, comma-separated, of `rekey`, `change`, `form`, `steady`,
-//!   `sim` (default the first four).
+//!   `fail`, `sim` (default the first four). `fail`: a crashed member's removal and a
+//!   takeover after the leader and ranks 1..3 crash, in virtual time.
 //! * `LARGE_GROUPS_SIM_SIZES`, `LARGE_GROUPS_SIM_SECS`: nodes and virtual seconds of the
 //!   simulator's own benchmark, `sim` (`1000,10000`; 10).
 //! * `LARGE_GROUPS_SIZES`: group sizes of parts 1, 2 and 4 (`1000`).
@@ -778,6 +779,67 @@ fn change_run(mode: Mode, n: usize, opts: &Opts) -> Result<ChangeSample, String>
     })
 }
 
+// ------------------------------------------------------------------------------ 6. failures
+
+/// `LARGE_GROUPS=fail`: a group of n forms and runs 1 s; the member at the middle rank
+/// crashes (it stops, silently), and the virtual time until every survivor installed a view
+/// without it is measured (detection by the failure detector, and the view change); 1 s
+/// later the leader and ranks 1 to 3 crash together, and the virtual time until every
+/// survivor shares one view without them (takeover by rank 4 and its view change).
+fn fail_bench(opts: &Opts) {
+    println!(
+        "\n## 6. Failures: one crashed member removed, and a takeover after the leader and \
+         ranks 1..3 crash (5 ms links, default timers: suspicion 1 s)\n"
+    );
+    println!(
+        "| mode | members | crashed member out of every view (virtual ms) | leader + ranks 1..3 \
+         crashed: one view of the survivors (virtual ms) |"
+    );
+    println!("|---|---|---|---|");
+    for &mode in &opts.modes {
+        for &n in &opts.sizes {
+            match fail_run(mode, n, opts) {
+                Ok((detect, takeover)) => println!(
+                    "| {} | {n} | {:.0} | {:.0} |",
+                    mode.name(),
+                    ms(detect),
+                    ms(takeover)
+                ),
+                Err(e) => println!("| {} | {n} | failed: {e} |", mode.name()),
+            }
+        }
+    }
+}
+
+fn fail_run(mode: Mode, n: usize, opts: &Opts) -> Result<(Duration, Duration), String> {
+    let mut w = World::new(mode, opts.seed, n, RekeyMethod::OneMessage, opts.cap);
+    w.form(n, opts.batched, opts.form_limit(n))?;
+    w.run_for(Duration::from_secs(1))?;
+    let order = w.by_rank();
+    let crashed = order[n / 2];
+    let left: Vec<usize> = order.iter().copied().filter(|i| *i != crashed).collect();
+    w.sim.crash(w.nodes[crashed]);
+    let detect = w.run_until(Duration::from_secs(30), "a crashed member removed", |w| {
+        w.member(left[0])
+            .view()
+            .is_some_and(|v| v.members.len() == n - 1 && w.all_in(&left, v.id, n - 1))
+    })?;
+    w.run_for(Duration::from_secs(1))?;
+    let order = w.by_rank();
+    let dead: Vec<usize> = order.iter().copied().take(4).collect();
+    let alive: Vec<usize> = order.iter().copied().skip(4).collect();
+    for i in &dead {
+        w.sim.crash(w.nodes[*i]);
+    }
+    let len = alive.len();
+    let takeover = w.run_until(Duration::from_secs(60), "takeover", |w| {
+        w.member(alive[0])
+            .view()
+            .is_some_and(|v| v.members.len() == len && w.all_in(&alive, v.id, len))
+    })?;
+    Ok((detect, takeover))
+}
+
 fn change_bench(opts: &Opts) {
     println!(
         "\n## 2. One view change: one join and one leave at the same instant (5 ms links, \
@@ -1122,6 +1184,9 @@ fn main() {
     }
     if parts.contains(&"change") {
         change_bench(&opts);
+    }
+    if parts.contains(&"fail") {
+        fail_bench(&opts);
     }
     if parts.contains(&"sim") {
         let sizes = env_list("LARGE_GROUPS_SIM_SIZES", &[1000, 10_000]);

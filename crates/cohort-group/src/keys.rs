@@ -16,12 +16,12 @@
 
 use crate::config::Protection;
 use crate::id::ViewId;
-use std::collections::btree_map::{BTreeMap, Entry};
 use cohort_crypto::{AeadAlgorithm, CryptoError, CryptoProvider, Secret};
 use cohort_gears::{
     prefix_len, DropReason, GearId, GearKeys, GearSet, ProtectError, Protector, ReceivePolicy,
     TagChoice, Unprotector,
 };
+use std::collections::btree_map::{BTreeMap, Entry};
 
 /// Bytes of the group header inside a gears packet.
 pub const GROUP_HEADER_LEN: usize = 3;

@@ -113,8 +113,12 @@ pub const PAIR_KIND: u8 = 0xC1;
 pub const MAX_QUEUED: usize = 64;
 
 /// Most server channels not yet authenticated, over all addresses; a new one evicts the
-/// oldest.
-pub const MAX_HALF_OPEN: usize = 64;
+/// oldest. 1,024: a cold start of thousands of members sends the leader that many
+/// handshakes at once, and with 64 each new hello evicted one still in its first round trip,
+/// so a leader admitted about 60 joiners a view change whatever the batch policy (forming
+/// 2,500 took 80 view changes). A flood of spoofed hellos costs at most 1,024 handshake
+/// states (a few MiB).
+pub const MAX_HALF_OPEN: usize = 1024;
 
 /// The version byte of an identity proof.
 pub const PROOF_VERSION: u8 = 1;

@@ -30,6 +30,8 @@ pub(super) struct ViewChange {
     pub(super) announce: Option<Announce>,
     pub(super) change_wanted: Vec<(MemberId, RemovalReason)>,
     pub(super) joiners_wanted: Vec<(Member, u64, u64)>,
+    /// When the oldest of `joiners_wanted` arrived (see [`join_batch`]: joiners wait to fill a batch).
+    pub(super) joiners_since: Option<Timestamp>,
     pub(super) rekey_wanted: Option<Timestamp>,
     /// A member list being fetched from a coordinator (`install.rs`).
     pub(super) fetch: Option<ListFetch>,
@@ -53,6 +55,24 @@ pub(super) const MAX_JOIN_BATCH: usize = 4096;
 /// 4,096 joiners beyond: the flush work per joiner stays bounded.
 pub(super) fn join_batch(members: usize) -> usize {
     members.clamp(JOIN_BATCH, MAX_JOIN_BATCH)
+}
+
+/// Whether joiners alone (nothing else wanted) wait before a view change lets them in: in
+/// a view of at least [`JOIN_BATCH`] members, until they fill a batch or the oldest has
+/// waited a heartbeat interval. Joiners of a cold start arrive spread over their retry
+/// jitter; starting a change for each handful costs every member a flush and an install
+/// each (an O(n) flush round at the leader), where one change a heartbeat interval lets
+/// them all in together. Smaller views let joiners in at once, as before.
+pub(super) fn hold_joiners(
+    members: usize,
+    waiting: usize,
+    since: Option<Timestamp>,
+    now: Timestamp,
+    wait: std::time::Duration,
+) -> bool {
+    members >= JOIN_BATCH
+        && waiting < join_batch(members)
+        && since.is_some_and(|t| now < t.saturating_add(wait))
 }
 
 /// Most joiners waiting at the leader for a later batch; more are refused (they retry).
@@ -254,12 +274,28 @@ impl GroupMember {
         let Some(view) = self.view.clone() else {
             return;
         };
+        let only_joiners = self.view_change.change_wanted.is_empty()
+            && self.view_change.rekey_wanted.is_none()
+            && !period_due;
+        if only_joiners
+            && hold_joiners(
+                view.members.len(),
+                self.view_change.joiners_wanted.len(),
+                self.view_change.joiners_since,
+                now,
+                self.config.heartbeat_interval,
+            )
+        {
+            return;
+        }
         let removed = std::mem::take(&mut self.view_change.change_wanted);
         let mut joiners = std::mem::take(&mut self.view_change.joiners_wanted);
         // Bulk joins: a bounded batch now, the rest in the next change (in arrival order).
         let batch = join_batch(view.members.len());
         if joiners.len() > batch {
             self.view_change.joiners_wanted = joiners.split_off(batch);
+        } else {
+            self.view_change.joiners_since = None;
         }
         // Requests from members already in the view with the same incarnation are stale.
         joiners.retain(|(m, _, inc)| {

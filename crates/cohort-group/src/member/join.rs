@@ -302,7 +302,16 @@ impl GroupMember {
                 self.send_pair(now, addr, Some(peer), &PairMsg::Redirect { leader });
                 return;
             }
-            None => waiting.push((Member { id: peer, addr }, next_seq, incarnation)),
+            None => {
+                if waiting.is_empty() {
+                    self.view_change.joiners_since = Some(now);
+                }
+                self.view_change.joiners_wanted.push((
+                    Member { id: peer, addr },
+                    next_seq,
+                    incarnation,
+                ));
+            }
         }
         self.maybe_start_change(now);
         // Not let in by a change that started now: tell it to wait for a later batch.
