@@ -454,7 +454,7 @@ impl World {
         // virtual and wall-clock time (where forming spends its time).
         let trace = std::env::var_os("LARGE_GROUPS_VERBOSE").is_some();
         let last = Cell::new(0usize);
-        let wall = Instant::now();
+        let wall = wall_now();
         self.run_until(limit, "forming (one view of all)", |w| {
             let view = w.leader_view();
             if let Some((_, len)) = view.filter(|(_, len)| trace && *len != last.get()) {
