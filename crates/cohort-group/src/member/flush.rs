@@ -32,6 +32,8 @@ pub(super) struct ViewChange {
     pub(super) joiners_wanted: Vec<(Member, u64, u64)>,
     /// When the oldest of `joiners_wanted` arrived (see [`join_batch`]: joiners wait to fill a batch).
     pub(super) joiners_since: Option<Timestamp>,
+    /// When the last view change that let joiners in started (joins are streaming in).
+    pub(super) last_join_batch: Option<Timestamp>,
     pub(super) rekey_wanted: Option<Timestamp>,
     /// A member list being fetched from a coordinator (`install.rs`).
     pub(super) fetch: Option<ListFetch>,
@@ -57,21 +59,25 @@ pub(super) fn join_batch(members: usize) -> usize {
     members.clamp(JOIN_BATCH, MAX_JOIN_BATCH)
 }
 
-/// Whether joiners alone (nothing else wanted) wait before a view change lets them in: in
-/// a view of at least [`JOIN_BATCH`] members, until they fill a batch or the oldest has
-/// waited a heartbeat interval. Joiners of a cold start arrive spread over their retry
-/// jitter; starting a change for each handful costs every member a flush and an install
-/// each (an O(n) flush round at the leader), where one change a heartbeat interval lets
-/// them all in together. Smaller views let joiners in at once, as before.
+/// Whether joiners alone (nothing else wanted) wait before a view change lets them in:
+/// while joins stream in (a change let joiners in less than `wait` ago) into a view of at
+/// least [`JOIN_BATCH`] members, until they fill a batch or the oldest (arrived at
+/// `since`) has waited `wait` (a heartbeat interval). Joiners of a cold start arrive
+/// spread over their retry jitter; starting a change for each handful costs every member
+/// a flush and an install each (an O(n) flush round at the leader), where one change a
+/// heartbeat interval lets them all in together. A lone joiner, or any joiner of a smaller
+/// view, goes in at once, as before.
 pub(super) fn hold_joiners(
     members: usize,
     waiting: usize,
     since: Option<Timestamp>,
+    last_batch: Option<Timestamp>,
     now: Timestamp,
     wait: std::time::Duration,
 ) -> bool {
     members >= JOIN_BATCH
         && waiting < join_batch(members)
+        && last_batch.is_some_and(|t| now < t.saturating_add(wait))
         && since.is_some_and(|t| now < t.saturating_add(wait))
 }
 
@@ -282,6 +288,7 @@ impl GroupMember {
                 view.members.len(),
                 self.view_change.joiners_wanted.len(),
                 self.view_change.joiners_since,
+                self.view_change.last_join_batch,
                 now,
                 self.config.heartbeat_interval,
             )
@@ -296,6 +303,9 @@ impl GroupMember {
             self.view_change.joiners_wanted = joiners.split_off(batch);
         } else {
             self.view_change.joiners_since = None;
+        }
+        if !joiners.is_empty() {
+            self.view_change.last_join_batch = Some(now);
         }
         // Requests from members already in the view with the same incarnation are stale.
         joiners.retain(|(m, _, inc)| {
