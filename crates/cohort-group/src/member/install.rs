@@ -961,7 +961,10 @@ impl GroupMember {
         let next_seqs = self.next_seqs_for(&install, my_rank, own);
         self.deliver_up_to(install.final_order);
         self.install_view(now, &install, roster.clone(), next_seqs, key, None);
-        self.ack_install(&install, &roster.members);
+        // After a flush on the overlay the acknowledgement goes up the old view's tree.
+        if !self.tree_ack_own(now, install.view) {
+            self.ack_install(&install, &roster.members);
+        }
     }
 
     /// Every member's next message number for `Reliable::start_view`: the Install's list
@@ -1373,6 +1376,7 @@ impl GroupMember {
         self.view_change.announce = None;
         self.view_change.fetch = None;
         self.view_change.assembly = None;
+        self.view_change.tree = None;
         self.old_views.clear();
         self.incarnation = self.rng.next_u64();
     }

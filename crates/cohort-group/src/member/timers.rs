@@ -143,6 +143,7 @@ impl GroupMember {
                 self.progress_tree(now, true);
             }
         }
+        self.tree_flush_tick(now);
         self.overlay_tick(now);
         // A member suspects the leader (or the coordinator it follows) and takes over when
         // no lower rank answers its probes, or when its turn comes (`overlay.rs`).
@@ -188,6 +189,9 @@ impl GroupMember {
         }
         if let Some(tw) = self.tree.tree_wait.as_ref() {
             consider(tw.deadline);
+        }
+        if let Some(t) = self.view_change.tree.as_ref() {
+            consider(t.next_deadline());
         }
         for o in &self.old_views {
             consider(o.expires);
