@@ -418,8 +418,12 @@ impl GroupMember {
             }
         }
         if let Some(c) = self.view_change.coordinator.as_mut() {
-            if c.proposal != proposal || c.phase != Phase::Collect || self.rank != 0 {
+            if self.rank != 0 {
                 self.counters.count(Drop::Unexpected);
+                return;
+            }
+            if c.proposal != proposal || c.phase != Phase::Collect {
+                // Late, or for a flush given up: as with a direct answer, nothing to do.
                 return;
             }
             c.note_delivered(delivered, holder);
@@ -443,7 +447,11 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             return;
         };
-        if t.proposal != proposal || !t.children.contains(&rank) || Some(t.base) != view_id {
+        if t.proposal != proposal || Some(t.base) != view_id {
+            // For a flush this member no longer takes part in.
+            return;
+        }
+        if !t.children.contains(&rank) {
             self.counters.count(Drop::Unexpected);
             return;
         }
@@ -558,7 +566,10 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             return;
         };
-        if t.proposal != view || t.base != base || !t.children.contains(&rank) {
+        if t.proposal != view || t.base != base {
+            return;
+        }
+        if !t.children.contains(&rank) {
             self.counters.count(Drop::Unexpected);
             return;
         }
