@@ -183,6 +183,10 @@ impl GroupMember {
                 consider(c.deadline);
                 consider(c.resend_at);
             }
+            // Only with a view: `on_tick` runs the tree flush's deadlines only then.
+            if let Some(t) = self.view_change.tree.as_ref() {
+                consider(t.next_deadline());
+            }
         }
         if let Some(a) = self.view_change.announce.as_ref() {
             consider(a.resend_at);
@@ -190,9 +194,7 @@ impl GroupMember {
         if let Some(tw) = self.tree.tree_wait.as_ref() {
             consider(tw.deadline);
         }
-        if let Some(t) = self.view_change.tree.as_ref() {
-            consider(t.next_deadline());
-        }
+
         for o in &self.old_views {
             consider(o.expires);
         }

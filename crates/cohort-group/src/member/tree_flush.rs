@@ -604,10 +604,11 @@ impl GroupMember {
             self.view_change.tree = None;
             return;
         }
-        let answers_due = !t.answers_sent && now >= t.answer_deadline;
+        // The same conditions as `next_deadline`: a deadline it reports is always acted on.
+        let answers_due = (!t.answers_sent || !t.gathered.is_empty()) && now >= t.answer_deadline;
         let acks_due = t
             .ack_deadline
-            .is_some_and(|d| now >= d && !t.acks_sent && !t.acks.is_empty());
+            .is_some_and(|d| now >= d && !t.acks.is_empty());
         if answers_due {
             self.send_answers_up();
         }
