@@ -9,7 +9,9 @@
 
 use super::flush::{Change, Coordinator, Phase};
 use super::join::Joining;
+use super::output::BROADCAST;
 use super::timers::interval;
+use super::tree_flush::flush_children;
 use super::{GroupMember, OldView, MAX_VIEW_MEMBERS};
 use crate::config::RekeyMethod;
 use crate::event::{Drop, GroupEvent, RemovalReason};
@@ -507,8 +509,10 @@ impl GroupMember {
     }
 
     /// The leader of an overlay view: seals the survivors' copy of `install` once and sends
-    /// it down the tree. False (nothing sent) when it needs more than one part: the caller
-    /// then sends every member its own copy.
+    /// it down the tree: the flush tree of the change (`tree_flush.rs`), which goes around
+    /// the members it leaves out, and to the members reporting directly. False (nothing
+    /// sent) when it needs more than one part: the caller then sends every member its own
+    /// copy.
     fn install_down_tree(&mut self, install: &Install) -> bool {
         let msg = Msg::Install(install_copy_for(install, None));
         let mut body = Vec::new();
@@ -516,7 +520,30 @@ impl GroupMember {
         if body.len() > self.part_limit {
             return false;
         }
-        self.tree_broadcast(&msg).is_some()
+        let Some(view) = self.view.as_ref() else {
+            return false;
+        };
+        let n = view.members.len();
+        let survivors: Vec<u16> = (0..n as u16)
+            .filter(|r| install.left.binary_search(r).is_err())
+            .collect();
+        let mut targets = flush_children(0, n, &survivors);
+        if let Some(s) = self.reliable.sequencer.as_ref() {
+            targets.extend(s.orphans.iter().copied());
+        }
+        targets.sort_unstable();
+        targets.dedup();
+        let addrs: Vec<SocketAddr> = targets
+            .iter()
+            .filter_map(|r| view.members.get(usize::from(*r)).map(|m| m.addr))
+            .collect();
+        let Some(packet) = self.seal(BROADCAST, &msg) else {
+            return false;
+        };
+        for a in addrs {
+            self.out.push_back((a, packet.clone()));
+        }
+        true
     }
 
     /// Sends `install` to the member at `to` under the current view's keys (or the kept

@@ -64,7 +64,7 @@ impl GroupMember {
                     // Down the overlay: the same sealed bytes go on to this member's
                     // children (opened once here, so a duplicate is never passed on).
                     if broadcast && self.forwards(rank, &msg) {
-                        self.send_down(data);
+                        self.send_down_for(data, &msg);
                         if rank == my {
                             // Our own submission, relayed down the tree through us.
                             return;

@@ -617,6 +617,22 @@ impl GroupMember {
         }
     }
 
+    /// The addresses of this member's flush children in the change that proposed `view`,
+    /// if it took part in one on the overlay.
+    pub(super) fn flush_tree_addrs(&self, view: ViewId) -> Option<Vec<SocketAddr>> {
+        let t = self.view_change.tree.as_ref()?;
+        if t.proposal != view {
+            return None;
+        }
+        let members = &self.view.as_ref()?.members;
+        Some(
+            t.children
+                .iter()
+                .filter_map(|r| members.get(usize::from(*r)).map(|m| m.addr))
+                .collect(),
+        )
+    }
+
     /// Whether this member follows a flush on the overlay now (it then sends no
     /// heartbeats to the coordinator: its answers tell the coordinator it lives).
     pub(super) fn following_tree_flush(&self) -> bool {
@@ -656,13 +672,13 @@ mod tests {
     #[test]
     fn the_flush_tree_skips_members_that_do_not_survive() {
         let n = 300;
-        // Rank 1 leaves: its children 17..=32 hang from the root.
+        // Rank 1 leaves: its children 3..=18 hang from the root.
         let survivors: Vec<u16> = (0..n as u16).filter(|r| *r != 1).collect();
-        let mut root: Vec<u16> = (2..=16).collect();
-        root.extend(17..=32);
+        let root: Vec<u16> = (2..=18).collect();
         assert_eq!(flush_children(0, n, &survivors), root);
-        assert_eq!(flush_parent(20, &survivors), 0);
-        assert_eq!(flush_parent(33, &survivors), 2);
+        assert_eq!(flush_parent(5, &survivors), 0);
+        assert_eq!(flush_parent(20, &survivors), 2);
+        assert_eq!(flush_parent(35, &survivors), 3);
         assert!(flush_children(1, n, &survivors).len() == 16);
         // Every survivor but the root has exactly one flush parent that lists it.
         for r in survivors.iter().copied().filter(|r| *r != 0) {
