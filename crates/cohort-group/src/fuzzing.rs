@@ -255,6 +255,18 @@ pub fn sample_msgs() -> Vec<Msg> {
             })),
             None,
         ))),
+        Msg::FlushOks {
+            proposal: sample_view(),
+            delivered: 12,
+            holder: 18,
+            answered: vec![(17, 3), (33, 1)],
+            next_seqs: vec![(18, 4)],
+            pending: vec![(18, 3, b"pending".to_vec())],
+        },
+        Msg::InstallAcks {
+            view: sample_view(),
+            acked: vec![(1, 16), (40, 2)],
+        },
     ]
 }
 

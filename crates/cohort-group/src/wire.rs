@@ -158,7 +158,39 @@ pub enum Msg {
     Probe,
     /// The answer to [`Msg::Probe`].
     ProbeAck,
+    /// Flush answers of part of an overlay subtree, on their way up the overlay to the
+    /// coordinator (views of more than `OVERLAY_MIN` members; `member/tree_flush.rs`): the
+    /// union of [`Msg::FlushOk`]s, folded. Several may cover one subtree; the coordinator
+    /// takes their union.
+    FlushOks {
+        /// The proposal answered.
+        proposal: ViewId,
+        /// The most positions any of the answering members delivered.
+        delivered: u64,
+        /// A member (rank) that delivered `delivered` positions.
+        holder: u16,
+        /// The ranks that answered, as ascending, disjoint runs `(first, length)`, each of
+        /// length at least 1 (at most [`MAX_RUNS`] runs).
+        answered: Vec<(u16, u16)>,
+        /// The answering members' next reliable message numbers, `(rank, next_seq)`, for
+        /// those whose number is not 0 (at most [`MAX_MEMBERS`] entries).
+        next_seqs: Vec<(u16, u64)>,
+        /// Their reliable messages not yet seen ordered, `(rank, seq, data)` (at most
+        /// [`MAX_PENDING`]).
+        pending: Vec<(u16, u64, Vec<u8>)>,
+    },
+    /// Install acknowledgements of part of an overlay subtree, on their way up the old
+    /// view's overlay to the coordinator, under the old view's keys (`member/tree_flush.rs`).
+    InstallAcks {
+        /// The view installed.
+        view: ViewId,
+        /// The ranks (in the old view) that installed it, as in [`Msg::FlushOks`].
+        acked: Vec<(u16, u16)>,
+    },
 }
+
+/// Most runs of ranks in one [`Msg::FlushOks`] or [`Msg::InstallAcks`].
+pub const MAX_RUNS: usize = 4096;
 
 /// The key a new view uses.
 #[derive(Clone, Debug, PartialEq)]
@@ -548,6 +580,56 @@ fn get_survivors(r: &mut Reader<'_>) -> Option<Vec<u16>> {
     Some(survivors)
 }
 
+/// Runs of ranks: `count: u16`, then `(first: u16, length: u16)` each.
+fn put_runs(w: &mut Writer<'_>, runs: &[(u16, u16)]) {
+    w.u16(runs.len() as u16);
+    for (first, len) in runs {
+        w.u16(*first).u16(*len);
+    }
+}
+
+/// Runs of ranks, checked: each of length at least 1, ending at most at `MAX_MEMBERS`,
+/// ascending and apart (a run starts past the end of the one before, so one set of ranks
+/// has one encoding).
+fn get_runs(r: &mut Reader<'_>) -> Option<Vec<(u16, u16)>> {
+    let n = get_count(r, MAX_RUNS)?;
+    let mut runs: Vec<(u16, u16)> = Vec::with_capacity(n);
+    let mut next_free = 0u32;
+    for i in 0..n {
+        let first = r.u16().ok()?;
+        let len = r.u16().ok()?;
+        let end = u32::from(first) + u32::from(len);
+        if len == 0 || end > MAX_MEMBERS as u32 || (i > 0 && u32::from(first) <= next_free) {
+            return None;
+        }
+        next_free = end;
+        runs.push((first, len));
+    }
+    Some(runs)
+}
+
+/// `ranks` (any order, repeats allowed) as ascending, disjoint, apart runs.
+pub fn ranks_to_runs(ranks: &[u16]) -> Vec<(u16, u16)> {
+    let mut sorted = ranks.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut runs: Vec<(u16, u16)> = Vec::new();
+    for r in sorted {
+        match runs.last_mut() {
+            Some((first, len)) if u32::from(*first) + u32::from(*len) == u32::from(r) => *len += 1,
+            _ => runs.push((r, 1)),
+        }
+    }
+    runs
+}
+
+/// The ranks `runs` stand for, in order.
+pub fn runs_to_ranks(runs: &[(u16, u16)]) -> impl Iterator<Item = u16> + '_ {
+    runs.iter()
+        .flat_map(|(first, len)| u32::from(*first)..u32::from(*first) + u32::from(*len))
+        .map(|r| r as u16)
+}
+
 fn put_install(w: &mut Writer<'_>, i: &Install) {
     put_install_fields(w, i, true);
     w.u8(i.signature.len() as u8).bytes(&i.signature);
@@ -872,6 +954,33 @@ impl Msg {
             Msg::ProbeAck => {
                 w.u8(19);
             }
+            Msg::FlushOks {
+                proposal,
+                delivered,
+                holder,
+                answered,
+                next_seqs,
+                pending,
+            } => {
+                w.u8(20);
+                put_view_id(&mut w, proposal);
+                w.u64(*delivered).u16(*holder);
+                put_runs(&mut w, answered);
+                w.u16(next_seqs.len() as u16);
+                for (rank, seq) in next_seqs {
+                    w.u16(*rank).u64(*seq);
+                }
+                w.u16(pending.len() as u16);
+                for (rank, seq, data) in pending {
+                    w.u16(*rank).u64(*seq);
+                    put_bytes32(&mut w, data);
+                }
+            }
+            Msg::InstallAcks { view, acked } => {
+                w.u8(21);
+                put_view_id(&mut w, view);
+                put_runs(&mut w, acked);
+            }
         }
     }
 
@@ -985,6 +1094,36 @@ impl Msg {
             },
             18 => Msg::Probe,
             19 => Msg::ProbeAck,
+            20 => {
+                let proposal = get_view_id(&mut r).ok()?;
+                let delivered = r.u64().ok()?;
+                let holder = r.u16().ok()?;
+                let answered = get_runs(&mut r)?;
+                let n = get_count(&mut r, MAX_MEMBERS)?;
+                let mut next_seqs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    next_seqs.push((r.u16().ok()?, r.u64().ok()?));
+                }
+                let n = get_count(&mut r, MAX_PENDING)?;
+                let mut pending = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let rank = r.u16().ok()?;
+                    let seq = r.u64().ok()?;
+                    pending.push((rank, seq, get_bytes32(&mut r)?));
+                }
+                Msg::FlushOks {
+                    proposal,
+                    delivered,
+                    holder,
+                    answered,
+                    next_seqs,
+                    pending,
+                }
+            }
+            21 => Msg::InstallAcks {
+                view: get_view_id(&mut r).ok()?,
+                acked: get_runs(&mut r)?,
+            },
             _ => return None,
         };
         r.is_empty().then_some(msg)

@@ -9,6 +9,7 @@
 use super::install::{Announce, Assembly, ListFetch, Roster};
 use super::reliable::{OrderedMsg, Reliable};
 use super::timers::interval;
+use super::tree_flush::TreeFlush;
 use super::GroupMember;
 use crate::config::AuthMode;
 use crate::event::{Drop, RemovalReason};
@@ -39,6 +40,8 @@ pub(super) struct ViewChange {
     pub(super) fetch: Option<ListFetch>,
     /// An Install or Welcome arriving in parts (`install.rs`).
     pub(super) assembly: Option<Assembly>,
+    /// This member's part in a view change that travels on the overlay (`tree_flush.rs`).
+    pub(super) tree: Option<TreeFlush>,
 }
 
 /// Fewest joiners one view change lets in when that many wait (see [`join_batch`]).
@@ -194,7 +197,18 @@ pub(super) struct Coordinator {
     pub(super) survivors: Vec<u16>,
     pub(super) joiners: Vec<(Member, u64, u64)>,
     pub(super) removed: Vec<(MemberId, RemovalReason)>,
+    /// The answers that carry something beyond "answered": a next message number that is
+    /// not 0, or pending messages (every direct answer is kept whole).
     pub(super) answers: BTreeMap<u16, FlushAnswer>,
+    /// Which survivors answered, by rank in the current view.
+    pub(super) answered: Vec<bool>,
+    /// Survivors that have not answered yet.
+    pub(super) missing: usize,
+    /// The most positions any answer (or this coordinator) delivered, and who did.
+    pub(super) best: (u64, u16),
+    /// Flushes sent so far (on the overlay, each resend reaches one level deeper below
+    /// members that did not answer).
+    pub(super) rounds: u32,
     pub(super) phase: Phase,
     pub(super) rekey: bool,
     pub(super) new_key: Option<GroupKey>,
@@ -210,6 +224,40 @@ pub(super) struct Coordinator {
     pub(super) final_order: u64,
     /// Dissolving: the merge Install and the members that have not confirmed it.
     pub(super) dissolving: Option<(Box<Install>, Vec<Member>)>,
+}
+
+impl Coordinator {
+    /// Whether the survivor at `rank` answered.
+    pub(super) fn has_answered(&self, rank: u16) -> bool {
+        self.answered
+            .get(usize::from(rank))
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// `holder` delivered `delivered` positions: the most so far becomes the flush's
+    /// target (ties keep the earlier holder, this coordinator first).
+    pub(super) fn note_delivered(&mut self, delivered: u64, holder: u16) {
+        if delivered > self.best.0 {
+            self.best = (delivered, holder);
+        }
+    }
+
+    /// Takes the answer of the survivor at `rank` (the caller checked it survives): the
+    /// first counts, a repeat changes nothing but fills in what the first lacked.
+    pub(super) fn record_answer(&mut self, rank: u16, answer: FlushAnswer) {
+        let Some(slot) = self.answered.get_mut(usize::from(rank)) else {
+            return;
+        };
+        if !*slot {
+            *slot = true;
+            self.missing = self.missing.saturating_sub(1);
+        }
+        self.note_delivered(answer.delivered, rank);
+        if answer.next_seq != 0 || !answer.pending.is_empty() {
+            self.answers.entry(rank).or_insert(answer);
+        }
+    }
 }
 
 impl GroupMember {
@@ -382,16 +430,20 @@ impl GroupMember {
         self.reliable.log = self.reliable.log.split_off(&self.reliable.stable);
         self.reliable.discard_undelivered();
         self.view_change.flushing = None;
-        let mut answers = BTreeMap::new();
-        if survivors.contains(&self.rank) {
-            answers.insert(self.rank, FlushAnswer::own(&self.reliable));
-        }
-        self.view_change.coordinator = Some(Coordinator {
+        let n = self.view.as_ref().map_or(0, |v| v.members.len());
+        survivors.retain(|r| usize::from(*r) < n);
+        survivors.sort_unstable();
+        survivors.dedup();
+        let mut coordinator = Coordinator {
             proposal,
             survivors: survivors.clone(),
             joiners,
             removed,
-            answers,
+            answers: BTreeMap::new(),
+            answered: vec![false; n],
+            missing: survivors.len(),
+            best: (self.reliable.delivered, self.rank),
+            rounds: 0,
             phase: Phase::Collect,
             rekey,
             new_key: None,
@@ -404,15 +456,24 @@ impl GroupMember {
             resend_at: now,
             final_order: 0,
             dissolving: None,
-        });
+        };
+        if survivors.binary_search(&self.rank).is_ok() {
+            coordinator.record_answer(self.rank, FlushAnswer::own(&self.reliable));
+        }
+        self.view_change.coordinator = Some(coordinator);
         self.progress_flush(now);
     }
 
     pub(super) fn send_flush(&mut self, now: Timestamp) {
+        if self.flush_on_tree() {
+            self.send_tree_flush(now);
+            return;
+        }
         let Some(c) = self.view_change.coordinator.as_mut() else {
             return;
         };
         c.resend_at = now.saturating_add(interval::flush_resend(&self.config));
+        c.rounds += 1;
         let msg = Msg::Flush {
             proposal: c.proposal,
             survivors: c.survivors.clone(),
@@ -421,7 +482,7 @@ impl GroupMember {
             .survivors
             .iter()
             .copied()
-            .filter(|r| !c.answers.contains_key(r))
+            .filter(|r| !c.has_answered(*r))
             .collect();
         for r in missing {
             self.send_to_rank(r, &msg);
@@ -454,12 +515,16 @@ impl GroupMember {
         }
     }
 
+    /// A Flush from the member at `rank`. `tree` holds, for a Flush that came down the
+    /// overlay (sealed for everyone), the address it came from and its sealed bytes, which
+    /// go on to this member's children in the flush (`tree_flush.rs`).
     pub(super) fn on_flush(
         &mut self,
         now: Timestamp,
         rank: u16,
         proposal: ViewId,
         survivors: Vec<u16>,
+        tree: Option<(SocketAddr, &[u8])>,
     ) {
         if proposal.coordinator != self.member_at(rank).map(|m| m.id).unwrap_or(self.id) {
             self.counters.count(Drop::Unexpected);
@@ -530,6 +595,10 @@ impl GroupMember {
             answer.next_seq = first;
             answer.pending.retain(|(seq, _)| *seq < first);
         }
+        if let Some((from, packet)) = tree.filter(|_| rank == 0 && self.overlay_active()) {
+            self.tree_flush_answer(now, proposal, &survivors, answer, from, packet);
+            return;
+        }
         let msg = Msg::FlushOk {
             proposal,
             delivered: answer.delivered,
@@ -551,10 +620,13 @@ impl GroupMember {
         let Some(c) = self.view_change.coordinator.as_mut() else {
             return;
         };
-        if c.proposal != proposal || !c.survivors.contains(&rank) || c.phase != Phase::Collect {
+        if c.proposal != proposal
+            || c.survivors.binary_search(&rank).is_err()
+            || c.phase != Phase::Collect
+        {
             return;
         }
-        c.answers.insert(
+        c.record_answer(
             rank,
             FlushAnswer {
                 delivered,
@@ -606,23 +678,16 @@ impl GroupMember {
         };
         match c.phase {
             Phase::Collect => {
-                if c.survivors.iter().all(|r| c.answers.contains_key(r)) {
+                if c.missing == 0 {
                     // The view delivers at least what any survivor delivered, and what this
                     // coordinator delivered even when it leaves itself out (a leader that
                     // leaves): it delivered every position it ordered at once, perhaps
                     // before any survivor, and survivors' pending messages appended at
                     // those positions would give them another order than the one it
                     // delivered, and lose the messages only it had delivered. Its log holds
-                    // every position from the stable point up to what it delivered.
-                    let own = (!c.survivors.contains(&self.rank))
-                        .then_some((self.rank, self.reliable.delivered));
-                    let (holder, target) = c
-                        .answers
-                        .iter()
-                        .map(|(r, a)| (*r, a.delivered))
-                        .chain(own)
-                        .max_by_key(|(_, d)| *d)
-                        .unwrap_or((self.rank, self.reliable.delivered));
+                    // every position from the stable point up to what it delivered. (`best`
+                    // starts at this coordinator's own and takes the most of every answer.)
+                    let (target, holder) = c.best;
                     if let Some(c) = self.view_change.coordinator.as_mut() {
                         c.phase = Phase::Fetch {
                             target,
@@ -801,7 +866,7 @@ impl GroupMember {
                 .map_or(Vec::new(), |c| {
                     c.survivors
                         .iter()
-                        .filter(|r| !c.answers.contains_key(r))
+                        .filter(|r| !c.has_answered(**r))
                         .filter_map(|r| self.member_at(*r).map(|m| m.id))
                         .collect()
                 }),

@@ -149,6 +149,9 @@ impl GroupMember {
             self.observe_feedback(now, max_load, sum_failures);
         } else if self.overlay_active() && self.view_change.flushing.is_none() {
             self.send_report(now);
+        } else if self.following_tree_flush() {
+            // A flush on the overlay: the answers going up tell the coordinator this member
+            // lives; a heartbeat from every member would cost it one datagram each.
         } else if let Some(view) = self.view.as_ref() {
             let to = match self.view_change.flushing.as_ref() {
                 Some(f) => view.members.get(usize::from(f.coordinator)).map(|m| m.addr),

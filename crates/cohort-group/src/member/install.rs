@@ -9,7 +9,9 @@
 
 use super::flush::{Change, Coordinator, Phase};
 use super::join::Joining;
+use super::output::BROADCAST;
 use super::timers::interval;
+use super::tree_flush::flush_children;
 use super::{GroupMember, OldView, MAX_VIEW_MEMBERS};
 use crate::config::RekeyMethod;
 use crate::event::{Drop, GroupEvent, RemovalReason};
@@ -507,8 +509,10 @@ impl GroupMember {
     }
 
     /// The leader of an overlay view: seals the survivors' copy of `install` once and sends
-    /// it down the tree. False (nothing sent) when it needs more than one part: the caller
-    /// then sends every member its own copy.
+    /// it down the tree: the flush tree of the change (`tree_flush.rs`), which goes around
+    /// the members it leaves out, and to the members reporting directly. False (nothing
+    /// sent) when it needs more than one part: the caller then sends every member its own
+    /// copy.
     fn install_down_tree(&mut self, install: &Install) -> bool {
         let msg = Msg::Install(install_copy_for(install, None));
         let mut body = Vec::new();
@@ -516,7 +520,30 @@ impl GroupMember {
         if body.len() > self.part_limit {
             return false;
         }
-        self.tree_broadcast(&msg).is_some()
+        let Some(view) = self.view.as_ref() else {
+            return false;
+        };
+        let n = view.members.len();
+        let survivors: Vec<u16> = (0..n as u16)
+            .filter(|r| install.left.binary_search(r).is_err())
+            .collect();
+        let mut targets = flush_children(0, n, &survivors);
+        if let Some(s) = self.reliable.sequencer.as_ref() {
+            targets.extend(s.orphans.iter().copied());
+        }
+        targets.sort_unstable();
+        targets.dedup();
+        let addrs: Vec<SocketAddr> = targets
+            .iter()
+            .filter_map(|r| view.members.get(usize::from(*r)).map(|m| m.addr))
+            .collect();
+        let Some(packet) = self.seal(BROADCAST, &msg) else {
+            return false;
+        };
+        for a in addrs {
+            self.out.push_back((a, packet.clone()));
+        }
+        true
     }
 
     /// Sends `install` to the member at `to` under the current view's keys (or the kept
@@ -961,7 +988,10 @@ impl GroupMember {
         let next_seqs = self.next_seqs_for(&install, my_rank, own);
         self.deliver_up_to(install.final_order);
         self.install_view(now, &install, roster.clone(), next_seqs, key, None);
-        self.ack_install(&install, &roster.members);
+        // After a flush on the overlay the acknowledgement goes up the old view's tree.
+        if !self.tree_ack_own(now, install.view) {
+            self.ack_install(&install, &roster.members);
+        }
     }
 
     /// Every member's next message number for `Reliable::start_view`: the Install's list
@@ -1373,6 +1403,7 @@ impl GroupMember {
         self.view_change.announce = None;
         self.view_change.fetch = None;
         self.view_change.assembly = None;
+        self.view_change.tree = None;
         self.old_views.clear();
         self.incarnation = self.rng.next_u64();
     }

@@ -65,6 +65,7 @@ mod overlay;
 mod receive;
 mod reliable;
 mod timers;
+mod tree_flush;
 mod trust;
 
 /// Most members a view admits: 65,535. Ranks are `u16` and `u16::MAX` is the broadcast
@@ -470,7 +471,7 @@ impl GroupMember {
             self.rank,
             self.joining.is_some(),
             self.view_change.flushing.as_ref().map(|f| (f.proposal.to_string(), f.coordinator, f.install.is_some())),
-            self.view_change.coordinator.as_ref().map(|c| (c.proposal.to_string(), c.phase, c.survivors.clone(), c.answers.keys().copied().collect::<Vec<_>>())),
+            self.view_change.coordinator.as_ref().map(|c| (c.proposal.to_string(), c.phase, c.survivors.clone(), c.survivors.iter().copied().filter(|r| c.has_answered(*r)).collect::<Vec<_>>())),
             self.liveness.leader_heard,
             self.reliable.pending.len(),
             self.reliable.delivered,

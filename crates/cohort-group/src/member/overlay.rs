@@ -4,9 +4,14 @@
 //! leader falls silent.
 //!
 //! ```text
-//!   rank 0 (leader) ── children 1..=16
-//!   rank r          ── children 16r+1 ..= 16r+16 (< n), parent (r-1)/16
+//!   rank 0 (leader) ── children 1..=R                  (R = ROOT_FANOUT, 2)
+//!   rank r >= 1     ── children R+16(r-1)+1 ..= R+16r (< n)
+//!   parent of r     ── 0 for r <= R, else (r-R-1)/16 + 1
 //! ```
+//!
+//! The root has few children (issue 14): what the leader sends down the tree once per
+//! child (a heartbeat, a Flush, an Install of a kilobyte or more at 10,000 members) costs
+//! it 2 copies instead of 16, for one more level below it.
 //!
 //! Up: each member sends a `Report` for its subtree (the lowest delivered position and who
 //! holds it, the highest load, the summed failures, and the suspected ranks) to its parent
@@ -36,8 +41,10 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::Duration;
 
-/// Children per member in the overlay.
+/// Children per member in the overlay (but the root).
 pub const FANOUT: usize = 16;
+/// Children of the root (the leader) in the overlay.
+pub const ROOT_FANOUT: usize = 2;
 /// Views of more than this many members use the overlay; smaller views heartbeat directly
 /// between each member and the leader.
 pub const OVERLAY_MIN: usize = 64;
@@ -52,14 +59,29 @@ pub(super) fn active(n: usize) -> bool {
 
 /// The overlay parent of `rank` (none for the root, rank 0).
 pub(super) fn parent(rank: u16) -> Option<u16> {
-    (rank > 0).then(|| (rank - 1) / FANOUT as u16)
+    let r = usize::from(rank);
+    match r {
+        0 => None,
+        _ if r <= ROOT_FANOUT => Some(0),
+        _ => Some(((r - ROOT_FANOUT - 1) / FANOUT + 1) as u16),
+    }
+}
+
+/// The first child of `rank` (ranks below it are not its children), and one past the last,
+/// before clipping to the view.
+fn child_span(rank: usize) -> (usize, usize) {
+    if rank == 0 {
+        (1, ROOT_FANOUT + 1)
+    } else {
+        let first = ROOT_FANOUT + (rank - 1) * FANOUT + 1;
+        (first, first + FANOUT)
+    }
 }
 
 /// The overlay children of `rank` in a view of `n` members.
 pub(super) fn children(rank: u16, n: usize) -> Range<u16> {
-    let first = (usize::from(rank) * FANOUT + 1).min(n);
-    let end = (usize::from(rank) * FANOUT + FANOUT + 1).min(n);
-    first as u16..end as u16
+    let (first, end) = child_span(usize::from(rank));
+    first.min(n) as u16..end.min(n) as u16
 }
 
 /// How many hops `rank` is below the root.
@@ -100,7 +122,8 @@ pub(super) fn subtree(root: u16, n: usize) -> impl Iterator<Item = u16> {
             return None;
         }
         let r = l.start..l.end.min(n);
-        level = Some(r.start * FANOUT + 1..(r.end - 1) * FANOUT + FANOUT + 1);
+        // The children of a contiguous range of ranks are one contiguous range.
+        level = Some(child_span(r.start).0..child_span(r.end - 1).1);
         Some(r)
     })
     .flatten()
@@ -202,6 +225,22 @@ impl GroupMember {
         }
     }
 
+    /// Passes a packet that came down the tree (`packet`, carrying `msg`) on: an Install of
+    /// a view change that ran on the overlay here goes to this member's children in that
+    /// change's flush tree (which goes around the members it leaves out); anything else to
+    /// its overlay children.
+    pub(super) fn send_down_for(&mut self, packet: &[u8], msg: &Msg) {
+        if let Msg::Install(install) = msg {
+            if let Some(addrs) = self.flush_tree_addrs(install.view) {
+                for a in addrs {
+                    self.out.push_back((a, packet.to_vec()));
+                }
+                return;
+            }
+        }
+        self.send_down(packet);
+    }
+
     /// The leader: seals `msg` once for everyone and sends it down the tree when the view
     /// uses the overlay, to every member otherwise. Returns the packet sent down the tree.
     pub(super) fn tree_broadcast(&mut self, msg: &Msg) -> Option<Vec<u8>> {
@@ -237,7 +276,7 @@ impl GroupMember {
         let delivered = self.reliable.delivered;
         let load = (self.load * 255.0) as u8;
         let failures = self.keys.as_ref().map_or(0, |k| k.failures());
-        let first = children(my_rank, usize::MAX).start;
+        let first = child_span(usize::from(my_rank)).0 as u16;
         let o = self.overlay_mut(now);
         let mut min = (delivered, my_rank);
         let mut max_load = load;
@@ -451,7 +490,7 @@ impl GroupMember {
             return;
         }
         let timeout = self.config.suspect_timeout;
-        let first = children(self.rank, usize::MAX).start;
+        let first = child_span(usize::from(self.rank)).0 as u16;
         let o = self.overlay_mut(now);
         let new_silent = o.children.iter().enumerate().any(|(i, c)| {
             now.saturating_duration_since(c.heard) > timeout
@@ -596,14 +635,19 @@ mod tests {
                 assert_eq!(parent(c), Some(r));
             }
         }
-        assert_eq!(children(0, n), 1..17);
-        assert_eq!(children(1, n), 17..33);
-        assert_eq!(children(62, n), 993..1000);
-        assert!(children(63, n).is_empty());
+        assert_eq!(children(0, n), 1..3);
+        assert_eq!(children(1, n), 3..19);
+        assert_eq!(children(2, n), 19..35);
+        assert_eq!(children(3, n), 35..51);
+        assert_eq!(children(62, n), 979..995);
+        assert_eq!(children(63, n), 995..1000);
+        assert!(children(64, n).is_empty());
         assert_eq!(depth(0), 0);
-        assert_eq!(depth(16), 1);
-        assert_eq!(depth(17), 2);
-        assert_eq!(depth(273), 3);
+        assert_eq!(depth(2), 1);
+        assert_eq!(depth(3), 2);
+        assert_eq!(depth(34), 2);
+        assert_eq!(depth(35), 3);
+        assert_eq!(depth(547), 4);
     }
 
     #[test]
@@ -618,6 +662,6 @@ mod tests {
             assert_eq!(listed[0], root);
         }
         assert_eq!(subtree(0, n).count(), n);
-        assert_eq!(subtree(1, n).count(), 1 + 16 + 256);
+        assert_eq!(subtree(1, n).count(), 1 + 16 + 256 + 453);
     }
 }

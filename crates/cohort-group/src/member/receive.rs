@@ -64,7 +64,7 @@ impl GroupMember {
                     // Down the overlay: the same sealed bytes go on to this member's
                     // children (opened once here, so a duplicate is never passed on).
                     if broadcast && self.forwards(rank, &msg) {
-                        self.send_down(data);
+                        self.send_down_for(data, &msg);
                         if rank == my {
                             // Our own submission, relayed down the tree through us.
                             return;
@@ -72,7 +72,10 @@ impl GroupMember {
                     }
                     // A submission addressed to everyone is relayed by the sequencer as it
                     // came, so it keeps the original bytes.
-                    let raw = (broadcast && matches!(msg, Msg::Submit { .. })).then_some(data);
+                    // A Flush addressed to everyone came down the overlay: its bytes go on to
+                    // this member's children in the flush (`tree_flush.rs`).
+                    let raw = (broadcast && matches!(msg, Msg::Submit { .. } | Msg::Flush { .. }))
+                        .then_some(data);
                     self.handle_msg(now, from, rank, msg, raw);
                 }
                 Err(e) => self.count_open_failure(now, from, e),
@@ -170,7 +173,6 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             return;
         }
-        let _ = from;
         if rank == 0 {
             self.liveness.leader_heard = now;
         }
@@ -207,7 +209,7 @@ impl GroupMember {
             Msg::Flush {
                 proposal,
                 survivors,
-            } => self.on_flush(now, rank, proposal, survivors),
+            } => self.on_flush(now, rank, proposal, survivors, raw.map(|p| (from, p))),
             Msg::FlushOk {
                 proposal,
                 delivered,
@@ -234,6 +236,21 @@ impl GroupMember {
             Msg::Orphaned { parent } => self.on_orphaned(now, rank, parent),
             Msg::Probe => self.on_probe(rank),
             Msg::ProbeAck => self.on_probe_ack(rank),
+            Msg::FlushOks {
+                proposal,
+                delivered,
+                holder,
+                answered,
+                next_seqs,
+                pending,
+            } => self.on_flush_oks(
+                now, rank, proposal, delivered, holder, answered, next_seqs, pending,
+            ),
+            Msg::InstallAcks { view, acked } => {
+                if let Some(base) = self.view.as_ref().map(|v| v.id) {
+                    self.on_install_acks(now, base, rank, view, acked)
+                }
+            }
         }
     }
 
@@ -277,6 +294,10 @@ impl GroupMember {
                 self.ack_current_view();
             }
             Msg::Install(_) | Msg::InstallChunk { .. } => {}
+            // Acknowledgements of the view installed since travel under the old keys.
+            Msg::InstallAcks { view: v, acked } => {
+                self.on_install_acks(now, view.id, rank, v, acked);
+            }
             Msg::Leave | Msg::RekeyRequest => {
                 // Sent before the member saw the new view; it will ask again.
             }

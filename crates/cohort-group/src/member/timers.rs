@@ -143,6 +143,7 @@ impl GroupMember {
                 self.progress_tree(now, true);
             }
         }
+        self.tree_flush_tick(now);
         self.overlay_tick(now);
         // A member suspects the leader (or the coordinator it follows) and takes over when
         // no lower rank answers its probes, or when its turn comes (`overlay.rs`).
@@ -182,6 +183,10 @@ impl GroupMember {
                 consider(c.deadline);
                 consider(c.resend_at);
             }
+            // Only with a view: `on_tick` runs the tree flush's deadlines only then.
+            if let Some(t) = self.view_change.tree.as_ref() {
+                consider(t.next_deadline());
+            }
         }
         if let Some(a) = self.view_change.announce.as_ref() {
             consider(a.resend_at);
@@ -189,6 +194,7 @@ impl GroupMember {
         if let Some(tw) = self.tree.tree_wait.as_ref() {
             consider(tw.deadline);
         }
+
         for o in &self.old_views {
             consider(o.expires);
         }
