@@ -32,7 +32,9 @@ pub struct NatsSetup {
 
 /// How long start-up waits for a server, and for an answer to the subject probe.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// A member's answer to a probe of its subject.
+const TAKEN: &[u8] = b"cohort: taken";
 /// Most member subjects kept ready; beyond it the cache starts afresh.
 const SUBJECT_CACHE: usize = 4096;
 
@@ -97,19 +99,27 @@ pub async fn connect(setup: &NatsSetup, group: &str, me: SocketAddr) -> Result<N
         .map_err(|e| format!("nats: cannot connect to {urls}: {e}"))?;
     let subjects = Subjects::new(group);
     let own = subjects.member(me);
-    // Someone already listening on this member's subject is another member of a group of
-    // the same name at the same address: both would take each other's packets.
+    // A member already on this member's subject is another member of a group of the same
+    // name at the same address: both would take each other's packets. (Other listeners,
+    // such as a monitor subscribed to `>`, do not answer: the probe then times out.)
     match tokio::time::timeout(PROBE_TIMEOUT, client.request(own.clone(), Vec::new().into()))
         .await
     {
-        Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {}
-        Ok(Err(e)) => return Err(format!("nats: cannot probe subject {own}: {e}")),
-        Ok(Ok(_)) | Err(_) => {
+        Ok(Ok(answer)) if answer.payload.as_ref() == TAKEN => {
             return Err(format!(
                 "nats: subject {own} is taken: another member of a group named {group:?} \
                  at {me} is on this broker"
             ))
         }
+        Ok(Err(e))
+            if !matches!(
+                e.kind(),
+                async_nats::RequestErrorKind::NoResponders | async_nats::RequestErrorKind::TimedOut
+            ) =>
+        {
+            return Err(format!("nats: cannot probe subject {own}: {e}"))
+        }
+        _ => {}
     }
     let group_subject = Subject::from(subjects.group());
     let group_sub = client
@@ -186,7 +196,7 @@ impl NatsCarrier {
             };
             if let Some(reply) = message.reply {
                 // A start-up probe of this member's subject: say it is taken.
-                let _ = self.client.publish(reply, Vec::new().into()).await;
+                let _ = self.client.publish(reply, TAKEN.into()).await;
                 continue;
             }
             match carriage::parse(&message.payload) {
