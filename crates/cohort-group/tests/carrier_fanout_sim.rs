@@ -100,19 +100,21 @@ fn formed(seed: u64, n: usize) -> (Sim<Fanned>, Vec<NodeId>) {
         let mut seed_bytes = [0u8; 32];
         sim.rng().fill_bytes(&mut seed_bytes);
         let config = config.clone();
-        nodes.push(sim.add_node_with(|_, addr| Fanned {
-            member: GroupMember::new(
-                CryptoProvider::default_provider(),
-                ident,
-                addr,
-                config,
-                seed_bytes,
-            )
-            .expect("member"),
-            copies: VecDeque::new(),
-            group_publishes: 0,
-            unicasts: 0,
-            delivered: Vec::new(),
+        nodes.push(sim.add_node_with(|_, addr| {
+            Fanned {
+                member: GroupMember::new(
+                    CryptoProvider::default_provider(),
+                    ident,
+                    addr,
+                    config,
+                    seed_bytes,
+                )
+                .expect("member"),
+                copies: VecDeque::new(),
+                group_publishes: 0,
+                unicasts: 0,
+                delivered: Vec::new(),
+            }
         }));
     }
     let founder = sim.addr(nodes[0]);
@@ -127,7 +129,8 @@ fn formed(seed: u64, n: usize) -> (Sim<Fanned>, Vec<NodeId>) {
             && all.iter().all(|x| {
                 let m = &s.node(*x).member;
                 !m.status().changing_view
-                    && m.view().is_some_and(|v| Some(v.id) == first && v.members.len() == n)
+                    && m.view()
+                        .is_some_and(|v| Some(v.id) == first && v.members.len() == n)
             })
     })
     .unwrap_or_else(|e| panic!("seed {seed}: the group of {n} does not form: {e}"));
@@ -181,10 +184,17 @@ fn one_order(seed: u64, n: usize, per: usize) -> (f64, f64) {
         );
     }
     let l = sim.node(leader);
-    (
+    let per = (
         (l.group_publishes - before.0) as f64 / total as f64,
         (l.unicasts - before.1) as f64 / total as f64,
-    )
+    );
+    eprintln!(
+        "seed {seed}, {n} members: {} deliveries each, leader per message: {:.2} publishes, {:.2} unicasts",
+        reference.len(),
+        per.0,
+        per.1
+    );
+    per
 }
 
 #[test]
@@ -197,7 +207,10 @@ fn a_small_view_delivers_in_one_order_with_one_publish_per_relay() {
             publishes <= 3.0,
             "seed {seed}: {publishes} publishes per message"
         );
-        assert!(unicasts < 7.0, "seed {seed}: {unicasts} unicasts per message");
+        assert!(
+            unicasts < 1.0,
+            "seed {seed}: {unicasts} unicasts per message"
+        );
     }
 }
 
@@ -205,7 +218,14 @@ fn a_small_view_delivers_in_one_order_with_one_publish_per_relay() {
 fn an_overlay_view_delivers_in_one_order_without_forwarding_down_the_tree() {
     let seed = 3;
     let (publishes, unicasts) = one_order(seed, 70, 5);
-    assert!(publishes <= 3.0, "seed {seed}: {publishes} publishes per message");
-    // Over the overlay the leader would send each relay and Orders to 16 children.
-    assert!(unicasts < 16.0, "seed {seed}: {unicasts} unicasts per message");
+    assert!(
+        publishes <= 3.0,
+        "seed {seed}: {publishes} publishes per message"
+    );
+    // Over the overlay without the switch the leader sends each relay and Orders to its 16
+    // children, one unicast each.
+    assert!(
+        unicasts < 1.0,
+        "seed {seed}: {unicasts} unicasts per message"
+    );
 }

@@ -143,7 +143,11 @@ async fn group_of(n: usize, url: &str, first_port: u16, suspect: Duration) -> Ve
     let (ids, trust) = identities(n);
     let mut members: Vec<(Group, Events)> = Vec::new();
     for (i, id) in ids.into_iter().enumerate() {
-        let peers: Vec<SocketAddr> = members.first().map(|(g, _)| g.local_addr()).into_iter().collect();
+        let peers: Vec<SocketAddr> = members
+            .first()
+            .map(|(g, _)| g.local_addr())
+            .into_iter()
+            .collect();
         let config = member(id, &trust, url, first_port + i as u16, &peers, suspect);
         let started = Group::connect(config).await.unwrap();
         within("a view", started.0.join()).await.unwrap();
@@ -207,7 +211,11 @@ async fn the_broker_carries_one_order_and_sees_no_payload_and_no_key() {
     let mut payloads: Vec<Vec<u8>> = Vec::new();
     for round in 0..2 {
         for (g, _) in &members {
-            let (epoch, key) = g.danger_group_key_for_tests().await.unwrap().expect("a key");
+            let (epoch, key) = g
+                .danger_group_key_for_tests()
+                .await
+                .unwrap()
+                .expect("a key");
             if !keys.iter().any(|(e, _)| *e == epoch) {
                 keys.push((epoch, key.to_vec()));
             }
@@ -260,7 +268,10 @@ async fn the_broker_carries_one_order_and_sees_no_payload_and_no_key() {
     }
     for (subject, payload) in &seen {
         for p in &payloads {
-            assert!(!leaks(payload, p, 16), "a payload in the clear on {subject}");
+            assert!(
+                !leaks(payload, p, 16),
+                "a payload in the clear on {subject}"
+            );
         }
         for (epoch, key) in &keys {
             assert!(!leaks(payload, key, 16), "key epoch {epoch} on {subject}");
@@ -305,12 +316,24 @@ async fn what_a_non_member_injects_is_dropped_and_counted() {
     let not_carriage: Vec<Vec<u8>> = vec![b"hello".to_vec(), vec![1, 4, 127], vec![9; 30]];
     for target in [subjects.group(), subjects.member(b_addr)] {
         for junk in &not_carriage {
-            intruder.publish(target.clone(), junk.clone().into()).await.unwrap();
+            intruder
+                .publish(target.clone(), junk.clone().into())
+                .await
+                .unwrap();
         }
-        intruder.publish(target.clone(), forged.clone().into()).await.unwrap();
-        intruder.publish(target.clone(), stranger.clone().into()).await.unwrap();
+        intruder
+            .publish(target.clone(), forged.clone().into())
+            .await
+            .unwrap();
+        intruder
+            .publish(target.clone(), stranger.clone().into())
+            .await
+            .unwrap();
         // A replay of the genuine packet: the replay window refuses it.
-        intruder.publish(target.clone(), genuine.clone().into()).await.unwrap();
+        intruder
+            .publish(target.clone(), genuine.clone().into())
+            .await
+            .unwrap();
     }
     intruder.flush().await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -334,7 +357,11 @@ async fn what_a_non_member_injects_is_dropped_and_counted() {
     // The group carries on.
     assert_eq!(members[1].0.view().unwrap().members.len(), 2);
     let p = random(32);
-    members[0].0.send(Channel::Reliable, p.clone()).await.unwrap();
+    members[0]
+        .0
+        .send(Channel::Reliable, p.clone())
+        .await
+        .unwrap();
     let got = reliable_deliveries(&mut members[1].1, 1).await;
     assert_eq!(got[0].1, p);
 }
@@ -357,9 +384,19 @@ async fn start_up_failures_are_one_line_naming_the_problem() {
 
     // The server wants a user and password; the member brings none.
     let guarded = NatsServer::start(&["--user", "alice", "--pass", "s3cret"]);
-    let config = member(ids.next().unwrap(), &trust, &guarded.url(), 43002, &[], WAIT);
+    let config = member(
+        ids.next().unwrap(),
+        &trust,
+        &guarded.url(),
+        43002,
+        &[],
+        WAIT,
+    );
     let e = one_line(Group::connect(config).await.unwrap_err());
-    assert!(e.contains("cannot connect") && e.contains("authoriz"), "{e}");
+    assert!(
+        e.contains("cannot connect") && e.contains("authoriz"),
+        "{e}"
+    );
 
     // A credentials file that is not one.
     let dir = tempdir("nats-creds");
@@ -395,10 +432,18 @@ fn the_command_exits_2_with_one_line_when_the_broker_is_unreachable() {
          trust = [\"{public}\"]\ntransport = \"nats\"\nnats = [\"{url}\"]\n"
     );
     std::fs::write(dir.join("m.toml"), config).unwrap();
-    let out = cohort(&["group", "run", "--config", dir.join("m.toml").to_str().unwrap()]);
+    let out = cohort(&[
+        "group",
+        "run",
+        "--config",
+        dir.join("m.toml").to_str().unwrap(),
+    ]);
     let stderr = exits_2(&out);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("cannot connect") && stderr.contains(&url), "{stderr}");
+    assert!(
+        stderr.contains("cannot connect") && stderr.contains(&url),
+        "{stderr}"
+    );
 }
 
 /// Reads `events` until the transport event `what`.
@@ -427,7 +472,11 @@ async fn a_broker_restart_gives_events_and_the_group_carries_on() {
     said(&mut members[0].1, "connected").await;
     said(&mut members[1].1, "connected").await;
     let p = random(32);
-    members[1].0.send(Channel::Reliable, p.clone()).await.unwrap();
+    members[1]
+        .0
+        .send(Channel::Reliable, p.clone())
+        .await
+        .unwrap();
     let got = reliable_deliveries(&mut members[0].1, 1).await;
     assert_eq!(got[0].1, p);
     assert_eq!(members[0].0.view().unwrap().members.len(), 2);

@@ -50,7 +50,10 @@ impl Outbox {
     }
 
     /// Puts packets back at the front, in the order given (a group entry copied per member).
-    pub(super) fn push_front_all(&mut self, packets: impl DoubleEndedIterator<Item = (SocketAddr, Vec<u8>)>) {
+    pub(super) fn push_front_all(
+        &mut self,
+        packets: impl DoubleEndedIterator<Item = (SocketAddr, Vec<u8>)>,
+    ) {
         for (to, packet) in packets.rev() {
             self.queue.push_front((Destination::Member(to), packet));
         }

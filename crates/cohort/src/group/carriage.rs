@@ -55,7 +55,9 @@ pub fn parse(data: &[u8]) -> Result<(SocketAddr, &[u8]), CarriageError> {
     let (&family, rest) = rest.split_first().ok_or(CarriageError::Truncated)?;
     let (ip, rest) = match family {
         4 => {
-            let (a, rest) = rest.split_first_chunk::<4>().ok_or(CarriageError::Truncated)?;
+            let (a, rest) = rest
+                .split_first_chunk::<4>()
+                .ok_or(CarriageError::Truncated)?;
             (IpAddr::V4(Ipv4Addr::from(*a)), rest)
         }
         6 => {
@@ -66,7 +68,9 @@ pub fn parse(data: &[u8]) -> Result<(SocketAddr, &[u8]), CarriageError> {
         }
         _ => return Err(CarriageError::Family),
     };
-    let (port, packet) = rest.split_first_chunk::<2>().ok_or(CarriageError::Truncated)?;
+    let (port, packet) = rest
+        .split_first_chunk::<2>()
+        .ok_or(CarriageError::Truncated)?;
     if packet.is_empty() {
         return Err(CarriageError::Truncated);
     }

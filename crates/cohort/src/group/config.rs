@@ -536,7 +536,11 @@ impl GroupConfig {
     }
 
     #[cfg(feature = "nats")]
-    fn nats_setup(&self, auth: AuthMode, listen: SocketAddr) -> Result<TransportSetup, ConfigError> {
+    fn nats_setup(
+        &self,
+        auth: AuthMode,
+        listen: SocketAddr,
+    ) -> Result<TransportSetup, ConfigError> {
         if auth == AuthMode::Kdc {
             // The KDC answers on UDP only; carrying its traffic needs a KDC on NATS too.
             return Err(err(

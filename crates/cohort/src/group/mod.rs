@@ -122,9 +122,9 @@ pub use config::{
     parse_gear, ConfigError, Credentials, GroupConfig, GroupConfigBuilder, MemberSetup, SnapshotFn,
     TransportSetup, DEFAULT_EVENT_QUEUE,
 };
+pub use frag::{FragmentDrops, MAX_MESSAGE};
 #[cfg(feature = "nats")]
 pub use nats::NatsSetup;
-pub use frag::{FragmentDrops, MAX_MESSAGE};
 
 use cohort_crypto::CryptoProvider;
 use std::fmt;

@@ -68,7 +68,11 @@ pub enum Carried {
 
 /// Connects the member at `me` of `group`, checks that its own subject is free, and
 /// subscribes. The error is one line naming the problem.
-pub async fn connect(setup: &NatsSetup, group: &str, me: SocketAddr) -> Result<NatsCarrier, String> {
+pub async fn connect(
+    setup: &NatsSetup,
+    group: &str,
+    me: SocketAddr,
+) -> Result<NatsCarrier, String> {
     let (events_tx, events) = mpsc::channel(64);
     let mut options = ConnectOptions::new()
         .no_echo()
@@ -82,15 +86,21 @@ pub async fn connect(setup: &NatsSetup, group: &str, me: SocketAddr) -> Result<N
             }
         });
     if let Some(path) = &setup.credentials {
-        options = options.credentials_file(path).await.map_err(|e| {
-            format!("nats_credentials: cannot use {}: {e}", path.display())
-        })?;
+        options = options
+            .credentials_file(path)
+            .await
+            .map_err(|e| format!("nats_credentials: cannot use {}: {e}", path.display()))?;
     }
     if let Some(path) = &setup.ca {
         if !path.is_file() {
-            return Err(format!("nats_ca: {} is not a readable file", path.display()));
+            return Err(format!(
+                "nats_ca: {} is not a readable file",
+                path.display()
+            ));
         }
-        options = options.add_root_certificates(path.clone()).require_tls(true);
+        options = options
+            .add_root_certificates(path.clone())
+            .require_tls(true);
     }
     let urls = setup.urls.join(", ");
     let client = tokio::time::timeout(CONNECT_TIMEOUT * 2, options.connect(setup.urls.clone()))
@@ -102,8 +112,11 @@ pub async fn connect(setup: &NatsSetup, group: &str, me: SocketAddr) -> Result<N
     // A member already on this member's subject is another member of a group of the same
     // name at the same address: both would take each other's packets. (Other listeners,
     // such as a monitor subscribed to `>`, do not answer: the probe then times out.)
-    match tokio::time::timeout(PROBE_TIMEOUT, client.request(own.clone(), Vec::new().into()))
-        .await
+    match tokio::time::timeout(
+        PROBE_TIMEOUT,
+        client.request(own.clone(), Vec::new().into()),
+    )
+    .await
     {
         Ok(Ok(answer)) if answer.payload.as_ref() == TAKEN => {
             return Err(format!(

@@ -235,7 +235,11 @@ pub async fn run(mut t: Task) {
         }
     };
     if let Err(e) = &result {
-        tracing::warn!("group member {}: the {} failed: {e}", t.member.id(), t.transport.name());
+        tracing::warn!(
+            "group member {}: the {} failed: {e}",
+            t.member.id(),
+            t.transport.name()
+        );
     }
     t.finish();
 }

@@ -46,7 +46,9 @@ impl Transport {
     /// Sends `packet` to `to`; returns the bytes handed to the carrier.
     pub async fn send(&mut self, to: Destination, packet: &[u8]) -> io::Result<usize> {
         match (self, to) {
-            (Transport::Udp(socket), Destination::Member(addr)) => socket.send_to(packet, addr).await,
+            (Transport::Udp(socket), Destination::Member(addr)) => {
+                socket.send_to(packet, addr).await
+            }
             // The core queues group entries only when the carrier fans out.
             (Transport::Udp(_), Destination::Group) => Err(io::Error::new(
                 io::ErrorKind::Unsupported,

@@ -119,7 +119,9 @@ pub fn run(b: &NatsBench) -> Result<(), UsageError> {
         )));
     }
     if b.size < 8 {
-        return Err(UsageError("--size must be at least 8 bytes (the send time)".into()));
+        return Err(UsageError(
+            "--size must be at least 8 bytes (the send time)".into(),
+        ));
     }
     let broker = match b.nats {
         Some(_) => None,
@@ -138,6 +140,10 @@ pub fn run(b: &NatsBench) -> Result<(), UsageError> {
     let nats = runtime
         .block_on(measure(b, Some(&url), broker_pid.as_deref()))
         .map_err(|e| UsageError(format!("group bench over NATS: {e}")))?;
+    if !b.json {
+        // Printed at once: the UDP run at hundreds of members may not form.
+        print_run(b, &nats);
+    }
     drop(broker);
     let udp = runtime
         .block_on(measure(b, None, None))
@@ -146,7 +152,14 @@ pub fn run(b: &NatsBench) -> Result<(), UsageError> {
     Ok(())
 }
 
-fn config(b: &NatsBench, identity: Identity, trust: &[MemberId], index: usize, nats: Option<&str>, leader: Option<SocketAddr>) -> Result<GroupConfig, String> {
+fn config(
+    b: &NatsBench,
+    identity: Identity,
+    trust: &[MemberId],
+    index: usize,
+    nats: Option<&str>,
+    leader: Option<SocketAddr>,
+) -> Result<GroupConfig, String> {
     let listen = match nats {
         // Over NATS the address is a name: unique, never bound.
         Some(_) => SocketAddr::from(([127, 0, 0, 1], 20_000 + index as u16)),
@@ -178,7 +191,11 @@ struct Tally {
     samples: Vec<u64>,
 }
 
-async fn measure(b: &NatsBench<'_>, nats: Option<&str>, broker_pid: Option<&str>) -> Result<Run, String> {
+async fn measure(
+    b: &NatsBench<'_>,
+    nats: Option<&str>,
+    broker_pid: Option<&str>,
+) -> Result<Run, String> {
     let provider = CryptoProvider::default_provider();
     let ids: Vec<Identity> = (0..b.members)
         .map(|_| Identity::generate(&provider).map_err(|e| e.to_string()))
@@ -200,7 +217,14 @@ async fn measure(b: &NatsBench<'_>, nats: Option<&str>, broker_pid: Option<&str>
     let view_changed = Arc::new(AtomicBool::new(false));
     let full = Arc::new(tokio::sync::Barrier::new(b.members + 1));
     for (events, tally) in streams.into_iter().zip(&tallies) {
-        tokio::spawn(read(events, tally.clone(), epoch, b.members, full.clone(), view_changed.clone()));
+        tokio::spawn(read(
+            events,
+            tally.clone(),
+            epoch,
+            b.members,
+            full.clone(),
+            view_changed.clone(),
+        ));
     }
     tokio::time::timeout(VIEW_TIMEOUT, full.wait())
         .await
@@ -212,7 +236,10 @@ async fn measure(b: &NatsBench<'_>, nats: Option<&str>, broker_pid: Option<&str>
 
     let sender = &groups[0];
     let stats_before: Vec<_> = futures_stats(&groups).await?;
-    let delivered_before: Vec<u64> = tallies.iter().map(|t| t.lock().map_or(0, |t| t.delivered)).collect();
+    let delivered_before: Vec<u64> = tallies
+        .iter()
+        .map(|t| t.lock().map_or(0, |t| t.delivered))
+        .collect();
     for t in &tallies {
         if let Ok(mut t) = t.lock() {
             t.samples.clear();
@@ -227,7 +254,12 @@ async fn measure(b: &NatsBench<'_>, nats: Option<&str>, broker_pid: Option<&str>
     while Instant::now() < until {
         let at = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
         payload[..8].copy_from_slice(&at.to_be_bytes());
-        match tokio::time::timeout_at((until).into(), sender.send(Channel::Reliable, payload.clone())).await {
+        match tokio::time::timeout_at(
+            (until).into(),
+            sender.send(Channel::Reliable, payload.clone()),
+        )
+        .await
+        {
             Ok(Ok(_)) => sent += 1,
             Ok(Err(e)) => return Err(format!("send: {e}")),
             Err(_) => break,
@@ -264,9 +296,17 @@ async fn measure(b: &NatsBench<'_>, nats: Option<&str>, broker_pid: Option<&str>
             samples[i] as f64 / 1e6
         }
     };
-    let per = |x: u64| if sent == 0 { 0.0 } else { x as f64 / sent as f64 };
-    let diff = |f: fn(&cohort::group::Stats) -> u64, i: usize| f(&stats_after[i]) - f(&stats_before[i]);
-    let all = |f: fn(&cohort::group::Stats) -> u64| (0..groups.len()).map(|i| diff(f, i)).sum::<u64>();
+    let per = |x: u64| {
+        if sent == 0 {
+            0.0
+        } else {
+            x as f64 / sent as f64
+        }
+    };
+    let diff =
+        |f: fn(&cohort::group::Stats) -> u64, i: usize| f(&stats_after[i]) - f(&stats_before[i]);
+    let all =
+        |f: fn(&cohort::group::Stats) -> u64| (0..groups.len()).map(|i| diff(f, i)).sum::<u64>();
     let run = Run {
         transport: if nats.is_some() { "nats" } else { "udp" },
         view_s,
@@ -282,8 +322,17 @@ async fn measure(b: &NatsBench<'_>, nats: Option<&str>, broker_pid: Option<&str>
         broker_cpu,
         process_cpu,
     };
-    for g in &groups {
-        let _ = tokio::time::timeout(Duration::from_secs(3), g.leave()).await;
+    // Everyone leaves at once (one by one, each leave is a view change of its own); a
+    // member that has not heard back stops after the facade's leave timeout anyway.
+    let leaving: Vec<_> = groups
+        .iter()
+        .map(|g| {
+            let g = g.clone();
+            tokio::spawn(async move { g.leave().await })
+        })
+        .collect();
+    for l in leaving {
+        let _ = tokio::time::timeout(Duration::from_secs(3), l).await;
     }
     Ok(run)
 }
@@ -314,7 +363,9 @@ async fn read(
                 data,
                 ..
             } => {
-                let Some(at) = data.first_chunk::<8>() else { continue };
+                let Some(at) = data.first_chunk::<8>() else {
+                    continue;
+                };
                 let delay = u64::try_from(epoch.elapsed().as_nanos())
                     .unwrap_or(u64::MAX)
                     .saturating_sub(u64::from_be_bytes(*at));
@@ -377,28 +428,33 @@ fn report(b: &NatsBench, nats: &Run, udp: &Run) {
         );
         return;
     }
-    println!(
-        "group bench: {} members, {} bytes, gear {}, {} s; the leader sends",
-        b.members, b.size, b.gear, b.seconds
-    );
-    for r in [nats, udp] {
+    print_run(b, udp);
+    println!("  nats/udp: {ratio:.2}x");
+}
+
+/// One transport's line (the first one also says what ran).
+fn print_run(b: &NatsBench, r: &Run) {
+    if r.transport == "nats" {
         println!(
-            "  {:<4}: {:>9.0} msgs/s delivered (slowest member), view in {:.1} s{}; sender {:.1} datagrams {:.0} bytes/msg, all members {:.1} datagrams {:.0} bytes/msg; latency median {:.2} ms p99 {:.2} ms; this process {:.0}% CPU{}",
-            r.transport,
-            r.msgs_per_sec,
-            r.view_s,
-            if r.view_held { "" } else { " (the view changed while sending)" },
-            r.sender_datagrams,
-            r.sender_bytes,
-            r.all_datagrams,
-            r.all_bytes,
-            r.median_ms,
-            r.p99_ms,
-            r.process_cpu * 100.0,
-            r.broker_cpu
-                .map(|c| format!(", broker {:.0}% CPU", c * 100.0))
-                .unwrap_or_default(),
+            "group bench: {} members, {} bytes, gear {}, {} s; the leader sends",
+            b.members, b.size, b.gear, b.seconds
         );
     }
-    println!("  nats/udp: {ratio:.2}x");
+    println!(
+        "  {:<4}: {:>9.0} msgs/s delivered (slowest member), view in {:.1} s{}; sender {:.1} datagrams {:.0} bytes/msg, all members {:.1} datagrams {:.0} bytes/msg; latency median {:.2} ms p99 {:.2} ms; this process {:.0}% CPU{}",
+        r.transport,
+        r.msgs_per_sec,
+        r.view_s,
+        if r.view_held { "" } else { " (the view changed while sending)" },
+        r.sender_datagrams,
+        r.sender_bytes,
+        r.all_datagrams,
+        r.all_bytes,
+        r.median_ms,
+        r.p99_ms,
+        r.process_cpu * 100.0,
+        r.broker_cpu
+            .map(|c| format!(", broker {:.0}% CPU", c * 100.0))
+            .unwrap_or_default(),
+    );
 }
