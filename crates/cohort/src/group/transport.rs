@@ -29,7 +29,8 @@ pub enum Incoming {
     /// Nothing for the member (an ICMP error on UDP).
     Nothing,
     /// A change of the carrier's connection, for the application.
-    #[cfg_attr(not(feature = "nats"), allow(dead_code))] // reason: only NATS has connection events
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    // reason: only NATS has connection events
     Event(String),
 }
 
