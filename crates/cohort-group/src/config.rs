@@ -208,6 +208,13 @@ pub struct GroupConfig {
     pub send_window: usize,
     /// Largest application message, in bytes.
     pub max_message_len: usize,
+    /// The carrier fans out (a broker such as NATS): a packet for every member is queued
+    /// once, as [`Destination::Group`](crate::Destination::Group), for the driver to publish
+    /// once, and the overlay no longer passes the leader's broadcasts down its tree (the
+    /// carrier delivers them to every member). Off (the default): one copy per member, as
+    /// UDP needs. Drivers that read [`Machine::poll_transmit`](cohort_core::Machine) get
+    /// one copy per member either way.
+    pub carrier_fans_out: bool,
 }
 
 /// Default largest application message: fits a flush answer and one UDP datagram.
@@ -231,6 +238,7 @@ impl GroupConfig {
             backlog_limit: 4096,
             send_window: 32,
             max_message_len: DEFAULT_MAX_MESSAGE_LEN,
+            carrier_fans_out: false,
         }
     }
 

@@ -21,4 +21,4 @@ pub use config::{
 };
 pub use event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
 pub use id::{Member, MemberId, Members, View, ViewId};
-pub use member::{Credentials, GroupMember};
+pub use member::{Credentials, Destination, GroupMember};

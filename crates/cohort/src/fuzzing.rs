@@ -76,3 +76,17 @@ pub fn facade_round_trip(data: &[u8]) {
     }
     assert_eq!(out, Some((Stream::Data, message.to_vec())));
 }
+
+/// Arbitrary bytes as a message on a group's NATS subjects (`docs/wire.md`, "NATS
+/// carriage"): parsing must never panic; what parses re-encodes to the same prefix, and the
+/// packet is the rest of the input.
+pub fn nats_carriage(data: &[u8]) {
+    use crate::group::carriage;
+    if let Ok((from, packet)) = carriage::parse(data) {
+        let mut prefix = Vec::new();
+        carriage::encode_prefix(from, &mut prefix);
+        assert_eq!(&data[..prefix.len()], &prefix[..], "the prefix re-encodes");
+        assert_eq!(&data[prefix.len()..], packet, "the packet is the rest");
+        assert!(!packet.is_empty(), "an empty packet parsed");
+    }
+}

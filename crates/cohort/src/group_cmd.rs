@@ -14,6 +14,8 @@
 //! [`bench`](mod@bench)).
 
 mod bench;
+#[cfg(feature = "nats")]
+mod bench_nats;
 pub mod json;
 pub mod shell;
 
@@ -141,7 +143,9 @@ async fn serve(
         None => None,
     };
     let metrics_binding = bind_metrics(metrics_flag, &config).await?;
-    let (group, mut events) = Group::start(config).map_err(|e| UsageError(e.to_string()))?;
+    let (group, mut events) = Group::connect(config)
+        .await
+        .map_err(|e| UsageError(e.to_string()))?;
     let metrics = metrics_binding.map(|binding| binding.start(group.clone()));
     let ctl_server = ctl_binding.map(|binding| binding.start(group.clone()));
     emit(&json::started(&group.id(), group.local_addr()));

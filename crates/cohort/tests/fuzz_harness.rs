@@ -1,6 +1,6 @@
 //! The library's fuzz harnesses (`cohort::fuzzing`: the group facade's fragments and
 //! state messages) as property tests, plus the seeds and the replay of the committed corpus
-//! (`fuzz/corpus/group_facade_frames`).
+//! (`fuzz/corpus/group_facade_frames`, `fuzz/corpus/nats_carriage`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
 use cohort::fuzzing;
@@ -56,4 +56,33 @@ fn seeds() -> cohort_sim::corpus::Seeds {
 #[test]
 fn fuzz_corpus_replays() {
     cohort_sim::corpus::check("group_facade_frames", fuzzing::facade_frames, &seeds());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn arbitrary_carriage_never_panics(data in prop::collection::vec(any::<u8>(), 0..64)) {
+        fuzzing::nats_carriage(&data);
+    }
+}
+
+/// Carriage of both address families around short packets, and cut ones.
+fn carriage_seeds() -> cohort_sim::corpus::Seeds {
+    use cohort::group::carriage;
+    let mut inputs = Vec::new();
+    for from in ["127.0.0.1:7001", "[2001:db8::1]:4222"] {
+        let mut v = Vec::new();
+        carriage::encode_prefix(from.parse().unwrap(), &mut v);
+        let cut = v.clone();
+        v.extend_from_slice(&[0xC0, 1, 2, 3]);
+        inputs.push(v);
+        inputs.push(cut);
+    }
+    cohort_sim::corpus::numbered("carriage", inputs)
+}
+
+#[test]
+fn nats_carriage_corpus_replays() {
+    cohort_sim::corpus::check("nats_carriage", fuzzing::nats_carriage, &carriage_seeds());
 }

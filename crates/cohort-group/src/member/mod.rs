@@ -61,6 +61,7 @@ mod join;
 mod key_tree;
 mod lkh;
 mod output;
+pub use output::Destination;
 mod overlay;
 mod receive;
 mod reliable;
@@ -170,7 +171,7 @@ pub struct GroupMember {
     leaving: Option<Timestamp>,
 
     load: f32,
-    out: VecDeque<(SocketAddr, Vec<u8>)>,
+    out: output::Outbox,
     events: VecDeque<GroupEvent>,
     counters: DropCounters,
     insecure_reported: HashMap<SocketAddr, Timestamp>,
@@ -296,7 +297,7 @@ impl GroupMember {
             tree: KeyTree::default(),
             lkh: lkh::LkhState::default(),
             load: 0.0,
-            out: VecDeque::new(),
+            out: output::Outbox::default(),
             events: VecDeque::new(),
             counters: DropCounters::default(),
             insecure_reported: HashMap::new(),
@@ -486,6 +487,16 @@ impl GroupMember {
         self.part_limit = limit.clamp(64, crate::wire::MAX_PART_LEN);
     }
 
+    /// Test hook: the group key this member holds now, its epoch and bytes, so that a test
+    /// can search what a carrier or broker saw for it. For tests only; `danger` because it
+    /// hands out the key.
+    #[doc(hidden)]
+    pub fn danger_group_key_for_tests(&self) -> Option<(u64, zeroize::Zeroizing<Vec<u8>>)> {
+        self.group_key
+            .as_ref()
+            .map(|k| (k.epoch, zeroize::Zeroizing::new(k.expose().to_vec())))
+    }
+
     /// The fingerprint of the key the current view uses, if any.
     pub fn key_fingerprint(&self) -> Option<[u8; 8]> {
         self.group_key
@@ -537,6 +548,25 @@ impl GroupMember {
     }
 }
 
+impl GroupMember {
+    /// As [`Machine::poll_transmit`], for drivers whose carrier fans out
+    /// (`GroupConfig::carrier_fans_out`): a packet for every other member comes once, as
+    /// [`Destination::Group`], to be published once. Writes the packet into `buf` and
+    /// returns where it goes and its size. Call it where `poll_transmit` would be called.
+    pub fn poll_transmit_to(
+        &mut self,
+        now: Timestamp,
+        buf: &mut Vec<u8>,
+    ) -> Option<(Destination, usize)> {
+        if let Some(t) = self.pairs.poll_transmit(now, buf) {
+            return Some((Destination::Member(t.destination), t.size));
+        }
+        let (to, packet) = self.out.pop_front()?;
+        buf.extend_from_slice(&packet);
+        Some((to, packet.len()))
+    }
+}
+
 impl Machine for GroupMember {
     type Event = GroupEvent;
 
@@ -569,7 +599,17 @@ impl Machine for GroupMember {
         if let Some(t) = self.pairs.poll_transmit(now, buf) {
             return Some(t);
         }
-        let (to, packet) = self.out.pop_front()?;
+        let (to, packet) = match self.out.pop_front()? {
+            (Destination::Member(to), packet) => (to, packet),
+            // This driver cannot fan out: one copy per other member, in place.
+            (Destination::Group, packet) => {
+                let others: Vec<SocketAddr> = self.others().map(|m| m.addr).collect();
+                let (first, rest) = others.split_first()?;
+                self.out
+                    .push_front_all(rest.iter().map(|a| (*a, packet.clone())));
+                (*first, packet)
+            }
+        };
         buf.extend_from_slice(&packet);
         Some(Transmit {
             destination: to,

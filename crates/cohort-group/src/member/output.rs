@@ -1,8 +1,9 @@
 //! What goes out on the group channel: sealing a message under the view's keys with the
 //! gear the controller chose, addressed to one rank or to all, and queueing the packet.
 //!
-//! Owns: nothing of its own; it writes only `GroupMember::out` and the encoding scratch
-//! buffer. It may not decide what to send: every other concern calls it.
+//! Owns: [`Outbox`], the queue of sealed packets and where each goes (one member, or the
+//! whole group when the carrier fans out); it writes only `GroupMember::out` and the
+//! encoding scratch buffer. It may not decide what to send: every other concern calls it.
 
 use super::GroupMember;
 use crate::id::{MemberId, ViewId};
@@ -10,8 +11,54 @@ use crate::keys::ViewKeys;
 use crate::wire::{Msg, PairMsg};
 use cohort_core::Timestamp;
 use cohort_gears::GearId;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use zeroize::Zeroizing;
+
+/// Where a packet from [`GroupMember::poll_transmit_to`] goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Destination {
+    /// The member (or contact, or KDC) at this address.
+    Member(SocketAddr),
+    /// Every other member of the current view, through a carrier that fans out (one
+    /// publish to the group's subject). Only with `GroupConfig::carrier_fans_out`.
+    Group,
+}
+
+/// The member's queue of sealed packets, in the order they were made. Entries for the whole
+/// group (carrier fan-out only) stay one entry until a driver that cannot fan out reads
+/// them through `Machine::poll_transmit`, which copies them per member.
+#[derive(Default)]
+pub(super) struct Outbox {
+    queue: VecDeque<(Destination, Vec<u8>)>,
+}
+
+impl Outbox {
+    /// Queues `packet` for the member at `to` (the call shape of the queue it replaced).
+    pub(super) fn push_back(&mut self, (to, packet): (SocketAddr, Vec<u8>)) {
+        self.queue.push_back((Destination::Member(to), packet));
+    }
+
+    /// Queues `packet` once for the whole group.
+    pub(super) fn push_group(&mut self, packet: Vec<u8>) {
+        self.queue.push_back((Destination::Group, packet));
+    }
+
+    /// The oldest packet and where it goes.
+    pub(super) fn pop_front(&mut self) -> Option<(Destination, Vec<u8>)> {
+        self.queue.pop_front()
+    }
+
+    /// Puts packets back at the front, in the order given (a group entry copied per member).
+    pub(super) fn push_front_all(
+        &mut self,
+        packets: impl DoubleEndedIterator<Item = (SocketAddr, Vec<u8>)>,
+    ) {
+        for (to, packet) in packets.rev() {
+            self.queue.push_front((Destination::Member(to), packet));
+        }
+    }
+}
 
 /// Protects `[dest][msg]` under `keys` (`scratch` is the encoding buffer).
 pub(super) fn seal_body(
@@ -72,10 +119,17 @@ impl GroupMember {
 
     /// Protects `msg` once and sends the same packet to every other member: every receiver
     /// sees the same sequence number, so a copy replayed anywhere hits a replay window.
+    /// When the carrier fans out, the packet is queued once for the group.
     pub(super) fn broadcast(&mut self, msg: &Msg) {
         let Some(packet) = self.seal(BROADCAST, msg) else {
             return;
         };
+        if self.config.carrier_fans_out {
+            if self.others().next().is_some() {
+                self.out.push_group(packet);
+            }
+            return;
+        }
         let others: Vec<SocketAddr> = self.others().map(|m| m.addr).collect();
         for addr in others {
             self.out.push_back((addr, packet.clone()));

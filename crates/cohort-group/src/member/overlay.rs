@@ -218,8 +218,14 @@ impl GroupMember {
     }
 
     /// Sends a sealed broadcast packet down the tree: to this member's overlay children
-    /// (and, at the leader, to the members reporting directly).
+    /// (and, at the leader, to the members reporting directly); once to the whole group
+    /// when the carrier fans out.
     pub(super) fn send_down(&mut self, packet: &[u8]) {
+        // A carrier that fans out delivers to every member: no tree (issue 15).
+        if self.config.carrier_fans_out {
+            self.out.push_group(packet.to_vec());
+            return;
+        }
         for addr in self.tree_targets() {
             self.out.push_back((addr, packet.to_vec()));
         }
@@ -258,7 +264,7 @@ impl GroupMember {
     /// Installs (those the same for every survivor, `install.rs`), and the submissions it
     /// relays.
     pub(super) fn forwards(&self, sender: u16, msg: &Msg) -> bool {
-        if self.rank == 0 || !self.overlay_active() {
+        if self.rank == 0 || !self.overlay_active() || self.config.carrier_fans_out {
             return false;
         }
         match msg {

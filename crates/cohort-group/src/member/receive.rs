@@ -70,6 +70,11 @@ impl GroupMember {
                             return;
                         }
                     }
+                    // A carrier that fans out brings the sequencer's relay of our own
+                    // submission back to us, as the overlay does above.
+                    if broadcast && rank == my && self.config.carrier_fans_out {
+                        return;
+                    }
                     // A submission addressed to everyone is relayed by the sequencer as it
                     // came, so it keeps the original bytes.
                     // A Flush addressed to everyone came down the overlay: its bytes go on to

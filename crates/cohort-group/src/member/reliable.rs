@@ -368,7 +368,9 @@ impl GroupMember {
         match packet {
             // In an overlay view the packet goes down the tree (its sender passes it on to
             // its own children like any member).
-            Some(packet) if self.overlay_active() => self.send_down(&packet),
+            Some(packet) if self.overlay_active() || self.config.carrier_fans_out => {
+                self.send_down(&packet)
+            }
             Some(packet) => {
                 let others: Vec<SocketAddr> = self
                     .others()

@@ -21,6 +21,18 @@
 //! trust_any_registered = true       # every principal the KDC knows (LSGC's policy)
 //! ```
 //!
+//! Over a NATS broker instead of UDP (issue 15; the `nats` cargo feature, on by default):
+//!
+//! ```toml
+//! transport = "nats"                # "udp" (the default) or "nats"
+//! nats = ["nats://10.0.0.1:4222"]   # the brokers; async-nats fails over between them
+//! nats_credentials = "alice.creds"  # optional: a NATS credentials file
+//! nats_ca = "ca.pem"                # optional: a CA file (TLS is then required)
+//! ```
+//!
+//! Over NATS `listen` is not bound: it is the member's name in views and on the broker
+//! (its port may not be 0), and `peers` are other members' such names.
+//!
 //! Optional keys: `auth` (`"identity"`, the default, or `"kdc"`), `rekey` (`"one-message"`,
 //! `"tree"` or `"lkh"`: a logical key hierarchy, identity or KDC mode), `tree_degree`, `lkh_degree`
 //! (2 to 64, default 4),
@@ -70,6 +82,19 @@ pub struct MemberSetup {
     pub listen: SocketAddr,
     /// Contacts to join through.
     pub peers: Vec<SocketAddr>,
+    /// How packets travel.
+    pub transport: TransportSetup,
+}
+
+/// How a member's packets travel: the config's `transport` and its keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransportSetup {
+    /// A UDP socket bound to `listen` (the default).
+    Udp,
+    /// A NATS connection (`transport = "nats"`).
+    #[cfg(feature = "nats")]
+    Nats(super::NatsSetup),
 }
 
 /// The application's state-transfer callback: returns a snapshot of the state that every
@@ -119,6 +144,11 @@ pub struct GroupConfig {
     event_queue: Option<Whole>,
     ctl: Option<String>,
     metrics: Option<String>,
+    transport: Option<String>,
+    #[serde(default)]
+    nats: Vec<String>,
+    nats_credentials: Option<String>,
+    nats_ca: Option<String>,
     /// Where relative paths start (the file's folder).
     #[serde(skip)]
     base: PathBuf,
@@ -327,6 +357,7 @@ impl GroupConfig {
         let group = required("group", &self.group)?;
 
         let listen = listen_addr(listen, self.listen.as_deref(), "peers", "member")?;
+        let transport = self.transport_setup(auth, listen)?;
         let peers = self
             .peers
             .iter()
@@ -464,6 +495,77 @@ impl GroupConfig {
             config,
             listen,
             peers,
+            transport,
+        }))
+    }
+
+    /// Checks `transport` and the NATS keys.
+    fn transport_setup(
+        &self,
+        auth: AuthMode,
+        listen: SocketAddr,
+    ) -> Result<TransportSetup, ConfigError> {
+        let nats_keys = [
+            ("nats", !self.nats.is_empty()),
+            ("nats_credentials", self.nats_credentials.is_some()),
+            ("nats_ca", self.nats_ca.is_some()),
+        ];
+        match self.transport.as_deref() {
+            None | Some("udp") => {
+                for (key, present) in nats_keys {
+                    if present {
+                        return Err(err(key, "only with transport = \"nats\""));
+                    }
+                }
+                Ok(TransportSetup::Udp)
+            }
+            Some("nats") => self.nats_setup(auth, listen),
+            Some(other) => Err(err(
+                "transport",
+                format!("unknown transport {other:?} (udp or nats)"),
+            )),
+        }
+    }
+
+    #[cfg(not(feature = "nats"))]
+    fn nats_setup(&self, _: AuthMode, _: SocketAddr) -> Result<TransportSetup, ConfigError> {
+        Err(err(
+            "transport",
+            "this build has no NATS transport (cargo feature `nats`)",
+        ))
+    }
+
+    #[cfg(feature = "nats")]
+    fn nats_setup(
+        &self,
+        auth: AuthMode,
+        listen: SocketAddr,
+    ) -> Result<TransportSetup, ConfigError> {
+        if auth == AuthMode::Kdc {
+            // The KDC answers on UDP only; carrying its traffic needs a KDC on NATS too.
+            return Err(err(
+                "transport",
+                "KDC mode does not run over NATS yet (the KDC listens on UDP only)",
+            ));
+        }
+        if listen.port() == 0 {
+            return Err(err(
+                "listen",
+                "over NATS the address names the member: give it a port other than 0",
+            ));
+        }
+        if self.nats.is_empty() {
+            return Err(err("nats", "missing: the broker URLs (nats://host:4222)"));
+        }
+        for (i, url) in self.nats.iter().enumerate() {
+            url.parse::<async_nats::ServerAddr>()
+                .map_err(|e| err(format!("nats[{i}]"), format!("not a NATS URL: {e}")))?;
+        }
+        let path = |p: &Option<String>| p.as_ref().map(|p| self.base.join(p));
+        Ok(TransportSetup::Nats(super::NatsSetup {
+            urls: self.nats.clone(),
+            credentials: path(&self.nats_credentials),
+            ca: path(&self.nats_ca),
         }))
     }
 }
@@ -591,6 +693,26 @@ impl GroupConfigBuilder {
     /// reliable messages above it are fragmented.
     pub fn max_datagram_payload(mut self, bytes: u64) -> Self {
         self.config.max_message_len = Some(Whole(bytes));
+        self
+    }
+
+    /// Carries the member's packets over the NATS servers at `urls` (`transport = "nats"`).
+    /// The member's `listen` address is then its name, not bound.
+    pub fn nats(mut self, urls: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.config.transport = Some("nats".into());
+        self.config.nats = urls.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// A NATS credentials file (`nats_credentials`).
+    pub fn nats_credentials(mut self, path: impl Into<String>) -> Self {
+        self.config.nats_credentials = Some(path.into());
+        self
+    }
+
+    /// A CA file for TLS to the NATS servers (`nats_ca`).
+    pub fn nats_ca(mut self, path: impl Into<String>) -> Self {
+        self.config.nats_ca = Some(path.into());
         self
     }
 

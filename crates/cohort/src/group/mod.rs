@@ -105,20 +105,26 @@
 //! The members of a component that dissolves into a larger one after a partition
 //! ([`Event::Merging`]) are joiners again: they get the larger component's state.
 
+pub mod carriage;
 mod config;
 pub mod frag;
+#[cfg(feature = "nats")]
+mod nats;
 mod queue;
 pub(crate) mod state;
 mod task;
+mod transport;
 
 pub use cohort_group::{
     Channel, DropCounters, MemberId, RemovalReason, SendError, Status, View, ViewId,
 };
 pub use config::{
     parse_gear, ConfigError, Credentials, GroupConfig, GroupConfigBuilder, MemberSetup, SnapshotFn,
-    DEFAULT_EVENT_QUEUE,
+    TransportSetup, DEFAULT_EVENT_QUEUE,
 };
 pub use frag::{FragmentDrops, MAX_MESSAGE};
+#[cfg(feature = "nats")]
+pub use nats::NatsSetup;
 
 use cohort_crypto::CryptoProvider;
 use std::fmt;
@@ -215,6 +221,9 @@ pub enum Event {
         /// How many.
         count: u64,
     },
+    /// The transport's connection changed (NATS: disconnected, connected again, a server
+    /// error); async-nats keeps reconnecting on its own.
+    Transport(String),
 }
 
 /// What went wrong.
@@ -238,6 +247,9 @@ pub enum Error {
     Expelled(RemovalReason),
     /// The member's task has stopped (it left, or its socket failed).
     Closed,
+    /// The transport could not start (NATS: an unreachable or refusing server, bad
+    /// credentials, a member subject already taken): one line naming the problem.
+    Transport(String),
 }
 
 impl fmt::Display for Error {
@@ -251,6 +263,7 @@ impl fmt::Display for Error {
             Error::Send(e) => e.fmt(f),
             Error::Expelled(reason) => write!(f, "removed from the group ({})", reason.name()),
             Error::Closed => f.write_str("the member has stopped"),
+            Error::Transport(e) => f.write_str(e),
         }
     }
 }
@@ -296,6 +309,10 @@ pub struct Stats {
     pub last_rekey: Option<Duration>,
     /// Fragments dropped by reassembly, by reason.
     pub fragments: FragmentDrops,
+    /// Messages on the member's NATS subjects dropped before the protocol saw them (not
+    /// carriage: see [`carriage`]); always 0 over UDP. Carriage that parses but holds no
+    /// packet of this group is counted by the protocol, in `status.dropped`.
+    pub carrier_dropped: u64,
     /// Bytes held in partial messages.
     pub reassembly_bytes: usize,
     /// Events waiting for the reader.
@@ -357,15 +374,75 @@ impl Group {
     pub fn start(config: GroupConfig) -> Result<(Group, Events), Error> {
         let provider = CryptoProvider::default_provider();
         let setup = config.setup(&provider)?;
-        let socket = cohort_net::bind_udp(setup.listen).map_err(|e| {
-            Error::Io(std::io::Error::new(
-                e.kind(),
-                format!("cannot listen on {}: {e}", setup.listen),
-            ))
-        })?;
+        if setup.transport != TransportSetup::Udp {
+            return Err(Error::Config(ConfigError {
+                key: "transport".into(),
+                problem: "this transport connects asynchronously: use Group::connect".into(),
+            }));
+        }
+        let socket = bind(setup.listen)?;
         let local_addr = socket.local_addr().map_err(Error::Io)?;
+        Self::spawn(
+            &config,
+            setup,
+            transport::Transport::Udp(socket),
+            local_addr,
+            provider,
+        )
+    }
+
+    /// As [`Group::start`], for every transport: over UDP it is `start`; over NATS
+    /// (`transport = "nats"`) it connects to the brokers first, checks that this member's
+    /// subject is free and subscribes. The member's address (`listen`, not bound over
+    /// NATS, and its port may not be 0) is its name on the broker. A server that cannot be
+    /// reached or refuses, bad credentials or a taken subject: [`Error::Transport`] with
+    /// one line naming the problem.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub async fn connect(config: GroupConfig) -> Result<(Group, Events), Error> {
+        let provider = CryptoProvider::default_provider();
+        let setup = config.setup(&provider)?;
+        match setup.transport.clone() {
+            TransportSetup::Udp => {
+                let socket = bind(setup.listen)?;
+                let local_addr = socket.local_addr().map_err(Error::Io)?;
+                Self::spawn(
+                    &config,
+                    setup,
+                    transport::Transport::Udp(socket),
+                    local_addr,
+                    provider,
+                )
+            }
+            #[cfg(feature = "nats")]
+            TransportSetup::Nats(nats) => {
+                let group = setup.config.group.clone();
+                let carrier = nats::connect(&nats, &group, setup.listen)
+                    .await
+                    .map_err(Error::Transport)?;
+                let local_addr = setup.listen;
+                Self::spawn(
+                    &config,
+                    setup,
+                    transport::Transport::Nats(Box::new(carrier)),
+                    local_addr,
+                    provider,
+                )
+            }
+        }
+    }
+
+    fn spawn(
+        config: &GroupConfig,
+        mut setup: MemberSetup,
+        transport: transport::Transport,
+        local_addr: SocketAddr,
+        provider: CryptoProvider,
+    ) -> Result<(Group, Events), Error> {
         let seed = crate::os_seed(&provider).map_err(Error::Io)?;
         let max_datagram = setup.config.max_message_len;
+        setup.config.carrier_fans_out = transport.fans_out();
         let member = cohort_group::GroupMember::new(
             provider,
             setup.credentials,
@@ -381,7 +458,7 @@ impl Group {
         let state_transfer = config.snapshot().is_some();
         tokio::spawn(task::run(task::Task::new(
             member,
-            socket,
+            transport,
             setup.peers,
             request_rx,
             queue.clone(),
@@ -503,6 +580,15 @@ impl Group {
         self.call(task::Request::Stats).await
     }
 
+    /// Test hook: the group key this member holds now (its epoch and bytes), for tests that
+    /// search what a broker saw for key material. For tests only: it hands out the key.
+    #[doc(hidden)]
+    pub async fn danger_group_key_for_tests(
+        &self,
+    ) -> Result<Option<(u64, zeroize::Zeroizing<Vec<u8>>)>, Error> {
+        self.call(task::Request::DangerKeyForTests).await
+    }
+
     async fn call<T>(
         &self,
         request: impl FnOnce(oneshot::Sender<T>) -> task::Request,
@@ -515,6 +601,16 @@ impl Group {
             .map_err(|_| Error::Closed)?;
         answer.await.map_err(|_| Error::Closed)
     }
+}
+
+/// Binds the member's UDP socket at `listen`.
+fn bind(listen: SocketAddr) -> Result<tokio::net::UdpSocket, Error> {
+    cohort_net::bind_udp(listen).map_err(|e| {
+        Error::Io(std::io::Error::new(
+            e.kind(),
+            format!("cannot listen on {listen}: {e}"),
+        ))
+    })
 }
 
 impl Events {

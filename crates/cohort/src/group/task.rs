@@ -1,4 +1,5 @@
-//! The member's task: one `GroupMember`, its UDP socket and its timers, driven in one loop
+//! The member's task: one `GroupMember`, its transport (a UDP socket or a NATS connection,
+//! [`Transport`]) and its timers, driven in one loop
 //! that never waits for the application. Requests come from [`Group`](super::Group)
 //! handles; events go to the bounded [`Queue`]; reliable messages go out as fragments from
 //! an ordered send queue that waits for the member's send window; state transfer's
@@ -7,15 +8,15 @@
 use super::frag::{self, Reassembler, Stream, MAX_MESSAGE};
 use super::queue::Queue;
 use super::state::{self, Answer, Tracker};
+use super::transport::{Incoming, Transport};
 use super::{Channel, Error, Event, MemberId, Stats, View, ViewId, LEAVE_TIMEOUT};
 use cohort_core::{Machine, Timestamp};
-use cohort_group::{GroupEvent, GroupMember, RemovalReason, SendError};
+use cohort_group::{Destination, GroupEvent, GroupMember, RemovalReason, SendError};
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
@@ -53,6 +54,8 @@ pub enum Request {
     Leave(oneshot::Sender<()>),
     /// Counters.
     Stats(oneshot::Sender<Stats>),
+    /// Test hook: the group key held now.
+    DangerKeyForTests(oneshot::Sender<Option<(u64, zeroize::Zeroizing<Vec<u8>>)>>),
     /// The reader took the snapshot for `view` (`None`: it has no callback).
     Snapshot {
         view: ViewId,
@@ -96,7 +99,7 @@ struct Counters {
 /// The task's state.
 pub struct Task {
     member: GroupMember,
-    socket: UdpSocket,
+    transport: Transport,
     peers: Vec<SocketAddr>,
     requests: mpsc::Receiver<Request>,
     queue: Arc<Queue>,
@@ -118,11 +121,11 @@ pub struct Task {
 }
 
 impl Task {
-    /// A task for `member` on `socket`, to join through `peers`.
+    /// A task for `member` on `transport`, to join through `peers`.
     #[allow(clippy::too_many_arguments)] // reason: one call site, every part distinct
     pub fn new(
         member: GroupMember,
-        socket: UdpSocket,
+        transport: Transport,
         peers: Vec<SocketAddr>,
         requests: mpsc::Receiver<Request>,
         queue: Arc<Queue>,
@@ -133,7 +136,7 @@ impl Task {
         let me = member.id();
         Task {
             member,
-            socket,
+            transport,
             peers,
             requests,
             queue,
@@ -154,7 +157,7 @@ impl Task {
     }
 }
 
-/// Runs the member until it leaves (or its socket fails).
+/// Runs the member until it leaves (or its transport fails).
 pub async fn run(mut t: Task) {
     let epoch = Instant::now();
     let now =
@@ -170,16 +173,21 @@ pub async fn run(mut t: Task) {
         for _ in 0..16 {
             let t_now = now();
             t.pump(t_now);
-            while let Some(transmit) = t.member.poll_transmit(t_now, &mut send_buf) {
+            let fans_out = t.transport.fans_out();
+            loop {
+                let next = if fans_out {
+                    t.member.poll_transmit_to(t_now, &mut send_buf)
+                } else {
+                    t.member
+                        .poll_transmit(t_now, &mut send_buf)
+                        .map(|tr| (Destination::Member(tr.destination), tr.size))
+                };
+                let Some((to, size)) = next else { break };
                 // A full socket buffer or an unreachable peer loses the datagram, as a
                 // network would; the protocol recovers.
-                if t.socket
-                    .send_to(&send_buf[..transmit.size], transmit.destination)
-                    .await
-                    .is_ok()
-                {
+                if let Ok(bytes) = t.transport.send(to, &send_buf[..size]).await {
                     t.counters.datagrams_sent += 1;
-                    t.counters.datagram_bytes_sent += transmit.size as u64;
+                    t.counters.datagram_bytes_sent += bytes as u64;
                 }
                 send_buf.clear();
             }
@@ -201,14 +209,17 @@ pub async fn run(mut t: Task) {
             .map(|at| epoch + Duration::from_nanos(at.as_nanos()));
         let leave_deadline = t.leaving.as_ref().map(|(at, _)| *at);
         tokio::select! {
-            received = t.socket.recv_from(&mut recv_buf) => match received {
-                Ok((len, from)) => {
+            received = t.transport.recv(&mut recv_buf) => match received {
+                Ok(Incoming::Packet { from, len }) => {
                     t.counters.datagrams_received += 1;
                     t.counters.datagram_bytes_received += len as u64;
                     t.member.handle_datagram(now(), from, &recv_buf[..len]);
                 }
-                // ICMP errors surface here on some systems; they are not fatal.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
+                Ok(Incoming::Nothing) => {}
+                Ok(Incoming::Event(what)) => {
+                    tracing::info!("group member {}: {}: {what}", t.member.id(), t.transport.name());
+                    t.queue.push(Event::Transport(what));
+                }
                 Err(e) => break Err(e),
             },
             () = sleep_until(deadline) => t.member.handle_timeout(now()),
@@ -224,7 +235,11 @@ pub async fn run(mut t: Task) {
         }
     };
     if let Err(e) = &result {
-        tracing::warn!("group member {}: the UDP socket failed: {e}", t.member.id());
+        tracing::warn!(
+            "group member {}: the {} failed: {e}",
+            t.member.id(),
+            t.transport.name()
+        );
     }
     t.finish();
 }
@@ -277,6 +292,9 @@ impl Task {
             Request::Leave(reply) => self.start_leave(now, Some(reply)),
             Request::Stats(reply) => {
                 let _ = reply.send(self.stats());
+            }
+            Request::DangerKeyForTests(reply) => {
+                let _ = reply.send(self.member.danger_group_key_for_tests());
             }
             Request::Snapshot { view, snapshot } => {
                 let answer = match snapshot {
@@ -551,6 +569,7 @@ impl Task {
             rekeys: c.rekeys,
             last_rekey: c.last_rekey,
             fragments: self.reassembler.drops(),
+            carrier_dropped: self.transport.dropped(),
             reassembly_bytes: self.reassembler.held(),
             events_queued,
             events_lost,

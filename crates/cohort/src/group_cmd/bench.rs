@@ -75,6 +75,24 @@ pub struct BenchArgs {
     /// `--facade` it is not measured.
     #[arg(long)]
     facade: bool,
+    /// `nats`: run the group over a NATS broker and over UDP fan-out in the same process,
+    /// through the facade, and print both and the ratio (see `bench_nats.rs`; up to
+    /// 1024 members).
+    #[arg(long, value_enum, default_value_t = BenchTransport::Udp)]
+    transport: BenchTransport,
+    /// With `--transport nats`: the broker's URL (default: start a nats-server on a free
+    /// loopback port, and stop it after).
+    #[arg(long)]
+    nats: Option<String>,
+}
+
+/// The transport `cohort group bench` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchTransport {
+    /// UDP only (the bench as before).
+    Udp,
+    /// NATS, against UDP fan-out in the same run.
+    Nats,
 }
 
 /// Which tokio runtime runs the members.
@@ -102,6 +120,23 @@ const PHASE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs the bench.
 pub fn run(args: &BenchArgs) -> Result<(), UsageError> {
+    #[cfg(not(feature = "nats"))]
+    if args.transport == BenchTransport::Nats {
+        return Err(UsageError(
+            "--transport nats: this build has no NATS transport (cargo feature `nats`)".into(),
+        ));
+    }
+    #[cfg(feature = "nats")]
+    if args.transport == BenchTransport::Nats {
+        return super::bench_nats::run(&super::bench_nats::NatsBench {
+            members: args.members,
+            size: args.size,
+            seconds: args.seconds,
+            gear: &args.gear,
+            nats: args.nats.as_deref(),
+            json: args.json,
+        });
+    }
     if !(1..=MAX_MEMBERS).contains(&args.members) {
         return Err(UsageError(format!(
             "--members must be 1 to {MAX_MEMBERS}, not {}",

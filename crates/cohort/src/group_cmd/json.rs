@@ -151,6 +151,7 @@ pub fn facade_event(event: &cohort::group::Event) -> Value {
             return json!({"event": "snapshot_failed", "reason": reason})
         }
         E::Lost { count } => return json!({"event": "lost", "count": count}),
+        E::Transport(what) => return json!({"event": "transport", "what": what}),
         other => return jsonl::other_event(&other),
     };
     self::event(&core)
