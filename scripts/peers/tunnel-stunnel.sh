@@ -19,7 +19,11 @@
 #     1 s warm-up: as shipped; with full handshakes forced on both sides (stunnel:
 #     sessionResume = no on both ends and no tickets; cohort: `tunnel client --no-resume`);
 #   * the share of resumed handshakes as shipped (cohort: its metrics; stunnel: its log at
-#     debug = info, which the stunnel server runs at in every connection test);
+#     debug = info, which the stunnel server runs at as shipped, and at its default notice
+#     level otherwise). Both stunnel ends run with syslog = no: without a /dev/log, stunnel
+#     writes each log line to /dev/console as well, which cost it 10-20 ms per connection;
+#   * cohort's tunnel server runs with its defaults (one thread, per-connection log lines
+#     to a file), its client with `--kem` set;
 #   * the server-side tunnel end's CPU (user + system, with reaped children: socat forks one
 #     per connection) from /proc/PID/stat, per connection and per GB of iperf3 payload;
 #   * the median (and 99th percentile) time from connect() to the last byte of the reply.
@@ -82,13 +86,14 @@ start_relay() {
   ENTRY=$a; LOG=
 }
 start_stunnel() { # TARGET shipped|full
-  local s c resume=yes; s=$(port); c=$(port)
-  [ "$2" = full ] && resume=no
+  local s c resume=yes level=info; s=$(port); c=$(port)
+  [ "$2" = full ] && resume=no && level=notice
   LOG="$WORK/stunnel-server-$s.log"
   cat >"$WORK/s-$s.conf" <<EOF
 foreground = yes
 pid =
-debug = info
+syslog = no
+debug = $level
 output = $LOG
 [tunnel]
 accept = 127.0.0.1:$s
@@ -105,6 +110,7 @@ EOF
   cat >"$WORK/c-$c.conf" <<EOF
 foreground = yes
 pid =
+syslog = no
 debug = notice
 output = $WORK/stunnel-client-$c.log
 [tunnel]

@@ -137,9 +137,13 @@ impl ClientInner {
         Ok(share)
     }
 
-    /// Takes (single use) the newest ticket for `server_name` that suits the configured
+    /// Takes (single use) the oldest ticket for `server_name` that suits the configured
     /// mode, erasing stale ones on the way, and says how many tickets to ask the new session
     /// for: enough to refill the pool, at least one (0 with resumption off).
+    ///
+    /// Oldest first: the server caches a session's tickets only when the client's
+    /// ClientFinished arrives, so the newest tickets may not be known there yet when another
+    /// connection's ClientHello races ahead of that message.
     pub(crate) fn take_ticket(&self, now: Timestamp, server_name: &str) -> (Option<Ticket>, u8) {
         let target = self.config.ticket_pool.min(MAX_TICKETS);
         if !self.config.resumption || target == 0 {
@@ -150,7 +154,7 @@ impl ClientInner {
             return (None, target);
         };
         let mut found = None;
-        while let Some(t) = pool.pop_back() {
+        while let Some(t) = pool.pop_front() {
             let fresh = now.saturating_duration_since(t.created).as_nanos()
                 < u128::from(CLIENT_TICKET_LIFETIME_NANOS);
             if fresh && t.auth.mode == self.config.auth.mode() {
@@ -167,7 +171,8 @@ impl ClientInner {
     }
 
     /// Adds the tickets a session yielded to the pool for `server_name` (if resumption is
-    /// on), erasing the oldest beyond the pool's size.
+    /// on); beyond the pool's size, the new ones that do not fit are dropped (the oldest are
+    /// the ones surely cached by the server).
     pub(crate) fn store_tickets(
         &self,
         now: Timestamp,
@@ -189,9 +194,7 @@ impl ClientInner {
                 created: now,
             });
         }
-        while pool.len() > cap {
-            pool.pop_front();
-        }
+        pool.truncate(cap);
     }
 }
 
@@ -265,12 +268,11 @@ impl ServerInner {
     }
 
     /// How many tickets a session issues to a client that asks for `asked`: at most the
-    /// configured number, none when the cache is off.
+    /// configured number and at most the cache's capacity (more would evict the session's
+    /// own first tickets), none when the cache is off.
     pub(crate) fn tickets_to_issue(&self, asked: u8) -> u8 {
-        if self.config.resumption_capacity == 0 {
-            return 0;
-        }
-        asked.min(self.config.max_tickets).min(MAX_TICKETS)
+        let fits = u8::try_from(self.config.resumption_capacity).unwrap_or(u8::MAX);
+        asked.min(self.config.max_tickets).min(MAX_TICKETS).min(fits)
     }
 
     /// Caches a session's tickets for resumption (each resumable once), evicting the oldest

@@ -135,6 +135,12 @@ pub struct ServerArgs {
     /// Serve Prometheus metrics over HTTP on this address (GET /metrics).
     #[arg(long)]
     metrics: Option<SocketAddr>,
+    /// Threads that run connections (1 to 64). With 1 (the default), one thread does
+    /// everything and no wake-up crosses threads: on a 2-core machine that cut the server's
+    /// CPU per connection by about a quarter (docs/performance.md, issue 18). Raise it on a
+    /// machine with cores to spare for many busy tunnels.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    threads: u16,
 }
 
 /// The server's limits and bounds, shown by `cohort tunnel server --help`.
@@ -193,12 +199,27 @@ pub struct ClientArgs {
     /// Serve Prometheus metrics over HTTP on this address (GET /metrics).
     #[arg(long)]
     metrics: Option<SocketAddr>,
+    /// Threads that run connections (1 to 64). With 1, one thread does everything and no
+    /// wake-up crosses threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    threads: u16,
 }
 
 /// Runs a tunnel end until interrupted.
 pub fn run(command: TunnelCommand) -> Result<(), UsageError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let threads = match &command {
+        TunnelCommand::Server(a) => a.threads,
+        TunnelCommand::Client(a) => a.threads,
+    };
+    let threads = usize::from(threads);
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .map_err(|e| UsageError(format!("cannot start the runtime: {e}")))?;
