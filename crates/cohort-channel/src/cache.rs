@@ -75,7 +75,9 @@ impl ClientInner {
 
     /// How many tickets for `server_name` are cached.
     pub(crate) fn tickets_for(&self, server_name: &str) -> usize {
-        lock(&self.tickets).get(server_name).map_or(0, VecDeque::len)
+        lock(&self.tickets)
+            .get(server_name)
+            .map_or(0, VecDeque::len)
     }
 
     /// Erases tickets older than an hour and an ephemeral key pair past its lifetime.
@@ -272,7 +274,10 @@ impl ServerInner {
     /// own first tickets), none when the cache is off.
     pub(crate) fn tickets_to_issue(&self, asked: u8) -> u8 {
         let fits = u8::try_from(self.config.resumption_capacity).unwrap_or(u8::MAX);
-        asked.min(self.config.max_tickets).min(MAX_TICKETS).min(fits)
+        asked
+            .min(self.config.max_tickets)
+            .min(MAX_TICKETS)
+            .min(fits)
     }
 
     /// Caches a session's tickets for resumption (each resumable once), evicting the oldest

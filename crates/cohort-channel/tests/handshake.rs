@@ -506,7 +506,10 @@ fn a_pool_of_tickets_lets_concurrent_connections_all_resume() {
         for (c, s) in &mut open {
             w.pump(c, s);
             let info = c.session().unwrap();
-            assert!(info.auth.resumed, "{mode}: a concurrent connection did not resume");
+            assert!(
+                info.auth.resumed,
+                "{mode}: a concurrent connection did not resume"
+            );
             assert_eq!(info.kem, None);
             assert_eq!(c.session_id(), s.session_id());
             assert!(ids.insert(c.session_id()));
@@ -537,7 +540,11 @@ fn the_server_issues_at_most_its_limit_and_a_client_without_a_pool_asks_for_none
         assert!(!c.session().unwrap().auth.resumed);
     }
     assert_eq!(w.client.tickets("server"), 0);
-    assert_eq!(w.server.cached_sessions(), 0, "tickets no one asked for were cached");
+    assert_eq!(
+        w.server.cached_sessions(),
+        0,
+        "tickets no one asked for were cached"
+    );
 }
 
 #[test]

@@ -453,7 +453,8 @@ async fn run_server(args: ServerArgs, metrics: TunnelMetrics) -> Result<(), Usag
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", args.listen)))?;
     log_line!(
         "cohort tunnel server: listening on {}, forwarding to {}",
-        args.listen, args.forward
+        args.listen,
+        args.forward
     );
     let limits = Limits::new(&args);
     let forward = std::sync::Arc::new(args.forward);
@@ -1058,7 +1059,11 @@ async fn run_client(args: ClientArgs, metrics: TunnelMetrics) -> Result<(), Usag
         args.listen,
         args.connect,
         args.kem,
-        if args.no_resume { ", no resumption" } else { "" }
+        if args.no_resume {
+            ", no resumption"
+        } else {
+            ""
+        }
     );
     let remote = std::sync::Arc::new(args.connect);
     // Expired tickets and their resumption keys are erased every minute, even when idle.
