@@ -11,6 +11,7 @@
 //! | `handshake/resume/cohort`       | server side of a cohort-channel resumption (no public-key step) |
 //! | `records/cohort-<gear>/16384`   | as rustls's records benchmark, per record gear          |
 //! | `kem/encapsulate/<kem>`         | the server's public-key step alone, in a tight loop     |
+//! | `handshake-b2b/server/<stack>`  | as `handshake/server/<stack>`, in batches of 1024: the server's steps back to back on pregenerated client flights |
 //!
 //! Handshake benchmarks time only the server's calls (`ServerConnection::new`, `read_tls`,
 //! `process_new_packets`, `write_tls`, for both of the server's flights; for cohort,
@@ -23,6 +24,15 @@
 //! RSA-2048 (a 1 ms decryption) that tripled the server's measured time. Everything is in
 //! memory: no sockets.
 //!
+//! The `handshake-b2b` group times the same server calls the way rustls's own benchmarks
+//! time a server: on client flights generated beforehand, the server's steps back to back
+//! with no client work between them. Here that is batches of [`B2B_BATCH`] handshakes:
+//! all ClientHellos generated first (untimed), then the server answers all of them (timed),
+//! then the clients do their part (untimed), then the server takes all their second flights
+//! (timed). The client's heavy work (an RSA decryption, 1 ms) then sits between two long
+//! timed phases instead of before every 64 server steps. The interleaved numbers stay in
+//! the `handshake` group beside it.
+//!
 //! Run: `cargo bench -p cohort-channel --bench handshake`.
 #![allow(missing_docs, clippy::expect_used, clippy::disallowed_methods)] // reason: criterion macros generate undocumented items; a panic aborts the bench; benchmarks time their own calls with Instant
 
@@ -30,6 +40,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 
 /// Full handshakes whose server steps run back to back, as on a busy server (both stacks).
 const BATCH: usize = 64;
+/// Full handshakes per batch in the back-to-back group.
+const B2B_BATCH: usize = 1024;
 /// Resumptions per batch: rustls's client keeps at most 8 TLS 1.3 tickets per server name,
 /// so both stacks resume in batches of 8.
 const RESUME_BATCH: usize = 8;
@@ -52,10 +64,12 @@ fn batched(
 
 fn handshake(c: &mut Criterion) {
     let mut group = c.benchmark_group("handshake");
-    group.bench_function("server/rustls-x25519", rustls_side::full_handshake_server);
+    group.bench_function("server/rustls-x25519", |b| {
+        rustls_side::full_handshake_server(b, BATCH)
+    });
     for kem in cohort_channel::suite::ALL_KEM_SUITES {
         group.bench_function(format!("server/cohort-{}", kem.name()), |b| {
-            cohort_side::full_handshake_server(b, kem, cohort_side::Auth::None)
+            cohort_side::full_handshake_server(b, kem, cohort_side::Auth::None, BATCH)
         });
     }
     // Signature mode, with the batch signer's cost shared by a batch of 64 sessions (the
@@ -65,10 +79,31 @@ fn handshake(c: &mut Criterion) {
             b,
             cohort_channel::KemSuite::X25519MlKem768,
             cohort_side::Auth::BatchSignature(64),
+            64,
         )
     });
     group.bench_function("resume/rustls", rustls_side::resumed_handshake_server);
     group.bench_function("resume/cohort", cohort_side::resumed_handshake_server);
+    group.finish();
+}
+
+/// The server's steps back to back on pregenerated client flights, in batches of
+/// [`B2B_BATCH`] (see the file's doc). Short runs: every handshake also costs the client's
+/// untimed work, up to 1 ms for RSA.
+fn handshake_b2b(c: &mut Criterion) {
+    let mut group = c.benchmark_group("handshake-b2b");
+    group
+        .sample_size(10)
+        .warm_up_time(std::time::Duration::from_millis(300))
+        .measurement_time(std::time::Duration::from_secs(1));
+    group.bench_function("server/rustls-x25519", |b| {
+        rustls_side::full_handshake_server(b, B2B_BATCH)
+    });
+    for kem in cohort_channel::suite::ALL_KEM_SUITES {
+        group.bench_function(format!("server/cohort-{}", kem.name()), |b| {
+            cohort_side::full_handshake_server(b, kem, cohort_side::Auth::None, B2B_BATCH)
+        });
+    }
     group.finish();
 }
 
@@ -249,7 +284,9 @@ mod cohort_side {
         spent
     }
 
-    pub fn full_handshake_server(b: &mut Bencher<'_>, kem: KemSuite, auth: Auth) {
+    /// Full handshakes, the server's steps in batches of `batch` (the batch signature's
+    /// size in signature mode).
+    pub fn full_handshake_server(b: &mut Bencher<'_>, kem: KemSuite, auth: Auth, batch: usize) {
         let (client, server) = pair(kem, auth, false);
         let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
         let mut signer = match auth {
@@ -264,7 +301,7 @@ mod cohort_side {
             )),
         };
         let k = match auth {
-            Auth::None => super::BATCH,
+            Auth::None => batch,
             Auth::BatchSignature(n) => n,
         };
         b.iter_custom(|iters| {
@@ -498,11 +535,12 @@ mod rustls_side {
         spent
     }
 
-    pub fn full_handshake_server(b: &mut Bencher<'_>) {
+    /// Full handshakes, the server's steps in batches of `batch`.
+    pub fn full_handshake_server(b: &mut Bencher<'_>, batch: usize) {
         let server = server_config();
         let client_config = client_config(false);
         b.iter_custom(|iters| {
-            super::batched(iters, super::BATCH, |n| {
+            super::batched(iters, batch, |n| {
                 let clients = (0..n).map(|_| client(&client_config)).collect();
                 timed_server_handshakes(&server, clients, HandshakeKind::Full)
             })
@@ -555,5 +593,5 @@ mod rustls_side {
     }
 }
 
-criterion_group!(benches, handshake, kem, records);
+criterion_group!(benches, handshake, handshake_b2b, kem, records);
 criterion_main!(benches);

@@ -5,7 +5,9 @@
 //! connections); must not reach up into either.
 
 use crate::config::{ClientConfig, ServerConfig};
+use crate::messages::MAX_TICKETS;
 use crate::outcome::{AuthResult, ChannelError};
+use crate::schedule::TicketKey;
 use crate::suite::{AuthMode, KemSuite};
 use cohort_core::Timestamp;
 use cohort_crypto::{CryptoProvider, Secret};
@@ -47,7 +49,9 @@ pub(crate) struct ClientInner {
     pub provider: CryptoProvider,
     pub config: ClientConfig,
     ephemeral: Mutex<Option<Ephemeral>>,
-    tickets: Mutex<HashMap<String, Ticket>>,
+    /// Per server name, a pool of single-use tickets, oldest first (at most
+    /// `config.ticket_pool`).
+    tickets: Mutex<HashMap<String, VecDeque<Ticket>>>,
 }
 
 /// Client tickets older than this are not offered (the server's lifetime may be shorter).
@@ -66,14 +70,24 @@ impl ClientInner {
 
     /// Whether a ticket for `server_name` is cached.
     pub(crate) fn has_ticket(&self, server_name: &str) -> bool {
-        lock(&self.tickets).contains_key(server_name)
+        self.tickets_for(server_name) > 0
+    }
+
+    /// How many tickets for `server_name` are cached.
+    pub(crate) fn tickets_for(&self, server_name: &str) -> usize {
+        lock(&self.tickets)
+            .get(server_name)
+            .map_or(0, VecDeque::len)
     }
 
     /// Erases tickets older than an hour and an ephemeral key pair past its lifetime.
     pub(crate) fn expire(&self, now: Timestamp) {
-        lock(&self.tickets).retain(|_, t| {
-            now.saturating_duration_since(t.created).as_nanos()
-                < u128::from(CLIENT_TICKET_LIFETIME_NANOS)
+        lock(&self.tickets).retain(|_, pool| {
+            pool.retain(|t| {
+                now.saturating_duration_since(t.created).as_nanos()
+                    < u128::from(CLIENT_TICKET_LIFETIME_NANOS)
+            });
+            !pool.is_empty()
         });
         let lifetime = self.config.ephemeral_lifetime;
         let mut slot = lock(&self.ephemeral);
@@ -125,35 +139,64 @@ impl ClientInner {
         Ok(share)
     }
 
-    /// Takes (single use) the ticket for `server_name` if it suits the configured mode.
-    pub(crate) fn take_ticket(&self, now: Timestamp, server_name: &str) -> Option<Ticket> {
-        if !self.config.resumption {
-            return None;
+    /// Takes (single use) the oldest ticket for `server_name` that suits the configured
+    /// mode, erasing stale ones on the way, and says how many tickets to ask the new session
+    /// for: enough to refill the pool, at least one (0 with resumption off).
+    ///
+    /// Oldest first: the server caches a session's tickets only when the client's
+    /// ClientFinished arrives, so the newest tickets may not be known there yet when another
+    /// connection's ClientHello races ahead of that message.
+    pub(crate) fn take_ticket(&self, now: Timestamp, server_name: &str) -> (Option<Ticket>, u8) {
+        let target = self.config.ticket_pool.min(MAX_TICKETS);
+        if !self.config.resumption || target == 0 {
+            return (None, 0);
         }
-        let t = lock(&self.tickets).remove(server_name)?;
-        let fresh = now.saturating_duration_since(t.created).as_nanos()
-            < u128::from(CLIENT_TICKET_LIFETIME_NANOS);
-        (fresh && t.auth.mode == self.config.auth.mode()).then_some(t)
+        let mut tickets = lock(&self.tickets);
+        let Some(pool) = tickets.get_mut(server_name) else {
+            return (None, target);
+        };
+        let mut found = None;
+        while let Some(t) = pool.pop_front() {
+            let fresh = now.saturating_duration_since(t.created).as_nanos()
+                < u128::from(CLIENT_TICKET_LIFETIME_NANOS);
+            if fresh && t.auth.mode == self.config.auth.mode() {
+                found = Some(t);
+                break;
+            }
+        }
+        let left = pool.len();
+        if pool.is_empty() {
+            tickets.remove(server_name);
+        }
+        let want = usize::from(target).saturating_sub(left).max(1);
+        (found, u8::try_from(want).unwrap_or(target))
     }
 
-    /// Caches the ticket for `server_name` (if resumption is on).
-    pub(crate) fn store_ticket(
+    /// Adds the tickets a session yielded to the pool for `server_name` (if resumption is
+    /// on); beyond the pool's size, the new ones that do not fit are dropped (the oldest are
+    /// the ones surely cached by the server).
+    pub(crate) fn store_tickets(
         &self,
         now: Timestamp,
         server_name: &str,
-        resume_id: [u8; 32],
-        next: Secret,
+        new: Vec<TicketKey>,
         auth: AuthResult,
     ) {
-        if self.config.resumption {
-            let t = Ticket {
-                resume_id,
-                next,
+        let cap = usize::from(self.config.ticket_pool.min(MAX_TICKETS));
+        if !self.config.resumption || cap == 0 || new.is_empty() {
+            return;
+        }
+        let mut tickets = lock(&self.tickets);
+        let pool = tickets.entry(server_name.to_owned()).or_default();
+        for t in new {
+            pool.push_back(Ticket {
+                resume_id: t.resume_id,
+                next: t.key,
                 auth,
                 created: now,
-            };
-            lock(&self.tickets).insert(server_name.to_owned(), t);
+            });
         }
+        pool.truncate(cap);
     }
 }
 
@@ -226,20 +269,40 @@ impl ServerInner {
         (fresh && entry.auth.mode == mode).then_some(entry)
     }
 
-    /// Caches a session for resumption, evicting the oldest beyond the capacity.
-    pub(crate) fn store_session(
+    /// How many tickets a session issues to a client that asks for `asked`: at most the
+    /// configured number and at most the cache's capacity (more would evict the session's
+    /// own first tickets), none when the cache is off.
+    pub(crate) fn tickets_to_issue(&self, asked: u8) -> u8 {
+        let fits = u8::try_from(self.config.resumption_capacity).unwrap_or(u8::MAX);
+        asked
+            .min(self.config.max_tickets)
+            .min(MAX_TICKETS)
+            .min(fits)
+    }
+
+    /// Caches a session's tickets for resumption (each resumable once), evicting the oldest
+    /// beyond the capacity.
+    pub(crate) fn store_sessions(&self, now: Timestamp, tickets: Vec<TicketKey>, auth: AuthResult) {
+        if self.config.resumption_capacity == 0 || tickets.is_empty() {
+            return;
+        }
+        let mut cache = lock(&self.cache);
+        self.expire(&mut cache, now);
+        for t in tickets {
+            self.store_one(&mut cache, now, t.resume_id, t.key, auth);
+        }
+    }
+
+    /// Caches one ticket under the lock, evicting the oldest beyond the capacity.
+    fn store_one(
         &self,
+        cache: &mut ResumptionCache,
         now: Timestamp,
         resume_id: [u8; 32],
         next: Secret,
         auth: AuthResult,
     ) {
         let cap = self.config.resumption_capacity;
-        if cap == 0 {
-            return;
-        }
-        let mut cache = lock(&self.cache);
-        self.expire(&mut cache, now);
         while cache.entries.len() >= cap {
             match cache.order.pop_front() {
                 Some((id, _)) => {
@@ -250,7 +313,7 @@ impl ServerInner {
         }
         if cache.order.len() >= cap.saturating_mul(2) {
             // Drop the ids of sessions already resumed, so `order` stays bounded.
-            let ResumptionCache { entries, order } = &mut *cache;
+            let ResumptionCache { entries, order } = cache;
             order.retain(|(id, _)| entries.contains_key(id));
         }
         cache.order.push_back((resume_id, now));

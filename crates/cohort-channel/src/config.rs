@@ -22,6 +22,10 @@ pub const DEFAULT_KEY_UPDATE_AFTER: u64 = 1 << 32;
 /// be random key material, never a human-chosen secret (use password mode for those).
 pub const MIN_PSK_LEN: usize = 32;
 
+/// Single-use resumption tickets a client keeps per server, and a server issues per
+/// handshake at most, by default: more than the connections a client usually opens at once.
+pub const DEFAULT_TICKETS: u8 = 8;
+
 /// How the client authenticates the connection. It offers exactly this mode.
 #[derive(Debug)]
 pub enum ClientAuth {
@@ -70,6 +74,10 @@ pub struct ClientConfig {
     pub ephemeral_lifetime: Duration,
     /// Whether to cache sessions and ask to resume them.
     pub resumption: bool,
+    /// Single-use tickets kept per server (at most 16): each session asks the server for
+    /// enough to refill the pool, so this many connections at once can all resume. 0
+    /// turns resumption off.
+    pub ticket_pool: u8,
     /// Update record keys after this many records per direction (at most).
     pub key_update_after: u64,
 }
@@ -90,6 +98,7 @@ impl ClientConfig {
             floor_bits: 64.0,
             ephemeral_lifetime: Duration::from_secs(30),
             resumption: true,
+            ticket_pool: DEFAULT_TICKETS,
             key_update_after: DEFAULT_KEY_UPDATE_AFTER,
         }
     }
@@ -126,6 +135,9 @@ pub struct ServerConfig {
     pub resumption_capacity: usize,
     /// How long a cached session may be resumed.
     pub resumption_lifetime: Duration,
+    /// Most single-use tickets one handshake issues (at most 16; the client says how many
+    /// it wants). Each takes one place in the resumption cache.
+    pub max_tickets: u8,
     /// Update record keys after this many records per direction (at most).
     pub key_update_after: u64,
 }
@@ -144,6 +156,7 @@ impl ServerConfig {
             floor_bits: 64.0,
             resumption_capacity: 10_000,
             resumption_lifetime: Duration::from_secs(3600),
+            max_tickets: DEFAULT_TICKETS,
             key_update_after: DEFAULT_KEY_UPDATE_AFTER,
         }
     }

@@ -24,7 +24,9 @@ use crate::messages::{
 };
 use crate::pake::{self, PakeState};
 use crate::record::{RecordReceiver, RecordSender, MAX_RECORD_PLAINTEXT};
-use crate::schedule::{auth_tag, derive_session, transcript_hash, SessionId, SessionKeys};
+use crate::schedule::{
+    auth_tag, derive_session, derive_tickets, transcript_hash, SessionId, SessionKeys,
+};
 use crate::suite::{AuthMode, KemSuite};
 use cohort_core::wire::{Reader, Writer};
 use cohort_core::Timestamp;
@@ -88,6 +90,8 @@ enum State {
 
 struct ClientPending {
     hello_body: Vec<u8>,
+    /// Tickets the ClientHello asked for; the server may issue fewer, never more.
+    tickets_asked: u8,
     share_suite: KemSuite,
     share_secret: Arc<Secret>,
     ticket: Option<Ticket>,
@@ -100,12 +104,16 @@ struct ServerPending {
     /// PSK or PAKE key, to check the client's tag.
     auth_secret: Option<Secret>,
     gears: Vec<GearId>,
+    /// Resumption tickets the ServerHello issued.
+    tickets: u8,
 }
 
 /// Keys and details for a handshake that has finished its crypto.
 struct Established {
     info: SessionInfo,
     keys: SessionKeys,
+    /// Resumption tickets the session yields.
+    tickets: u8,
 }
 
 /// One secure channel connection (client or server side).
@@ -196,7 +204,7 @@ impl Connection {
         rng.fill_bytes(&mut nonce);
         let share = client.ephemeral(now)?;
         let (share_suite, share_secret, share_public) = (share.suite, share.secret, share.public);
-        let ticket = client.take_ticket(now, server_name);
+        let (ticket, tickets) = client.take_ticket(now, server_name);
         let (pake, pake_msg) = match &config.auth {
             ClientAuth::Password(pw) => {
                 let (state, msg) = pake::start_client(pw);
@@ -222,12 +230,14 @@ impl Connection {
             share_kem: share_suite.to_u8(),
             key_share: share_public.to_vec(),
             resume: ticket.as_ref().map(|t| t.resume_id),
+            tickets,
             pake: pake_msg,
         };
         let mut hello_body = Vec::new();
         hello.encode(&mut hello_body);
         let pending = ClientPending {
             hello_body,
+            tickets_asked: tickets,
             share_suite,
             share_secret,
             ticket,
@@ -709,6 +719,9 @@ impl Connection {
         if gears.is_empty() {
             return Err(ChannelError::BadChoice("gear"));
         }
+        if sh.tickets > pending.tickets_asked {
+            return Err(ChannelError::BadChoice("tickets"));
+        }
         let (shared, kem, ticket_auth) = if sh.resumed {
             let ticket = pending
                 .ticket
@@ -795,7 +808,11 @@ impl Connection {
             gears,
             auth,
         };
-        let est = Established { info, keys };
+        let est = Established {
+            info,
+            keys,
+            tickets: sh.tickets,
+        };
         if mode == AuthMode::ServerSignature && !sh.resumed {
             self.info = Some(est.info.clone());
             self.state = State::ClientAwaitAuth(Box::new(est));
@@ -831,7 +848,11 @@ impl Connection {
         server_name: &str,
     ) -> Result<(), ChannelError> {
         let config = &client.config;
-        let Established { info, keys } = est;
+        let Established {
+            info,
+            keys,
+            tickets,
+        } = est;
         self.open_records(
             &info.gears,
             keys.c2s_stream,
@@ -840,8 +861,9 @@ impl Connection {
             config.key_update_after,
         )?;
         self.datagram = Some((keys.c2s_datagram, keys.s2c_datagram));
-        let rid = keys.resume_id;
-        client.store_ticket(self.now, server_name, rid, keys.next_session, info.auth);
+        let tickets = derive_tickets(&self.provider, &keys.next_session, tickets)
+            .map_err(|_| ChannelError::Crypto)?;
+        client.store_tickets(self.now, server_name, tickets, info.auth);
         self.info = Some(info);
         self.state = State::Open;
         self.handshake_done = true;
@@ -897,6 +919,7 @@ impl Connection {
             }
         };
         let resumed = resumed_auth.is_some();
+        let tickets = server.tickets_to_issue(ch.tickets);
         let (pake_msg, auth_secret) = match (mode, resumed) {
             (AuthMode::Psk, false) => (
                 Vec::new(),
@@ -921,6 +944,7 @@ impl Connection {
             gears: gears.iter().map(|g| g.to_u8()).collect(),
             auth: mode.to_u8(),
             resumed,
+            tickets,
             ciphertext,
             pake: pake_msg,
             finished: [0; 32],
@@ -968,6 +992,7 @@ impl Connection {
             auth,
             auth_secret,
             gears,
+            tickets,
         }));
         Ok(())
     }
@@ -1007,8 +1032,11 @@ impl Connection {
             config.key_update_after,
         )?;
         self.datagram = Some((keys.s2c_datagram, keys.c2s_datagram));
-        let rid = keys.resume_id;
-        server.store_session(self.now, rid, keys.next_session, pending.auth);
+        if pending.tickets > 0 {
+            let tickets = derive_tickets(&p, &keys.next_session, pending.tickets)
+                .map_err(|_| ChannelError::Crypto)?;
+            server.store_sessions(self.now, tickets, pending.auth);
+        }
         self.handshake_done = true;
         self.maybe_established();
         Ok(())

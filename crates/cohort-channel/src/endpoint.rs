@@ -56,6 +56,11 @@ impl Client {
         self.inner.has_ticket(server_name)
     }
 
+    /// How many single-use tickets for `server_name` are cached.
+    pub fn tickets(&self, server_name: &str) -> usize {
+        self.inner.tickets_for(server_name)
+    }
+
     /// Erases tickets older than an hour and an ephemeral key pair past its lifetime (they
     /// are also checked whenever used; a driver calls this on a timer).
     pub fn expire(&self, now: Timestamp) {

@@ -1,4 +1,4 @@
-//! Handshake messages and stream framing (wire format v1, documented in `docs/wire.md`).
+//! Handshake messages and stream framing (wire format v2, documented in `docs/wire.md`).
 //!
 //! Everything on a stream is a frame: `type u8 | length u16 | body`. Handshake messages are
 //! frames of types 1 to 4, alerts type 0x15, records types 0x17 to 0x19. Over datagrams,
@@ -7,8 +7,9 @@
 
 use cohort_core::wire::{Reader, Truncated, Writer};
 
-/// The wire version this crate speaks.
-pub const VERSION: u8 = 1;
+/// The wire version this crate speaks. Version 2 added the ticket counts (a client asks
+/// for several single-use resumption tickets, the server says how many it issued).
+pub const VERSION: u8 = 2;
 /// The first bytes of every ClientHello and ServerHello body: a peer that does not speak
 /// cohort is told apart at once.
 pub const MAGIC: &[u8; 6] = b"COHORT";
@@ -22,6 +23,8 @@ pub const NONCE_LEN: usize = 32;
 pub const ID_LEN: usize = 32;
 /// Most entries in any offer list.
 pub const MAX_OFFERS: usize = 16;
+/// Most resumption tickets one handshake may ask for or issue.
+pub const MAX_TICKETS: u8 = 16;
 
 /// Frame types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +142,14 @@ fn read_magic(r: &mut Reader<'_>) -> Result<(), MessageError> {
     }
 }
 
+/// A ticket count: at most [`MAX_TICKETS`].
+fn read_tickets(r: &mut Reader<'_>) -> Result<u8, MessageError> {
+    match r.u8()? {
+        n if n <= MAX_TICKETS => Ok(n),
+        _ => Err(MessageError::BadField("tickets")),
+    }
+}
+
 fn read_list(r: &mut Reader<'_>, name: &'static str) -> Result<Vec<u8>, MessageError> {
     let n = usize::from(r.u8()?);
     if n > MAX_OFFERS {
@@ -192,6 +203,9 @@ pub struct ClientHello {
     pub key_share: Vec<u8>,
     /// The resumption ID of a cached session, if the client asks to resume.
     pub resume: Option<[u8; ID_LEN]>,
+    /// How many single-use resumption tickets the client asks this session to yield (0 to
+    /// [`MAX_TICKETS`]; 0 when it does not resume).
+    pub tickets: u8,
     /// SPAKE2 message when `auths` offers a password (else empty).
     pub pake: Vec<u8>,
 }
@@ -211,6 +225,7 @@ impl ClientHello {
             Some(id) => w.u8(1).bytes(id),
             None => w.u8(0),
         };
+        w.u8(self.tickets);
         let _ = w.u16_prefixed(&self.pake);
     }
 
@@ -229,6 +244,7 @@ impl ClientHello {
         } else {
             None
         };
+        let tickets = read_tickets(&mut r)?;
         let pake = r.u16_prefixed()?.to_vec();
         finish(&r)?;
         Ok(ClientHello {
@@ -239,6 +255,7 @@ impl ClientHello {
             share_kem,
             key_share,
             resume,
+            tickets,
             pake,
         })
     }
@@ -259,6 +276,9 @@ pub struct ServerHello {
     pub auth: u8,
     /// Whether the server resumed the session the client named.
     pub resumed: bool,
+    /// How many single-use resumption tickets this session yields (at most what the client
+    /// asked for, and at most [`MAX_TICKETS`]).
+    pub tickets: u8,
     /// The KEM ciphertext (empty when resumed).
     pub ciphertext: Vec<u8>,
     /// The server's SPAKE2 message (password mode only, else empty).
@@ -275,7 +295,7 @@ impl ServerHello {
         let mut w = Writer::new(out);
         w.bytes(MAGIC).u8(VERSION).bytes(&self.nonce).u8(self.kem);
         write_list(&mut w, &self.gears);
-        w.u8(self.auth).u8(u8::from(self.resumed));
+        w.u8(self.auth).u8(u8::from(self.resumed)).u8(self.tickets);
         let _ = w.u16_prefixed(&self.ciphertext);
         let _ = w.u16_prefixed(&self.pake);
     }
@@ -303,6 +323,7 @@ impl ServerHello {
         let gears = read_list(&mut r, "gears")?;
         let auth = r.u8()?;
         let resumed = read_flag(&mut r, "resumed flag")?;
+        let tickets = read_tickets(&mut r)?;
         let ciphertext = r.u16_prefixed()?.to_vec();
         let pake = r.u16_prefixed()?.to_vec();
         let core_len = body.len() - r.remaining();
@@ -316,6 +337,7 @@ impl ServerHello {
                 gears,
                 auth,
                 resumed,
+                tickets,
                 ciphertext,
                 pake,
                 finished,
@@ -423,6 +445,7 @@ mod tests {
             share_kem: 3,
             key_share: vec![9; 1216],
             resume: Some([5; 32]),
+            tickets: 8,
             pake: vec![],
         }
     }
@@ -448,6 +471,7 @@ mod tests {
             gears: vec![0x40],
             auth: 2,
             resumed: false,
+            tickets: 3,
             ciphertext: vec![4; 32],
             pake: vec![],
             finished: [8; 32],
@@ -472,10 +496,27 @@ mod tests {
         let mut http = body.clone();
         http[..6].copy_from_slice(b"HTTP/1");
         assert_eq!(ClientHello::decode(&http), Err(MessageError::BadMagic));
-        body[6] = 2;
+        body[6] = 1;
         assert_eq!(
             ClientHello::decode(&body),
-            Err(MessageError::UnsupportedVersion(2))
+            Err(MessageError::UnsupportedVersion(1))
+        );
+    }
+
+    #[test]
+    fn ticket_counts_above_the_bound_are_refused() {
+        let mut ch = hello();
+        ch.tickets = MAX_TICKETS;
+        let mut body = Vec::new();
+        ch.encode(&mut body);
+        assert_eq!(ClientHello::decode(&body), Ok(ch.clone()));
+        // The count sits just before the 2-byte PAKE length (the PAKE message is empty).
+        let at = body.len() - 3;
+        assert_eq!(body[at], MAX_TICKETS);
+        body[at] = MAX_TICKETS + 1;
+        assert_eq!(
+            ClientHello::decode(&body),
+            Err(MessageError::BadField("tickets"))
         );
     }
 

@@ -6,8 +6,9 @@
 //!  transcript hash ───┘  (it covers both nonces)      ├─► c2s / s2c stream secrets
 //!                                                     ├─► c2s / s2c datagram secrets
 //!                                                     ├─► client / server finished values
-//!                                                     ├─► next-session key
-//!                                                     └─► resumption ID (names the next session)
+//!                                                     ├─► next-session key ─► HKDF ("tickets")
+//!                                                     │      └─► n single-use tickets (resumption ID, key)
+//!                                                     └─► resumption ID (unused since wire v2)
 //! ```
 //!
 //! One extract and one 288-byte expand give all nine outputs, each a separate 32-byte slice
@@ -25,6 +26,7 @@ mod label {
     pub const KEY_UPDATE: &[u8] = b"key update";
     pub const TRANSCRIPT: &[u8] = b"cohort-channel/v1 transcript";
     pub const AUTH_KEY: &[u8] = b"auth key";
+    pub const TICKETS: &[u8] = b"tickets";
 }
 
 /// A 32-byte public identifier of one connection. Unique per connection if one end is
@@ -65,8 +67,9 @@ pub struct SessionKeys {
     pub server_finished: [u8; 32],
     /// Key for the next session (resumption).
     pub next_session: Secret,
-    /// The public name under which the next session is cached. It links to nothing an
-    /// observer saw (not this session's ID).
+    /// Version 1 named the next session with this; since version 2 the tickets from
+    /// [`derive_tickets`] carry their own IDs and this block is unused (kept so the split
+    /// of the other outputs stays as documented).
     pub resume_id: [u8; 32],
 }
 
@@ -141,6 +144,49 @@ pub fn derive_session(
     })
 }
 
+/// One single-use resumption ticket: the key a resumed session starts from, and the public
+/// ID that names it.
+pub struct TicketKey {
+    /// The public resumption ID (links to nothing an observer saw).
+    pub resume_id: [u8; 32],
+    /// The key the resumed session's schedule starts from.
+    pub key: Secret,
+}
+
+/// Splits a session's next-session key into `count` independent single-use tickets: one
+/// HKDF-SHA256 call (ikm the next-session key, info `"tickets"`, 64 bytes per ticket), each
+/// ticket a resumption ID then a key. Each output is a separate slice of a PRF's output, so
+/// spending or stealing one ticket reveals nothing of the others. The caller drops
+/// `next_session` afterwards.
+pub fn derive_tickets(
+    provider: &CryptoProvider,
+    next_session: &Secret,
+    count: u8,
+) -> Result<Vec<TicketKey>, CryptoError> {
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let mut okm = Secret::zeroed(64 * usize::from(count));
+    provider.hkdf_sha256.derive(
+        SALT,
+        next_session.expose(),
+        &[label::TICKETS],
+        okm.expose_mut(),
+    )?;
+    Ok(okm
+        .expose()
+        .chunks_exact(64)
+        .map(|c| {
+            let mut resume_id = [0u8; 32];
+            resume_id.copy_from_slice(&c[..32]);
+            TicketKey {
+                resume_id,
+                key: Secret::from_slice(&c[32..]),
+            }
+        })
+        .collect())
+}
+
 /// The record secret after a key update.
 pub fn next_record_secret(
     provider: &CryptoProvider,
@@ -201,5 +247,28 @@ mod tests {
         for o in others {
             assert_ne!(o.unwrap().session_id, k.session_id);
         }
+    }
+
+    #[test]
+    fn tickets_are_distinct_and_a_longer_split_extends_a_shorter_one() {
+        let p = CryptoProvider::default_provider();
+        let next = Secret::from_slice(&[3; 32]);
+        assert!(derive_tickets(&p, &next, 0).unwrap().is_empty());
+        let four = derive_tickets(&p, &next, 4).unwrap();
+        assert_eq!(four.len(), 4);
+        let mut seen = std::collections::HashSet::new();
+        for t in &four {
+            assert!(seen.insert(t.resume_id.to_vec()));
+            assert!(seen.insert(t.key.expose().to_vec()));
+            assert!(!seen.contains(next.expose()));
+        }
+        // HKDF's expand is a prefix stream: both ends agree on ticket i whatever the count.
+        let two = derive_tickets(&p, &next, 2).unwrap();
+        for (a, b) in two.iter().zip(&four) {
+            assert_eq!(a.resume_id, b.resume_id);
+            assert_eq!(a.key.expose(), b.key.expose());
+        }
+        let other = derive_tickets(&p, &Secret::from_slice(&[4; 32]), 1).unwrap();
+        assert_ne!(other[0].resume_id, four[0].resume_id);
     }
 }

@@ -494,9 +494,48 @@ proptest! {
 
 // ---- the fuzz corpus (fuzz/corpus/<target>) -------------------------------------------------
 
+/// The first flights (ClientHello, ServerHello bodies) of a full handshake that issues a
+/// pool of tickets, then of a resumption that asks for one more (wire version 2).
+fn ticket_pool_flights() -> [(Vec<u8>, Vec<u8>); 2] {
+    use cohort_channel::{Client, ClientAuth, ClientConfig, Server, ServerConfig};
+    use rand_core::SeedableRng;
+    let p = cohort_crypto::CryptoProvider::default_provider();
+    let client = Client::new(
+        p,
+        ClientConfig::new(ClientAuth::None).with_kem(cohort_channel::KemSuite::X25519),
+    );
+    let server = Server::new(p, ServerConfig::new());
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(18);
+    let now = cohort_core::Timestamp::from_millis(1);
+    let mut run = || {
+        let mut c = client.connect(now, &mut rng, "pool").unwrap();
+        let mut s = server.accept();
+        let (mut hello, mut reply, mut fin) = (Vec::new(), Vec::new(), Vec::new());
+        c.take_output(&mut hello);
+        s.handle_input(now, &hello).unwrap();
+        s.take_output(&mut reply);
+        c.handle_input(now, &reply).unwrap();
+        c.take_output(&mut fin);
+        s.handle_input(now, &fin).unwrap();
+        assert!(c.is_established() && s.is_established());
+        (body(&hello).to_vec(), body(&reply).to_vec())
+    };
+    let full = run();
+    assert_eq!(client.tickets("pool"), 8);
+    let resumed = run();
+    [full, resumed]
+}
+
 /// Seeds for every channel fuzz target, from real handshakes and records in every mode.
 fn corpus_seeds() -> Vec<(&'static str, cohort_sim::corpus::Seeds)> {
     let (mut ch, mut sh, mut cf, mut proof) = (vec![], vec![], vec![], vec![]);
+    for (name, (hello, reply)) in ["pool-full", "pool-resumed"]
+        .into_iter()
+        .zip(ticket_pool_flights())
+    {
+        ch.push((name.to_owned(), hello));
+        sh.push((name.to_owned(), reply));
+    }
     let (mut server, mut client, mut tamper) = (vec![], vec![], vec![]);
     for mode in ALL_AUTH_MODES {
         let f = valid_handshake_flights(mode);

@@ -6,7 +6,7 @@
 use cohort_channel::batch::{BatchConfig, BatchSigner};
 use cohort_channel::fuzzing::auth_configs;
 use cohort_channel::identity::Identity;
-use cohort_channel::messages::{FrameType, ServerHello};
+use cohort_channel::messages::{ClientHello, FrameType, ServerHello};
 use cohort_channel::{
     AuthMode, ChannelError, Client, ClientAuth, ClientConfig, Connection, Event, KemSuite, Server,
     ServerConfig,
@@ -398,7 +398,10 @@ fn wrong_credentials_and_missing_modes_fail() {
 #[test]
 fn resumption_needs_no_public_key_step_and_old_keys_cannot_read_the_new_session() {
     for mode in [AuthMode::None, AuthMode::ServerSignature, AuthMode::Psk] {
-        let mut w = World::with_auth(mode);
+        // One ticket at a time, so that "single use" shows in the counts.
+        let (mut cc, sc) = configs(mode);
+        cc.ticket_pool = 1;
+        let mut w = World::new(cc, sc);
         let (mut c1, mut s1) = w.connect();
         w.pump(&mut c1, &mut s1);
         assert!(w.client.has_ticket("server"));
@@ -454,7 +457,8 @@ fn resumption_needs_no_public_key_step_and_old_keys_cannot_read_the_new_session(
 
 #[test]
 fn the_resumption_cache_is_bounded_in_size_and_age() {
-    let (cc, mut sc) = configs(AuthMode::None);
+    let (mut cc, mut sc) = configs(AuthMode::None);
+    cc.ticket_pool = 1;
     sc.resumption_capacity = 2;
     sc.resumption_lifetime = std::time::Duration::from_secs(10);
     let mut w = World::new(cc, sc);
@@ -484,6 +488,91 @@ fn the_resumption_cache_is_bounded_in_size_and_age() {
     assert!(w.client.has_ticket("b"));
     w.client.expire(Timestamp::from_millis(4_000_000_000));
     assert!(!w.client.has_ticket("b"));
+}
+
+#[test]
+fn a_pool_of_tickets_lets_concurrent_connections_all_resume() {
+    for mode in [AuthMode::None, AuthMode::ServerSignature, AuthMode::Psk] {
+        let mut w = World::with_auth(mode);
+        let (mut c, mut s) = w.connect();
+        w.pump(&mut c, &mut s);
+        let pool = usize::from(cohort_channel::config::DEFAULT_TICKETS);
+        assert_eq!(w.client.tickets("server"), pool, "{mode}");
+        assert_eq!(w.server.cached_sessions(), pool, "{mode}");
+        // Four connections opened before any finishes: each takes its own ticket.
+        let mut open: Vec<(Connection, Connection)> = (0..4).map(|_| w.connect()).collect();
+        assert_eq!(w.client.tickets("server"), pool - 4);
+        let mut ids = std::collections::HashSet::new();
+        for (c, s) in &mut open {
+            w.pump(c, s);
+            let info = c.session().unwrap();
+            assert!(
+                info.auth.resumed,
+                "{mode}: a concurrent connection did not resume"
+            );
+            assert_eq!(info.kem, None);
+            assert_eq!(c.session_id(), s.session_id());
+            assert!(ids.insert(c.session_id()));
+        }
+        // They asked for 1, 2, 3 and 4 tickets (what the pool lacked when each started):
+        // the server cached all ten, the client keeps its pool's size.
+        assert_eq!(w.server.cached_sessions(), pool - 4 + 10, "{mode}");
+        assert_eq!(w.client.tickets("server"), pool, "{mode}");
+    }
+}
+
+#[test]
+fn the_server_issues_at_most_its_limit_and_a_client_without_a_pool_asks_for_none() {
+    let (cc, mut sc) = configs(AuthMode::None);
+    sc.max_tickets = 2;
+    let mut w = World::new(cc, sc);
+    let (mut c, mut s) = w.connect();
+    w.pump(&mut c, &mut s);
+    assert_eq!(w.client.tickets("server"), 2);
+    assert_eq!(w.server.cached_sessions(), 2);
+
+    let (mut cc, sc) = configs(AuthMode::None);
+    cc.resumption = false;
+    let mut w = World::new(cc, sc);
+    for _ in 0..2 {
+        let (mut c, mut s) = w.connect();
+        w.pump(&mut c, &mut s);
+        assert!(!c.session().unwrap().auth.resumed);
+    }
+    assert_eq!(w.client.tickets("server"), 0);
+    assert_eq!(
+        w.server.cached_sessions(),
+        0,
+        "tickets no one asked for were cached"
+    );
+}
+
+#[test]
+fn a_server_hello_issuing_more_tickets_than_asked_is_refused() {
+    let (mut cc, sc) = configs(AuthMode::None);
+    cc.ticket_pool = 2;
+    let mut w = World::new(cc, sc);
+    let (mut c, mut s) = w.connect();
+    let mut hello = Vec::new();
+    c.take_output(&mut hello);
+    // The server is told the client asked for more than it did; its answer then issues
+    // more than the client asked for.
+    let mut ch = ClientHello::decode(&hello[3..]).unwrap();
+    assert_eq!(ch.tickets, 2);
+    ch.tickets = 5;
+    let mut body = Vec::new();
+    ch.encode(&mut body);
+    let mut frame = Vec::new();
+    cohort_channel::messages::write_frame(&mut frame, FrameType::ClientHello, &body).unwrap();
+    s.handle_input(w.now, &frame).unwrap();
+    let mut reply = Vec::new();
+    s.take_output(&mut reply);
+    let (sh, _) = ServerHello::decode(&reply[3..]).unwrap();
+    assert_eq!(sh.tickets, 5);
+    assert_eq!(
+        c.handle_input(w.now, &reply),
+        Err(ChannelError::BadChoice("tickets"))
+    );
 }
 
 #[test]

@@ -156,6 +156,13 @@ impl ConnectorBuilder {
         self
     }
 
+    /// How long one ephemeral key pair serves successive full handshakes (default 30 s);
+    /// zero makes a fresh key pair for every connection.
+    pub fn ephemeral_lifetime(mut self, lifetime: std::time::Duration) -> Self {
+        self.config.ephemeral_lifetime = lifetime;
+        self
+    }
+
     /// The client, with the operating system's randomness and the default crypto provider.
     pub fn build(self) -> Connector {
         Connector {

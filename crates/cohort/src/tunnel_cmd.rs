@@ -14,6 +14,17 @@
 //! [`Connector`], the server an [`Acceptor`] behind this command's own accept loop, which
 //! adds the flood limits (see [`Limits`]) that a general-purpose `Listener` does not have.
 
+/// Writes one line to stderr in a single system call. `eprintln!` writes the unbuffered
+/// stderr one formatted piece at a time, a system call each: about a dozen for a
+/// connection's line, which the server pays for every connection.
+macro_rules! log_line {
+    ($($arg:tt)*) => {{
+        let mut line = format!($($arg)*);
+        line.push('\n');
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }};
+}
+
 use crate::UsageError;
 use clap::{Args, Subcommand};
 use cohort::channel::{
@@ -124,6 +135,12 @@ pub struct ServerArgs {
     /// Serve Prometheus metrics over HTTP on this address (GET /metrics).
     #[arg(long)]
     metrics: Option<SocketAddr>,
+    /// Threads that run connections (1 to 64). With 1 (the default), one thread does
+    /// everything and no wake-up crosses threads: on a 2-core machine that cut the server's
+    /// CPU per connection by about a quarter (docs/performance.md, issue 18). Raise it on a
+    /// machine with cores to spare for many busy tunnels.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    threads: u16,
 }
 
 /// The server's limits and bounds, shown by `cohort tunnel server --help`.
@@ -170,6 +187,11 @@ pub struct ClientArgs {
     /// File holding the password (first line), for `password`.
     #[arg(long)]
     password_file: Option<PathBuf>,
+    /// A fresh key exchange for every connection: no session tickets kept or offered, and
+    /// a new ephemeral key pair each time (instead of one reused for 30 s). For measuring
+    /// full handshakes, and for forward secrecy per connection.
+    #[arg(long)]
+    no_resume: bool,
     /// If the server does not speak cohort, carry the bytes in the clear (with a loud
     /// warning) instead of refusing. Never with an authentication mode.
     #[arg(long)]
@@ -177,12 +199,27 @@ pub struct ClientArgs {
     /// Serve Prometheus metrics over HTTP on this address (GET /metrics).
     #[arg(long)]
     metrics: Option<SocketAddr>,
+    /// Threads that run connections (1 to 64). With 1, one thread does everything and no
+    /// wake-up crosses threads.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    threads: u16,
 }
 
 /// Runs a tunnel end until interrupted.
 pub fn run(command: TunnelCommand) -> Result<(), UsageError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let threads = match &command {
+        TunnelCommand::Server(a) => a.threads,
+        TunnelCommand::Client(a) => a.threads,
+    };
+    let threads = usize::from(threads);
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .map_err(|e| UsageError(format!("cannot start the runtime: {e}")))?;
@@ -282,7 +319,7 @@ impl TunnelMetrics {
         let bound = cohort::metrics::serve(addr, registry)
             .await
             .map_err(|e| UsageError(format!("cannot serve metrics on {addr}: {e}")))?;
-        eprintln!("cohort tunnel {side}: metrics on http://{bound}/metrics");
+        log_line!("cohort tunnel {side}: metrics on http://{bound}/metrics");
         Ok(m)
     }
 
@@ -414,9 +451,10 @@ async fn run_server(args: ServerArgs, metrics: TunnelMetrics) -> Result<(), Usag
         .map_err(|e| UsageError(e.to_string()))?;
     let listener = listen(args.listen)
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", args.listen)))?;
-    eprintln!(
+    log_line!(
         "cohort tunnel server: listening on {}, forwarding to {}",
-        args.listen, args.forward
+        args.listen,
+        args.forward
     );
     let limits = Limits::new(&args);
     let forward = std::sync::Arc::new(args.forward);
@@ -436,7 +474,7 @@ async fn run_server(args: ServerArgs, metrics: TunnelMetrics) -> Result<(), Usag
         let (tcp, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
-                eprintln!("cohort tunnel server: accept failed: {e}");
+                log_line!("cohort tunnel server: accept failed: {e}");
                 // Out of file descriptors (a limit below the stated bound): do not spin.
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                 continue;
@@ -445,7 +483,7 @@ async fn run_server(args: ServerArgs, metrics: TunnelMetrics) -> Result<(), Usag
         metrics.connections.inc();
         if limit_passwords && !attempts.allow(peer.ip()) {
             metrics.drop_for("password_rate_limit");
-            eprintln!(
+            log_line!(
                 "cohort tunnel server: {peer}: refused: over {PASSWORD_HANDSHAKES_PER_MINUTE} handshakes a minute from {} (password guessing limit)",
                 peer.ip()
             );
@@ -500,7 +538,7 @@ async fn serve(
                 metrics.failed(&e);
                 limits.count.failed.fetch_add(1, Relaxed);
                 if limits.count.logged.fetch_add(1, Relaxed) < LOGGED_FAILURES_PER_INTERVAL {
-                    eprintln!("cohort tunnel server: {peer}: handshake failed: {e}");
+                    log_line!("cohort tunnel server: {peer}: handshake failed: {e}");
                 }
                 return;
             }
@@ -534,7 +572,7 @@ async fn serve(
             Ok(t) => t,
             Err(e) => {
                 metrics.drop_for("target_unreachable");
-                eprintln!("cohort tunnel server: {peer}: cannot reach {forward}: {e}");
+                log_line!("cohort tunnel server: {peer}: cannot reach {forward}: {e}");
                 return;
             }
         },
@@ -569,11 +607,11 @@ async fn serve(
         }
     };
     match result {
-        Some(Ok((up, down))) => eprintln!(
+        Some(Ok((up, down))) => log_line!(
             "cohort tunnel server: {peer}: session {session} closed cleanly ({up} bytes in, {down} out)"
         ),
         Some(Err(e)) => {
-            eprintln!("cohort tunnel server: {peer}: session {session} ended: {e}");
+            log_line!("cohort tunnel server: {peer}: session {session} ended: {e}");
             // A reset, not a clean end: the target must not take a truncated stream for a
             // complete one.
             let _ = target.set_zero_linger();
@@ -701,7 +739,7 @@ impl Limits {
     /// Warns if the process may not open as many file descriptors as the limits allow.
     fn check_fd_limit(&self) {
         let bound = self.fd_bound();
-        eprintln!(
+        log_line!(
             "cohort tunnel server: limits: handshake {} s, {} pending, {} established, idle {} s; at most {bound} file descriptors",
             self.handshake_timeout.as_secs(),
             self.max_pending,
@@ -709,7 +747,7 @@ impl Limits {
             self.idle_timeout.as_secs()
         );
         match open_files_limit() {
-            Some(limit) if limit < bound as u64 => eprintln!(
+            Some(limit) if limit < bound as u64 => log_line!(
                 "cohort tunnel server: WARNING: `ulimit -n` is {limit}, below the {bound} file descriptors the limits allow: raise it (ulimit -n {bound}) or lower --max-pending/--max-established, or accepts will fail under load"
             ),
             _ => {}
@@ -788,7 +826,7 @@ impl Limits {
                 before - table.entries.len()
             };
             if closed > 0 {
-                eprintln!(
+                log_line!(
                     "cohort tunnel server: closed {closed} tunnels idle for {} s",
                     self.idle_timeout.as_secs()
                 );
@@ -809,7 +847,7 @@ impl Limits {
             if now_counts != last {
                 let pending = lock(&self.pending).entries.len();
                 let established = lock(&self.established).entries.len();
-                eprintln!(
+                log_line!(
                     "cohort tunnel server: so far: {} handshakes timed out, {} pending closed for newer ones, {} tunnels closed idle or for newer ones, {} handshakes failed ({} not logged); now {pending} pending, {established} established",
                     now_counts[0],
                     now_counts[1],
@@ -962,7 +1000,7 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 fn log_session(side: &str, peer: SocketAddr, secure: &SecureStream) {
     if let Some(info) = secure.session() {
         let gears: Vec<&str> = info.gears.iter().map(|g| g.name()).collect();
-        eprintln!(
+        log_line!(
             "cohort tunnel {side}: {peer}: session {} kem {} gears {} auth {}",
             info.session_id,
             info.kem.map_or("none (resumed)", |k| k.name()),
@@ -1006,13 +1044,26 @@ async fn run_client(args: ClientArgs, metrics: TunnelMetrics) -> Result<(), Usag
             "--allow-plaintext cannot be combined with --auth {mode}: authentication is never dropped"
         )));
     }
-    let connector = Connector::builder(auth).kem(args.kem).build();
+    let mut connector = Connector::builder(auth).kem(args.kem);
+    if args.no_resume {
+        connector = connector
+            .resumption(false)
+            .ephemeral_lifetime(std::time::Duration::ZERO);
+    }
+    let connector = connector.build();
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", args.listen)))?;
-    eprintln!(
-        "cohort tunnel client: listening on {}, tunnelling to {} (kem {}, auth {mode})",
-        args.listen, args.connect, args.kem
+    log_line!(
+        "cohort tunnel client: listening on {}, tunnelling to {} (kem {}, auth {mode}{})",
+        args.listen,
+        args.connect,
+        args.kem,
+        if args.no_resume {
+            ", no resumption"
+        } else {
+            ""
+        }
     );
     let remote = std::sync::Arc::new(args.connect);
     // Expired tickets and their resumption keys are erased every minute, even when idle.
@@ -1032,7 +1083,7 @@ async fn run_client(args: ClientArgs, metrics: TunnelMetrics) -> Result<(), Usag
         let (mut local, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
-                eprintln!("cohort tunnel client: accept failed: {e}");
+                log_line!("cohort tunnel client: accept failed: {e}");
                 continue;
             }
         };
@@ -1045,7 +1096,7 @@ async fn run_client(args: ClientArgs, metrics: TunnelMetrics) -> Result<(), Usag
                 Ok(t) => t,
                 Err(e) => {
                     metrics.drop_for("server_unreachable");
-                    eprintln!("cohort tunnel client: {peer}: cannot reach {remote}: {e}");
+                    log_line!("cohort tunnel client: {peer}: cannot reach {remote}: {e}");
                     return;
                 }
             };
@@ -1061,19 +1112,19 @@ async fn run_client(args: ClientArgs, metrics: TunnelMetrics) -> Result<(), Usag
                 Ok(s) => s,
                 Err(e) if as_channel_error(&e) == Some(ChannelError::NotCohort) => {
                     if !allow_plaintext {
-                        eprintln!(
+                        log_line!(
                             "cohort tunnel client: {peer}: REFUSED: {remote} does not speak cohort (use --allow-plaintext to fall back to an unprotected connection)"
                         );
                         return;
                     }
-                    eprintln!(
+                    log_line!(
                         "cohort tunnel client: {peer}: WARNING: {remote} does not speak cohort; THIS CONNECTION IS NOT ENCRYPTED OR AUTHENTICATED (--allow-plaintext)"
                     );
                     plaintext(local, &remote).await;
                     return;
                 }
                 Err(e) => {
-                    eprintln!("cohort tunnel client: {peer}: handshake with {remote} failed: {e}");
+                    log_line!("cohort tunnel client: {peer}: handshake with {remote} failed: {e}");
                     return;
                 }
             };
@@ -1096,12 +1147,12 @@ async fn run_client(args: ClientArgs, metrics: TunnelMetrics) -> Result<(), Usag
                 .await
             };
             match copied {
-                Ok((up, down)) => eprintln!(
+                Ok((up, down)) => log_line!(
                     "cohort tunnel client: {peer}: session {} closed cleanly ({up} bytes out, {down} in)",
                     secure.session_id()
                 ),
                 Err(e) => {
-                    eprintln!(
+                    log_line!(
                         "cohort tunnel client: {peer}: session {} ended: {e}",
                         secure.session_id()
                     );
@@ -1119,6 +1170,6 @@ async fn plaintext(mut local: TcpStream, remote: &str) {
         Ok(mut tcp) => {
             let _ = tokio::io::copy_bidirectional(&mut local, &mut tcp).await;
         }
-        Err(e) => eprintln!("cohort tunnel client: cannot reach {remote}: {e}"),
+        Err(e) => log_line!("cohort tunnel client: cannot reach {remote}: {e}"),
     }
 }
