@@ -520,6 +520,15 @@ impl GroupMember {
         if body.len() > self.part_limit {
             return false;
         }
+        // A carrier that fans out reaches every member with one publish (issue 15): the
+        // members do not pass packets down the tree then.
+        if self.config.carrier_fans_out {
+            let Some(packet) = self.seal(BROADCAST, &msg) else {
+                return false;
+            };
+            self.out.push_group(packet);
+            return true;
+        }
         let Some(view) = self.view.as_ref() else {
             return false;
         };
@@ -1209,7 +1218,15 @@ impl GroupMember {
         if let (Some(old_view), Some(old_keys)) = (self.view.take(), self.keys.take()) {
             let log = std::mem::take(&mut self.reliable.log);
             let removed = install.removed.clone();
+            // Survivors keep their relative order and joiners are appended, so a walk
+            // along the new list finds almost every survivor in O(1); a member the walk
+            // does not meet next is looked up (a removed member, or an order a merge set).
+            let mut next_new = 0;
             for m in old_view.members.iter() {
+                if view.members.get(next_new).is_some_and(|n| n.id == m.id) {
+                    next_new += 1;
+                    continue;
+                }
                 if view.rank_of(&m.id).is_none() {
                     let reason = removed
                         .iter()
