@@ -7,7 +7,9 @@
 #
 #   scripts/fuzz.sh SECONDS [TARGET...]      every target when none is named
 #
-# FUZZ_SANITIZER=none builds without AddressSanitizer (faster). FUZZ_RUNS=N stops a target
+# FUZZ_SANITIZER=none builds without AddressSanitizer (faster). FUZZ_TARGET_DIR=DIR builds in
+# DIR instead of fuzz/target (a build with another sanitizer there leaves the first one
+# alone, so switching back does not rebuild everything). FUZZ_RUNS=N stops a target
 # after N executions (SECONDS still bounds it). New inputs the fuzzer finds go to a scratch
 # corpus, deleted at the end unless FUZZ_WORK=DIR names a directory to keep it in
 # (DIR/<target>, reused by the next run); fuzz/corpus/<target> is read as seeds and never
@@ -28,13 +30,15 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
 fuzz() { (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz "$@"); }
+target_dir=()
+[ -n "${FUZZ_TARGET_DIR:-}" ] && target_dir=(--target-dir "$(mkdir -p "$FUZZ_TARGET_DIR" && cd "$FUZZ_TARGET_DIR" && pwd)")
 
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(fuzz list)
 fi
 
-fuzz build -O -s "$sanitizer"
+fuzz build -O -s "$sanitizer" "${target_dir[@]}"
 
 if [ -n "${FUZZ_WORK:-}" ]; then
   scratch=$(mkdir -p "$FUZZ_WORK" && cd "$FUZZ_WORK" && pwd)
@@ -52,7 +56,7 @@ for target in "${targets[@]}"; do
   seeds=()
   [ -d "fuzz/corpus/$target" ] && seeds=("$PWD/fuzz/corpus/$target")
   log="$scratch/$target.log"
-  if fuzz run -O -s "$sanitizer" "$target" "$scratch/$target" "${seeds[@]}" -- \
+  if fuzz run -O -s "$sanitizer" "${target_dir[@]}" "$target" "$scratch/$target" "${seeds[@]}" -- \
       -max_total_time="$seconds" "${runs[@]}" -print_final_stats=1 >"$log" 2>&1; then
     result=ok
   else

@@ -6,6 +6,7 @@
 
 use cohort_core::{Machine, Timestamp};
 use cohort_crypto::CryptoProvider;
+use cohort_gears::GearId;
 use cohort_group::fuzzing::{
     captured_kdc_pair_datagrams, gossip_packet, identity, join_datagrams, kdc_pair_datagram,
     member_datagram, msg_decode, pair_datagram, pair_msg_decode, sample_gossip, sample_msgs,
@@ -237,6 +238,25 @@ fn sealed_bodies_reach_the_members() {
     let outcome = member_datagram(&input);
     assert_eq!(outcome.delivered, 1, "{outcome:?}");
     assert_eq!(outcome.dropped, 0, "{outcome:?}");
+}
+
+/// The null forger that starts at its sequence number is the forger that seals its way up
+/// to it: the same packets, byte for byte, for either member and rank.
+#[test]
+fn the_null_forger_seals_what_the_sealing_forger_seals() {
+    let g = TestGroup::new(true, true);
+    for (of, rank, skip) in [(0, 1, 1_000), (1, 0, 37), (1, 1, 0)] {
+        let mut slow = g.forger(of, rank, skip).expect("forger");
+        let mut fast = g.null_forger(of, rank, skip).expect("null forger");
+        let bodies: [&[u8]; 3] = [b"", b"\xff\xff a body", &[7; 300]];
+        for body in bodies {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            slow.seal(&[GearId::DangerNullForTesting], body, &mut a)
+                .expect("seal");
+            fast.seal(body, &mut b).expect("seal");
+            assert_eq!(a, b, "member {of}, rank {rank}, skip {skip}");
+        }
+    }
 }
 
 /// Every single-bit flip of every real group packet is refused and counted, and delivers

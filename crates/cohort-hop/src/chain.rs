@@ -139,6 +139,7 @@ impl FromStr for ChainStorage {
 ///
 /// Getters report what the owner holds and what it has spent ([`HashChain::stored_elements`],
 /// [`HashChain::hashes`]), for measurement. The elements are zeroized on drop and never printed.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct HashChain {
     chain_id: ChainId,
     anchor: Element,
@@ -508,6 +509,7 @@ impl ChainVerifier {
 }
 
 /// What each strategy holds.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 enum Store {
     /// `h_0..` up to the next index; popped from the end.
     Full(Vec<Element>),

@@ -26,6 +26,7 @@ use std::time::Duration;
 use zeroize::Zeroize;
 
 /// A chain the endpoint owns, with the public description it announced.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(crate) struct OwnChain {
     pub info: AnchorInfo,
     pub chain: HashChain,
@@ -85,6 +86,7 @@ impl OwnChain {
 }
 
 /// A round the signer has sent the S1 of and not yet finished.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 struct Inflight {
     round: u32,
     /// ALPHA-M: the round's Merkle tree.
@@ -114,6 +116,7 @@ pub(crate) enum SendTimeout {
 }
 
 /// The signer's end of an association.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(crate) struct SendFlow {
     pub flow: u16,
     pub mode: Mode,
@@ -472,6 +475,7 @@ pub(crate) enum Received {
 }
 
 /// The verifier's end of an association.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(crate) struct RecvFlow {
     pub flow: u16,
     pub mode: Mode,

@@ -184,6 +184,11 @@ pub struct RelayStep {
 /// relay at [`ADDR_R`] by an in-memory network with no loss. A opened one association in
 /// [`MODE_M`] and one in [`MODE_C`] and sent [`SETUP_MESSAGES`] on each, all delivered.
 /// Every datagram an endpoint sends, and everything the relay does, is recorded.
+///
+/// `Clone` (its endpoints and relay are `Clone` under the `fuzzing` feature), so that the
+/// harnesses set a pair up once per process and give every input a copy
+/// ([`HopPair::cached`]).
+#[derive(Clone)]
 pub struct HopPair {
     /// The initiator.
     pub a: Endpoint,
@@ -220,6 +225,23 @@ impl HopPair {
     /// `reports`, A's associations ask for A2 delivery reports.
     pub fn new(relay: bool, reports: bool) -> HopPair {
         Self::with_injections(relay, reports, BTreeMap::new())
+    }
+
+    /// A copy of `HopPair::new(relay, reports)`, built once per process. The set-up is
+    /// deterministic (fixed identities, seeds and virtual time), so the copy is the pair a
+    /// fresh `new` builds (`tests/fuzz_harness.rs` checks that), without the handshake,
+    /// chain generation and rounds it costs each time.
+    pub fn cached(relay: bool, reports: bool) -> HopPair {
+        static PAIRS: OnceLock<[HopPair; 4]> = OnceLock::new();
+        let pairs = PAIRS.get_or_init(|| {
+            [
+                HopPair::new(false, false),
+                HopPair::new(false, true),
+                HopPair::new(true, false),
+                HopPair::new(true, true),
+            ]
+        });
+        pairs[usize::from(relay) * 2 + usize::from(reports)].clone()
     }
 
     /// As [`HopPair::new`] with a relay, handing it the datagrams of `inject[n]` (from the
@@ -569,7 +591,7 @@ pub fn endpoint(data: &[u8]) -> HopOutcome {
         return HopOutcome::default();
     };
     let c = EndpointControl::from_byte(control);
-    let mut p = HopPair::new(false, c.reports);
+    let mut p = HopPair::cached(false, c.reports);
     let (to, peer) = if c.to_a {
         (ADDR_A, ADDR_B)
     } else {
@@ -607,7 +629,7 @@ pub fn relay(data: &[u8]) -> HopOutcome {
     let Some((&control, rest)) = data.split_first() else {
         return HopOutcome::default();
     };
-    let mut p = HopPair::new(true, control & 1 != 0);
+    let mut p = HopPair::cached(true, control & 1 != 0);
     let delivered_before = p.received_at_b().len();
     let before = p.relay.as_ref().map_or(0, |r| drops(r.counters()));
     let datagrams = split_datagrams(rest);
@@ -789,7 +811,7 @@ pub fn mutate_real(data: &[u8]) -> HopOutcome {
             ..finish(p, 0, &all_real)
         };
     }
-    let mut p = HopPair::new(true, true);
+    let mut p = HopPair::cached(true, true);
     let delivered_before = p.received_at_b().len();
     let before = p.relay.as_ref().map_or(0, |r| drops(r.counters()));
     for (_, from, m) in &mutants {

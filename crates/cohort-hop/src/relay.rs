@@ -31,6 +31,7 @@ const MAX_ASSOC: u16 = crate::wire::ASSOC_MASK;
 /// The shortest wait between two sweeps for idle pairs.
 const SWEEP_MIN: std::time::Duration = std::time::Duration::from_millis(100);
 
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 struct RelayPair {
     initiator: SocketAddr,
     responder: SocketAddr,
@@ -98,6 +99,7 @@ pub struct RelayStatus {
 }
 
 /// An ALPHA relay (the implementation report's "ALPHA-filter").
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct Relay {
     config: RelayConfig,
     provider: CryptoProvider,

@@ -177,6 +177,32 @@ fn the_pair_delivers_and_the_capture_holds_every_kind() {
     }
 }
 
+/// A copy of the cached pair is the pair a fresh set-up builds: the same datagrams, relay
+/// steps, events and time, and it goes on exactly as a fresh one does (one more message on
+/// each association, two seconds of timers).
+#[test]
+fn a_cached_pair_is_a_fresh_pair() {
+    for (relay, reports) in [(false, false), (false, true), (true, false), (true, true)] {
+        let mut fresh = HopPair::new(relay, reports);
+        let mut cached = HopPair::cached(relay, reports);
+        for p in [&mut fresh, &mut cached] {
+            assert!(p.send_both("after"));
+            p.run_for(Duration::from_secs(2));
+        }
+        let what = format!("relay {relay}, reports {reports}");
+        assert_eq!(fresh.now, cached.now, "{what}");
+        assert_eq!(fresh.sent, cached.sent, "{what}");
+        assert_eq!(fresh.relay_steps, cached.relay_steps, "{what}");
+        assert_eq!(fresh.events_a, cached.events_a, "{what}");
+        assert_eq!(fresh.events_b, cached.events_b, "{what}");
+        assert_eq!(
+            fresh.received_at_b().len(),
+            2 * SETUP_MESSAGES + 2,
+            "{what}"
+        );
+    }
+}
+
 /// The harnesses reach what they claim: a real datagram fed to B is taken (and counted as
 /// nothing dropped), and a mutant is dropped.
 #[test]

@@ -28,6 +28,7 @@ const COOKIE_LIFETIME: Duration = Duration::from_secs(10);
 
 /// The responder's cookie secret. A Challenge costs no state: only a SYN that brings back a
 /// fresh cookie for its header and the address it came from makes any.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Cookies {
     secret: [u8; 32],
 }

@@ -78,6 +78,7 @@ const CONTROL: AssocId = 0;
 /// [`Endpoint::open`], [`Endpoint::send`], [`Endpoint::send_keyed`], [`Endpoint::send_any`],
 /// [`Endpoint::close`]) call `poll_transmit` until `None`, then `poll_event` until `None`,
 /// then `poll_timeout` (as for every [`Machine`]).
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct Endpoint {
     config: EndpointConfig,
     provider: CryptoProvider,

@@ -29,6 +29,7 @@ pub(super) enum PeerState {
 }
 
 /// A control message waiting for the peer's answer.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct PendingControl {
     /// What answers it: (answer code, flow, which chain, start round).
     pub(super) answer: (u8, u16, u8, u32),
@@ -41,6 +42,7 @@ pub(super) struct PendingControl {
     pub(super) since: Timestamp,
 }
 
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Peer {
     pub(super) addr: SocketAddr,
     pub(super) next_hop: SocketAddr,

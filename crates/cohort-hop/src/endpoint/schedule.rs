@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 
 /// What waits to be sent: urgent packets in order, then data associations in turn.
 #[derive(Default)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Outbox {
     /// Handshake, acknowledgment and control packets: sent first.
     urgent: VecDeque<(SocketAddr, Vec<u8>)>,
