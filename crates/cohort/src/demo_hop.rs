@@ -149,7 +149,7 @@ pub fn run(seed: u64, verbose: bool) -> Result<(), UsageError> {
     // Each endpoint trusts only the other's key; the relays check any signed handshake.
     let endpoint = |identity: Identity, peer: PublicKey, at: SocketAddr, rng_seed| {
         let mut config = EndpointConfig::new(identity);
-        config.trust = vec![peer].into();
+        config.trust = vec![peer];
         HopNode::Endpoint(Endpoint::new(config, provider, at, rng_seed))
     };
     let relay = |route: (SocketAddr, SocketAddr), at: SocketAddr| {
