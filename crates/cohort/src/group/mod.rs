@@ -380,15 +380,7 @@ impl Group {
                 problem: "this transport connects asynchronously: use Group::connect".into(),
             }));
         }
-        let socket = bind(setup.listen)?;
-        let local_addr = socket.local_addr().map_err(Error::Io)?;
-        Self::spawn(
-            &config,
-            setup,
-            transport::Transport::Udp(socket),
-            local_addr,
-            provider,
-        )
+        Self::spawn_udp(&config, setup, provider)
     }
 
     /// As [`Group::start`], for every transport: over UDP it is `start`; over NATS
@@ -404,17 +396,7 @@ impl Group {
         let provider = CryptoProvider::default_provider();
         let setup = config.setup(&provider)?;
         match setup.transport.clone() {
-            TransportSetup::Udp => {
-                let socket = bind(setup.listen)?;
-                let local_addr = socket.local_addr().map_err(Error::Io)?;
-                Self::spawn(
-                    &config,
-                    setup,
-                    transport::Transport::Udp(socket),
-                    local_addr,
-                    provider,
-                )
-            }
+            TransportSetup::Udp => Self::spawn_udp(&config, setup, provider),
             #[cfg(feature = "nats")]
             TransportSetup::Nats(nats) => {
                 let group = setup.config.group.clone();
@@ -431,6 +413,23 @@ impl Group {
                 )
             }
         }
+    }
+
+    /// Binds the member's UDP socket and spawns its task (`start`, and `connect` over UDP).
+    fn spawn_udp(
+        config: &GroupConfig,
+        setup: MemberSetup,
+        provider: CryptoProvider,
+    ) -> Result<(Group, Events), Error> {
+        let socket = bind(setup.listen)?;
+        let local_addr = socket.local_addr().map_err(Error::Io)?;
+        Self::spawn(
+            config,
+            setup,
+            transport::Transport::Udp(socket),
+            local_addr,
+            provider,
+        )
     }
 
     fn spawn(
