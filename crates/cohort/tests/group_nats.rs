@@ -10,22 +10,24 @@ mod support;
 
 use cohort::group::{Channel, Error, Event, Events, Group, GroupConfig, MemberId};
 use cohort_channel::identity::Identity;
-use cohort_crypto::CryptoProvider;
 use futures_util::StreamExt;
 use rand_core::{OsRng, RngCore};
 use std::future::Future;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::{cohort, exits_2, free_port, keygen, need, tempdir, wait_for_port};
+use support::{
+    cohort, exits_2, free_port, identities, keygen, need, tempdir, wait_for_port, Guard,
+};
 use tokio::time::timeout;
 
 const WAIT: Duration = Duration::from_secs(30);
 
 /// A nats-server this test started, on a free loopback port; killed when dropped.
 struct NatsServer {
-    child: Child,
+    /// `None` once stopped.
+    process: Option<Guard>,
     port: u16,
 }
 
@@ -44,22 +46,19 @@ impl NatsServer {
             .spawn()
             .expect("nats-server starts");
         wait_for_port(port);
-        NatsServer { child, port }
+        NatsServer {
+            process: Some(Guard(child)),
+            port,
+        }
     }
 
     fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
+    /// Kills and reaps the server (the guard's drop).
     fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.stop();
+        self.process = None;
     }
 }
 
@@ -93,15 +92,6 @@ impl Spy {
     fn seen(&self) -> Vec<(String, Vec<u8>)> {
         self.seen.lock().unwrap().clone()
     }
-}
-
-fn identities(n: usize) -> (Vec<Identity>, Vec<MemberId>) {
-    let provider = CryptoProvider::default_provider();
-    let ids: Vec<Identity> = (0..n)
-        .map(|_| Identity::generate(&provider).unwrap())
-        .collect();
-    let trust = ids.iter().map(|i| MemberId(i.public())).collect();
-    (ids, trust)
 }
 
 fn addr(port: u16) -> SocketAddr {

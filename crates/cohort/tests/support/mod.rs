@@ -199,6 +199,19 @@ pub fn need(tool: &str) {
     );
 }
 
+/// `n` fresh identities and the trust list naming them all.
+pub fn identities(n: usize) -> (Vec<Identity>, Vec<cohort::group::MemberId>) {
+    let provider = CryptoProvider::default_provider();
+    let ids: Vec<Identity> = (0..n)
+        .map(|_| Identity::generate(&provider).unwrap())
+        .collect();
+    let trust = ids
+        .iter()
+        .map(|i| cohort::group::MemberId(i.public()))
+        .collect();
+    (ids, trust)
+}
+
 /// Kills (and reaps) its child when the test ends, however it ends.
 pub struct Guard(pub Child);
 
