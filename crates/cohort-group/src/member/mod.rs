@@ -599,15 +599,19 @@ impl Machine for GroupMember {
         if let Some(t) = self.pairs.poll_transmit(now, buf) {
             return Some(t);
         }
-        let (to, packet) = match self.out.pop_front()? {
-            (Destination::Member(to), packet) => (to, packet),
-            // This driver cannot fan out: one copy per other member, in place.
-            (Destination::Group, packet) => {
-                let others: Vec<SocketAddr> = self.others().map(|m| m.addr).collect();
-                let (first, rest) = others.split_first()?;
-                self.out
-                    .push_front_all(rest.iter().map(|a| (*a, packet.clone())));
-                (*first, packet)
+        let (to, packet) = loop {
+            match self.out.pop_front()? {
+                (Destination::Member(to), packet) => break (to, packet),
+                // This driver cannot fan out: one copy per other member, in place. A group
+                // entry with no other member goes nowhere; the entries after it still go.
+                (Destination::Group, packet) => {
+                    let others: Vec<SocketAddr> = self.others().map(|m| m.addr).collect();
+                    if let Some((first, rest)) = others.split_first() {
+                        self.out
+                            .push_front_all(rest.iter().map(|a| (*a, packet.clone())));
+                        break (*first, packet);
+                    }
+                }
             }
         };
         buf.extend_from_slice(&packet);
