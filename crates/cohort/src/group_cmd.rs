@@ -11,12 +11,14 @@
 //!
 //! `run` is one member (see [`cohort::group::GroupConfig`] for its file and [`json`] for its
 //! lines); `bench` runs many members in one process and measures them (see
-//! [`bench`](mod@bench)).
+//! [`bench`](mod@bench)); `many` runs several members of several configs in one process,
+//! each with its own command and event files (see [`many`](mod@many)).
 
 mod bench;
 #[cfg(feature = "nats")]
 mod bench_nats;
 pub mod json;
+mod many;
 pub mod shell;
 
 use crate::jsonl;
@@ -41,6 +43,9 @@ pub enum GroupCommand {
     Bench(bench::BenchArgs),
     /// Control a running member through its control socket (`group run --ctl PATH`).
     Ctl(crate::group_ctl_cmd::CtlArgs),
+    /// Run several members in this process, one config each: member `DIR/X.toml` reads
+    /// JSON-line commands from `DIR/X.in` and writes timed JSON-line events to `DIR/X.out`.
+    Many(many::ManyArgs),
 }
 
 /// `cohort group run`.
@@ -73,6 +78,7 @@ pub fn run(command: GroupCommand) -> Result<(), UsageError> {
         GroupCommand::Run(args) => run_member(&args),
         GroupCommand::Bench(args) => bench::run(&args),
         GroupCommand::Ctl(args) => crate::group_ctl_cmd::run(&args),
+        GroupCommand::Many(args) => many::run(&args),
     }
 }
 
@@ -164,6 +170,7 @@ async fn serve(
         group.clone(),
         jsonl::commands(MAX_LINE, json::parse_command),
         leave_on_eof,
+        std::sync::Arc::new(emit),
     ));
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last_dropped = DropCounters::default();
@@ -203,11 +210,17 @@ async fn serve(
     Ok(())
 }
 
-/// Runs standard input's commands in order; at its end, leaves if `leave_on_eof`.
+/// Where a member's answers and error lines go: standard output, or (`group many`) its
+/// own file.
+type Emit = std::sync::Arc<dyn Fn(&Value) + Send + Sync>;
+
+/// Runs standard input's commands in order, answering through `emit`; at its end, leaves
+/// if `leave_on_eof`.
 async fn worker(
     group: Group,
     mut stdin: mpsc::Receiver<Result<json::Command, Value>>,
     leave_on_eof: bool,
+    emit: Emit,
 ) {
     while let Some(line) = stdin.recv().await {
         let command = match line {

@@ -160,12 +160,22 @@ pub fn commands<C: Send + 'static>(
     limit: usize,
     parse: fn(&str) -> Result<C, CommandError>,
 ) -> mpsc::Receiver<Result<C, Value>> {
+    commands_from(|| Ok(std::io::stdin().lock()), limit, parse)
+}
+
+/// As [`commands`], from the reader `open` returns, opened on the reading thread (so that
+/// opening a fifo, which waits for its writer, blocks nobody else). The channel closes at
+/// the end of input or when `open` fails.
+pub fn commands_from<C: Send + 'static, R: BufRead>(
+    open: impl FnOnce() -> std::io::Result<R> + Send + 'static,
+    limit: usize,
+    parse: fn(&str) -> Result<C, CommandError>,
+) -> mpsc::Receiver<Result<C, Value>> {
     let (tx, rx) = mpsc::channel(64);
     std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        let mut stdin = stdin.lock();
+        let Ok(mut input) = open() else { return };
         loop {
-            let item = match read_line_bounded(&mut stdin, limit) {
+            let item = match read_line_bounded(&mut input, limit) {
                 Ok(Some(Ok(line))) if line.trim().is_empty() => continue,
                 Ok(Some(Ok(line))) => parse(&line).map_err(|e| e.to_json()),
                 Ok(Some(Err(problem))) => Err(error(None, &problem)),

@@ -25,7 +25,7 @@
 //!
 //! ```toml
 //! transport = "nats"                # "udp" (the default) or "nats"
-//! nats = ["nats://10.0.0.1:4222"]   # the brokers; async-nats fails over between them
+//! nats = ["nats://10.0.0.1:4222"]   # the brokers, nearest first; async-nats fails over
 //! nats_credentials = "alice.creds"  # optional: a NATS credentials file
 //! nats_ca = "ca.pem"                # optional: a CA file (TLS is then required)
 //! ```

@@ -22,7 +22,8 @@ use tokio::sync::mpsc;
 /// How to reach the brokers: the config's `nats`, `nats_credentials` and `nats_ca`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NatsSetup {
-    /// Server URLs (`nats://host:4222`, `tls://...`); async-nats picks one and fails over.
+    /// Server URLs (`nats://host:4222`, `tls://...`), nearest first: the member connects
+    /// to the first that answers and, when that connection breaks, tries them in order again.
     pub urls: Vec<String>,
     /// A NATS credentials file (JWT and nkey seed).
     pub credentials: Option<PathBuf>,
@@ -78,6 +79,11 @@ pub async fn connect(
         .no_echo()
         .name(format!("cohort {me}"))
         .connection_timeout(CONNECT_TIMEOUT)
+        // The config's order is the member's preference: its nearest server first, the
+        // rest of the cluster after (async-nats would shuffle them). After a server dies
+        // the member tries the list from the top again and lands on the first that
+        // answers; it goes back to its nearest only when that connection breaks too.
+        .retain_servers_order()
         .event_callback(move |event| {
             let tx = events_tx.clone();
             async move {
