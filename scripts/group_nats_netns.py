@@ -484,6 +484,7 @@ class Run:
         for m in self.members:
             m.new_lines()  # skip what came before
         times, survivors, results = [], list(self.members), []
+        cpu0, wall0 = self.cpu(), time.time()
         for v in victims:
             survivors = [m for m in survivors if m is not v]
             want = sorted(m.id for m in survivors)
@@ -511,16 +512,26 @@ class Run:
             took = max(done.values()) - t0
             first = min(done.values()) - t0
             times.append(took)
-            results.append({"victim": v.name(), "s": took, "first_s": first})
+            load = open("/proc/loadavg").read().split()[0]
+            results.append({"victim": v.name(), "s": took, "first_s": first, "loadavg": load,
+                            "members_before": len(survivors) + 1})
             log(f"  kill -9 {v.name()} (namespace {'ABC'[v.k]}): all {len(survivors)} survivors in the new"
-                f" view after {took:.3f}s (first after {first:.3f}s)")
+                f" view after {took:.3f}s (first after {first:.3f}s; load average {load})")
             settled, info = self.wait_view([survivors], time.time(), limit=10)
             if settled is None:
                 self.problems.append(f"after the kill of {v.name()}: no one view and one key: {info}")
             time.sleep(1)
+        cpu1, wall = self.cpu(), time.time() - wall0
+        members_cpu = sum(cpu1[0].get(p, 0) - c for p, c in cpu0[0].items())
+        servers_cpu = sum(cpu1[1].get(p, 0) - c for p, c in cpu0[1].items())
+        log(f"during the kills ({wall:.1f}s): the member processes used {members_cpu:.1f} CPU s"
+            f" ({members_cpu / wall:.2f} cores; the victims' own processes not counted), the nats-servers"
+            f" {servers_cpu:.1f} CPU s ({servers_cpu / wall:.2f} cores) (utime+stime, /proc/PID/stat);"
+            f" load average {open('/proc/loadavg').read().split()[0]}")
         self.kill_all()
         out = {"members": len(self.members), "processes": len(self.procs), "kills": results,
-               "problems": self.problems}
+               "problems": self.problems, "wall_s": wall, "members_cpu_s": members_cpu,
+               "servers_cpu_s": servers_cpu}
         if times:
             s = sorted(times)
             p95 = s[math.ceil(0.95 * len(s)) - 1]
@@ -532,6 +543,27 @@ class Run:
             json.dump(out, f)
         if self.problems or not times:
             raise SystemExit("FAIL: " + "; ".join(self.problems or ["no kill measured"]))
+
+    def cpu(self):
+        """CPU seconds (user + system) so far of the member processes and of the servers:
+        ({pid: s}, {pid: s}). A process gone keeps its last reading."""
+        tick = os.sysconf("SC_CLK_TCK")
+
+        def read(pid):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, IndexError, ValueError):
+                return None
+        last = getattr(self, "_cpu_last", ({}, {}))
+        out = ({}, {})
+        for k, procs in enumerate(([p for p, _ in self.procs], [s for s in self.servers if s])):
+            for p in procs:
+                v = read(p.pid)
+                out[k][p.pid] = v if v is not None else last[k].get(p.pid, 0.0)
+        self._cpu_last = out
+        return out
 
     def kill_all(self):
         self.stop_sending.set()
