@@ -71,12 +71,18 @@ fn file_emitter(path: &Path) -> Result<Emit, UsageError> {
 }
 
 async fn serve(configs: &[PathBuf]) -> Result<(), UsageError> {
-    // Every config is read and every member connected before any runs: a bad one fails
-    // the start with one line naming its file.
+    // Every config is read before any member starts, and every member connected before
+    // any runs: a bad one fails the start with one line naming its file.
+    let loaded = configs
+        .iter()
+        .map(|path| {
+            GroupConfig::load(path)
+                .map(|config| (path, config))
+                .map_err(|e| UsageError(format!("{}: {e}", path.display())))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let mut members = Vec::with_capacity(configs.len());
-    for path in configs {
-        let config = GroupConfig::load(path)
-            .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+    for (path, config) in loaded {
         let (input, output) = io_paths(path);
         let emit = file_emitter(&output)?;
         let (group, events) = Group::connect(config)
