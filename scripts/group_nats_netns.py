@@ -106,6 +106,7 @@ class Run:
         self.sent = None
         self.sent_lock = threading.Lock()
         self.sent_count = {"reliable": 0, "unreliable": 0}
+        self.unsent = 0          # sends not written: the member's fifo was full
 
     # ------------------------------------------------------------------ servers
     def start_servers(self):
@@ -292,6 +293,8 @@ class Run:
                         with self.sent_lock:
                             self.sent.write(f"{text} {time.time():.6f}\n")
                             self.sent_count[ch] += 1
+                    else:
+                        self.unsent += 1
             with self.sent_lock:
                 self.sent.flush()
             self.stop_sending.wait(max(0.0, SEND_PERIOD - (time.time() - t0)))
@@ -430,6 +433,9 @@ class Run:
         self.stop_sending.set()
         sender.join()
         t_stop = time.time()
+        log(f"sending stopped: {self.sent_count['reliable']} reliable and"
+            f" {self.sent_count['unreliable']} unreliable messages written, {self.unsent} not"
+            f" written (a member's command fifo was full)")
         self.drain()
         return self.finish((t_chaos, t_end_chaos, t_stop))
 

@@ -136,7 +136,15 @@ fn a_bad_config_is_one_line_naming_its_file() {
     )
     .unwrap();
     let missing = dir.join("nowhere.toml");
-    for (config, says) in [(&bad, "colour: unknown key"), (&missing, "cannot read")] {
+    // A good config whose command file is missing.
+    let no_input = dir.join("alone.toml");
+    std::fs::copy(&good, &no_input).unwrap();
+    std::fs::write(dir.join("good.in"), "").unwrap();
+    for (config, says) in [
+        (&bad, "colour: unknown key"),
+        (&missing, "cannot read"),
+        (&no_input, "alone.in: missing"),
+    ] {
         // The good one first: nothing starts before every config has been read.
         let out = cohort(&[
             "group",
@@ -148,7 +156,7 @@ fn a_bad_config_is_one_line_naming_its_file() {
         ]);
         let stderr = exits_2(&out);
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        let name = config.file_name().unwrap().to_str().unwrap();
+        let name = config.file_stem().unwrap().to_str().unwrap();
         assert!(stderr.contains(name) && stderr.contains(says), "{stderr}");
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -81,6 +81,17 @@ async fn serve(configs: &[PathBuf]) -> Result<(), UsageError> {
                 .map_err(|e| UsageError(format!("{}: {e}", path.display())))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    for (path, _) in &loaded {
+        // Without its command file a member would read the end of its input at once and
+        // leave: refuse instead.
+        let (input, _) = io_paths(path);
+        if !input.exists() {
+            return Err(UsageError(format!(
+                "{}: missing (the member's commands: make it a fifo with mkfifo)",
+                input.display()
+            )));
+        }
+    }
     let mut members = Vec::with_capacity(configs.len());
     for (path, config) in loaded {
         let (input, output) = io_paths(path);
