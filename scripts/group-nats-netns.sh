@@ -19,12 +19,12 @@
 #      one key (the Exchange merged the sides; the time is printed);
 #   3. nB is killed (-9): B's members reconnect to nA or nC and nobody installs a new view
 #      (no member vanished): one view with one key right after and 5 s after the kill, no
-#      view event at any member in between, a connection event at each of B's members;
+#      view event at any member in between, a `connected` event at each of B's members;
 #   4. the sending stops, the deliveries settle, and scripts/group_chaos_check.py checks
 #      every member's log: nothing from nowhere or twice, FIFO, one order per view, total
 #      order and agreement among the members going to the same next view, self delivery,
 #      one key per view, the heals (its RSS check is not run: members share processes).
-# Measured here (2 shared cores, load average 8-15 from other builds): 35 s in all.
+# Measured here (2 shared cores, load average 7-15 from other builds): 26 to 35 s in all.
 #
 # --members N [--kills K] (viewchange mode; issue 15's goal is N = 256): N members over the
 # three namespaces, 32 to a process, K of them (default 20) alone in their own processes,

@@ -416,12 +416,13 @@ class Run:
         if views:
             self.problems.append(f"fault 2: {len(views)} view events after the server's kill, at"
                                  f" {', '.join(sorted({f'm{i}' for i, _ in views}))} (nobody vanished)")
-        moved = [m.i for m in b if any(e["event"] == "transport" and "connect" in e.get("what", "").lower()
+        # Reconnected: a `connected` event after the kill (a `disconnected` alone is not).
+        moved = [m.i for m in b if any(e["event"] == "transport" and e.get("what") == "connected"
                                        for e in after.get(m.i, []))]
-        log(f"  members of B with a connection event after the kill: {len(moved)} of {len(b)};"
+        log(f"  members of B reconnected (a `connected` event after the kill): {len(moved)} of {len(b)};"
             f" view events after the kill: {len(views)}")
         if len(moved) != len(b):
-            self.problems.append(f"fault 2: only {len(moved)} of B's {len(b)} members report a (re)connection")
+            self.problems.append(f"fault 2: only {len(moved)} of B's {len(b)} members reconnected")
         others = [e["what"] for i, es in after.items() if i not in {m.i for m in b}
                   for e in es if e["event"] == "transport"]
         if others:
