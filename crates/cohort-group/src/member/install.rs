@@ -379,18 +379,33 @@ impl GroupMember {
             && install.merge_into.is_none()
             && shared_by_survivors(&install)
             && self.install_down_tree(&install);
+        // Copies only for those that get one of their own: with the Install down the tree,
+        // the joiners (building a copy per survivor too cost the leader of 10,000 an Install
+        // clone per member for nothing).
         for (m, joiner) in &unacked {
+            if down_tree && !*joiner {
+                continue;
+            }
             let copy = install_copy_for(&install, members.rank_of(&m.id).map(|r| r as u16));
             if *joiner {
                 self.send_welcome(now, m, copy, &welcome_key);
-            } else if !down_tree {
+            } else {
                 self.send_install_msg(m.addr, &copy, None);
             }
         }
         // In KDC mode the members left out could not authenticate the Install (they hold no
-        // wrap): they hear of it over their pair channel.
+        // wrap): they hear of it over their pair channel. With identity keys so does a
+        // member that asked to leave, when its pair channel is up: it needs only to know
+        // that it is out, not the Install (an LKH Install carries every wrap: 1.5 KB at
+        // 1,000 members, against a few dozen bytes for the notice).
         for m in &told {
-            if self.identity.is_some() {
+            let left_of_own_accord = install
+                .removed
+                .iter()
+                .any(|(id, why)| *id == m.id && *why == RemovalReason::Left);
+            if self.identity.is_some()
+                && !(left_of_own_accord && self.pairs.pair_key(&m.id).is_some())
+            {
                 let copy = install_copy_for(&install, None);
                 self.send_install_msg(m.addr, &copy, None);
             } else if let Some((_, why)) = install.removed.iter().find(|(id, _)| *id == m.id) {
