@@ -946,28 +946,28 @@ fn change_bench(opts: &Opts) {
 
 /// One row of part 2.
 fn change_row(mode: Mode, n: usize, name: &str, method: RekeyMethod, opts: &Opts) {
-            if n + 1 > MAX_VIEW_MEMBERS {
-                println!(
-                    "| {} | {n} | {name} | skipped: above MAX_VIEW_MEMBERS ({MAX_VIEW_MEMBERS}) |",
-                    mode.name()
-                );
-                return;
-            }
-            match change_run(mode, n, method, opts) {
-                Ok(s) => {
-                    let less = s.all_sent.bytes as f64 - s.base.all_bytes * s.window.as_secs_f64();
-                    println!(
-                        "| {} | {n} | {name} | {} | {:.1} | {} / {} | {} |",
-                        mode.name(),
-                        s.views,
-                        ms(s.virt),
-                        s.all_sent.packets,
-                        kib(s.all_sent.bytes as f64),
-                        kib(less),
-                    );
-                }
-                Err(e) => println!("| {} | {n} | {name} | failed: {e} |", mode.name()),
-            }
+    if n + 1 > MAX_VIEW_MEMBERS {
+        println!(
+            "| {} | {n} | {name} | skipped: above MAX_VIEW_MEMBERS ({MAX_VIEW_MEMBERS}) |",
+            mode.name()
+        );
+        return;
+    }
+    match change_run(mode, n, method, opts) {
+        Ok(s) => {
+            let less = s.all_sent.bytes as f64 - s.base.all_bytes * s.window.as_secs_f64();
+            println!(
+                "| {} | {n} | {name} | {} | {:.1} | {} / {} | {} |",
+                mode.name(),
+                s.views,
+                ms(s.virt),
+                s.all_sent.packets,
+                kib(s.all_sent.bytes as f64),
+                kib(less),
+            );
+        }
+        Err(e) => println!("| {} | {n} | {name} | failed: {e} |", mode.name()),
+    }
 }
 
 // ------------------------------------------------------------------------------ 3. form

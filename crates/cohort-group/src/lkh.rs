@@ -887,7 +887,10 @@ mod tests {
         // A member holding other versions of its keys derives other wrap keys.
         let mut other = paths[&m].clone();
         other.keys.iter_mut().for_each(|k| k.0 += 1);
-        assert!(other.advance(&p, &c, &b.delivery).is_none(), "another version");
+        assert!(
+            other.advance(&p, &c, &b.delivery).is_none(),
+            "another version"
+        );
         let other_view = WrapContext {
             view: ViewId {
                 seq: 9,
