@@ -54,7 +54,7 @@
 //!   perf then samples only the leader's calls in part 1's leave windows (a profile of the
 //!   leader's rekey without the forming around it).
 //! * `LARGE_GROUPS_TRACE_LEADER`: print every datagram the leader sends in part 1's leave
-//!   windows (time, size, destination, first bytes), to stderr.
+//!   windows and part 2's view change (time, size, destination, first bytes), to stderr.
 //! * `LARGE_GROUPS_SEED`: the simulator's seed (1).
 //! * `LARGE_GROUPS_CAP_SECS`: wall-clock seconds one run may take before it is reported as
 //!   capped (1800).
@@ -830,6 +830,7 @@ fn change_run(
     after.push(joiner);
     let (sent0, views0) = (w.total_sent(), w.peer(0).views);
     let t0 = w.sim.now();
+    w.peer_mut(0).trace = std::env::var_os("LARGE_GROUPS_TRACE_LEADER").is_some();
     let contact = [w.sim.addr(w.nodes[0])];
     w.start(joiner, &contact);
     w.with_member(leaver, |m, now| m.leave(now));
@@ -844,6 +845,7 @@ fn change_run(
     w.one_key(&after, None)?;
     let end = done.saturating_add(TAIL);
     w.sim.run_until(end).map_err(|e| e.to_string())?;
+    w.peer_mut(0).trace = false;
     Ok(ChangeSample {
         virt: done.saturating_duration_since(t0),
         window: end.saturating_duration_since(t0),
