@@ -196,9 +196,8 @@ pub fn wall_now() -> Instant {
 }
 
 /// This thread's CPU time so far (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`: exact to the
-/// nanosecond, unlike `/proc/thread-self/schedstat`, which moves in scheduler ticks). Cheap
-/// enough (a vDSO-less system call, well under a microsecond) to read around every call of
-/// one member.
+/// nanosecond, unlike `/proc/thread-self/schedstat`, which moves in scheduler ticks). One
+/// system call, no file to open: cheap enough to read around every call of one member.
 pub fn thread_cpu() -> Option<Duration> {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     let secs = u64::try_from(t.tv_sec).ok()?;
