@@ -6,7 +6,7 @@
 //! 1. **Rekey after one leave**, for each rekey method of [`methods`]: the member at the
 //!    middle rank leaves (three times, 1 s apart; the medians); measured are the virtual
 //!    time until every survivor installed the view without it (and holds one new key,
-//!    checked by fingerprint), the bytes the leader sent and the wall-clock time spent in
+//!    checked by fingerprint), the bytes the leader sent and the thread CPU time spent in
 //!    the leader's calls, both raw and less what the leader spends in the same time in
 //!    steady state (heartbeats), and the wraps when the member reports them.
 //! 2. **One view change**: a member joins and another leaves at the same instant; measured
@@ -48,12 +48,19 @@
 //!   shows their medians.
 //! * `LARGE_GROUPS_METHODS`: part 1's methods, comma-separated, each matching the start of
 //!   the names [`methods`] gives (`one-message,tree,lkh`; default all).
+//! * `LARGE_GROUPS_CHANGE_METHODS`: part 2's methods, matched the same way
+//!   (`one-message`; e.g. `one-message,lkh`).
+//! * `LARGE_GROUPS_PERF=CTL,ACK`: the fifos of `perf record --control=fifo:CTL,ACK -D -1`;
+//!   perf then samples only the leader's calls in part 1's leave windows (a profile of the
+//!   leader's rekey without the forming around it).
+//! * `LARGE_GROUPS_TRACE_LEADER`: print every datagram the leader sends in part 1's leave
+//!   windows and part 2's view change (time, size, destination, first bytes), to stderr.
 //! * `LARGE_GROUPS_SEED`: the simulator's seed (1).
 //! * `LARGE_GROUPS_CAP_SECS`: wall-clock seconds one run may take before it is reported as
 //!   capped (1800).
 //!
-//! Every member runs on this one thread; the leader's time is the wall-clock time spent in
-//! its `handle_*` and `poll_*` calls. The simulator keeps no packet log and no timeout log
+//! Every member runs on this one thread; the leader's time is this thread's CPU time
+//! (`CLOCK_THREAD_CPUTIME_ID`) spent in its `handle_*` and `poll_*` calls. The simulator keeps no packet log and no timeout log
 //! (`log_packets`, `log_timeouts`), and the nodes here report no events to it, so its log
 //! stays empty however long a run is.
 #![allow(clippy::expect_used)] // reason: a benchmark whose setup fails has nothing to report
@@ -161,8 +168,44 @@ struct Peer {
     views: u64,
     sent: Traffic,
     received: Traffic,
-    /// Wall-clock time spent in this peer's calls, when kept (the leader's).
-    busy: Option<Duration>,
+    /// Thread CPU time spent in this peer's calls, when kept (the leader's):
+    /// `CLOCK_THREAD_CPUTIME_ID` read around each call, so time the thread spent descheduled
+    /// on a loaded machine does not count.
+    busy: Cell<Option<Duration>>,
+    /// `perf record --control` fifos: when set, perf samples only inside this peer's calls
+    /// (the harness sets it on the leader for the leave windows; `LARGE_GROUPS_PERF`).
+    perf: Option<Rc<PerfControl>>,
+    /// Print every datagram this peer sends (`LARGE_GROUPS_TRACE_LEADER`: the leader's, in
+    /// part 1's leave windows): virtual time, size, destination.
+    trace: bool,
+}
+
+/// `perf record --control=fifo:CTL,ACK -D -1`'s fifos: `enable` and `disable` are written
+/// to CTL and perf's `ack` read back, so that sampling covers exactly the calls between.
+struct PerfControl {
+    ctl: std::cell::RefCell<std::fs::File>,
+    ack: std::cell::RefCell<std::fs::File>,
+}
+
+impl PerfControl {
+    /// From `LARGE_GROUPS_PERF=CTL,ACK` (the fifos perf was started with).
+    fn from_env() -> Option<Rc<PerfControl>> {
+        let v = std::env::var("LARGE_GROUPS_PERF").ok()?;
+        let (ctl, ack) = v.split_once(',')?;
+        let ctl = std::fs::OpenOptions::new().write(true).open(ctl).ok()?;
+        let ack = std::fs::File::open(ack).ok()?;
+        Some(Rc::new(PerfControl {
+            ctl: ctl.into(),
+            ack: ack.into(),
+        }))
+    }
+
+    fn send(&self, cmd: &str) {
+        use std::io::{Read, Write};
+        let _ = self.ctl.borrow_mut().write_all(cmd.as_bytes());
+        let mut buf = [0u8; 5];
+        let _ = self.ack.borrow_mut().read(&mut buf);
+    }
 }
 
 impl Peer {
@@ -176,17 +219,27 @@ impl Peer {
             views: 0,
             sent: Traffic::default(),
             received: Traffic::default(),
-            busy: None,
+            busy: Cell::new(None),
+            perf: None,
+            trace: false,
         }
     }
 
-    fn start_clock(&self) -> Option<Instant> {
-        self.busy.is_some().then(wall_now)
+    /// The thread's CPU clock when this peer's time is kept.
+    fn start_clock(&self) -> Option<Duration> {
+        if let Some(p) = &self.perf {
+            p.send("enable\n");
+        }
+        self.busy.get().and_then(|_| thread_cpu())
     }
 
-    fn charge(&mut self, start: Option<Instant>) {
-        if let (Some(t), Some(b)) = (start, self.busy.as_mut()) {
-            *b += t.elapsed();
+    /// Adds the thread CPU time since `start` to this peer's.
+    fn charge(&self, start: Option<Duration>) {
+        if let (Some(t), Some(now), Some(b)) = (start, thread_cpu(), self.busy.get()) {
+            self.busy.set(Some(b + now.saturating_sub(t)));
+        }
+        if let Some(p) = &self.perf {
+            p.send("disable\n");
         }
     }
 }
@@ -211,12 +264,25 @@ impl Machine for Peer {
         let t = self.inner.poll_transmit(now, buf);
         if let Some(t) = &t {
             self.sent.add(t.size);
+            if self.trace {
+                eprintln!(
+                    "  leader sends at {:?}: {} bytes to {} (kind {:#04x}, {:02x?})",
+                    now,
+                    t.size,
+                    t.destination,
+                    buf.first().copied().unwrap_or(0),
+                    &buf[..buf.len().min(12)]
+                );
+            }
         }
         self.charge(start);
         t
     }
     fn poll_timeout(&self) -> Option<Timestamp> {
-        self.inner.poll_timeout()
+        let start = self.start_clock();
+        let t = self.inner.poll_timeout();
+        self.charge(start);
+        t
     }
     fn poll_event(&mut self) -> Option<()> {
         let start = self.start_clock();
@@ -555,7 +621,7 @@ struct Baseline {
 /// Measures the steady state over `window` (the leader's busy time must be kept).
 fn baseline(w: &mut World, window: Duration) -> Result<Baseline, String> {
     let (b0, s0, a0) = (
-        w.peer(0).busy.unwrap_or_default(),
+        w.peer(0).busy.get().unwrap_or_default(),
         w.peer(0).sent,
         w.total_sent(),
     );
@@ -563,7 +629,7 @@ fn baseline(w: &mut World, window: Duration) -> Result<Baseline, String> {
     let secs = window.as_secs_f64();
     Ok(Baseline {
         leader_bytes: w.peer(0).sent.since(s0).bytes as f64 / secs,
-        leader_busy: (w.peer(0).busy.unwrap_or_default() - b0).as_secs_f64() / secs,
+        leader_busy: (w.peer(0).busy.get().unwrap_or_default() - b0).as_secs_f64() / secs,
         all_bytes: w.total_sent().since(a0).bytes as f64 / secs,
     })
 }
@@ -595,7 +661,7 @@ fn rekey_run(
     let mut w = World::new(mode, opts.seed, n, method, opts.cap);
     w.form(n, opts.batched, opts.form_limit(n))?;
     w.run_for(Duration::from_secs(1))?;
-    w.peer_mut(0).busy = Some(Duration::ZERO);
+    w.peer(0).busy.set(Some(Duration::ZERO));
     w.sim.flush();
     let base = baseline(&mut w, Duration::from_secs(2))?;
     let mut samples = Vec::new();
@@ -614,12 +680,14 @@ fn leave_once(w: &mut World, base: Baseline) -> Result<RekeySample, String> {
     let survivors: Vec<usize> = order.iter().copied().filter(|i| *i != leaver).collect();
     let old_key = w.member(0).key_fingerprint();
     let (busy0, sent0, views0) = (
-        w.peer(0).busy.unwrap_or_default(),
+        w.peer(0).busy.get().unwrap_or_default(),
         w.peer(0).sent,
         w.peer(0).views,
     );
     let t0 = w.sim.now();
     let wall = wall_now();
+    w.peer_mut(0).perf = PerfControl::from_env();
+    w.peer_mut(0).trace = std::env::var_os("LARGE_GROUPS_TRACE_LEADER").is_some();
     w.with_member(leaver, |m, now| m.leave(now));
     let gone = w.ids[leaver];
     w.run_until(Duration::from_secs(30), "rekey after a leave", |w| {
@@ -638,11 +706,13 @@ fn leave_once(w: &mut World, base: Baseline) -> Result<RekeySample, String> {
     w.one_key(&survivors, old_key)?;
     let end = done.saturating_add(TAIL);
     w.sim.run_until(end).map_err(|e| e.to_string())?;
+    w.peer_mut(0).perf = None;
+    w.peer_mut(0).trace = false;
     Ok(RekeySample {
         virt,
         window: end.saturating_duration_since(t0),
         leader_sent: w.peer(0).sent.since(sent0),
-        leader_busy: w.peer(0).busy.unwrap_or_default() - busy0,
+        leader_busy: w.peer(0).busy.get().unwrap_or_default() - busy0,
         wraps: leader_wraps(w.member(0)),
         base,
         wall,
@@ -740,13 +810,17 @@ struct ChangeSample {
     views: u64,
 }
 
-/// `n` members; node `n` joins while the member at the middle rank leaves.
-fn change_run(mode: Mode, n: usize, opts: &Opts) -> Result<ChangeSample, String> {
-    let method = RekeyMethod::OneMessage;
+/// `n` members using `method`; node `n` joins while the member at the middle rank leaves.
+fn change_run(
+    mode: Mode,
+    n: usize,
+    method: RekeyMethod,
+    opts: &Opts,
+) -> Result<ChangeSample, String> {
     let mut w = World::new(mode, opts.seed, n + 1, method, opts.cap);
     w.form(n, opts.batched, opts.form_limit(n))?;
     w.run_for(Duration::from_secs(1))?;
-    w.peer_mut(0).busy = Some(Duration::ZERO);
+    w.peer(0).busy.set(Some(Duration::ZERO));
     w.sim.flush();
     let base = baseline(&mut w, Duration::from_secs(2))?;
     let order = w.by_rank();
@@ -756,6 +830,7 @@ fn change_run(mode: Mode, n: usize, opts: &Opts) -> Result<ChangeSample, String>
     after.push(joiner);
     let (sent0, views0) = (w.total_sent(), w.peer(0).views);
     let t0 = w.sim.now();
+    w.peer_mut(0).trace = std::env::var_os("LARGE_GROUPS_TRACE_LEADER").is_some();
     let contact = [w.sim.addr(w.nodes[0])];
     w.start(joiner, &contact);
     w.with_member(leaver, |m, now| m.leave(now));
@@ -770,6 +845,7 @@ fn change_run(mode: Mode, n: usize, opts: &Opts) -> Result<ChangeSample, String>
     w.one_key(&after, None)?;
     let end = done.saturating_add(TAIL);
     w.sim.run_until(end).map_err(|e| e.to_string())?;
+    w.peer_mut(0).trace = false;
     Ok(ChangeSample {
         virt: done.saturating_duration_since(t0),
         window: end.saturating_duration_since(t0),
@@ -843,7 +919,7 @@ fn fail_run(mode: Mode, n: usize, opts: &Opts) -> Result<(Duration, Duration), S
 fn change_bench(opts: &Opts) {
     println!(
         "\n## 2. One view change: one join and one leave at the same instant (5 ms links, \
-         default timers, one-message rekey)\n"
+         default timers)\n"
     );
     println!(
         "Bytes every node sent from the join and leave until {} ms after the last member \
@@ -852,35 +928,47 @@ fn change_bench(opts: &Opts) {
         TAIL.as_millis()
     );
     println!(
-        "| mode | members | views the leader installed | virtual ms until all in the view | \
-         all sent: datagrams / KiB | KiB less steady state |"
+        "| mode | members | method | views the leader installed | virtual ms until all in the \
+         view | all sent: datagrams / KiB | KiB less steady state |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for &mode in &opts.modes {
         for &n in &opts.sizes {
-            if n + 1 > MAX_VIEW_MEMBERS {
-                println!(
-                    "| {} | {n} | skipped: above MAX_VIEW_MEMBERS ({MAX_VIEW_MEMBERS}) |",
-                    mode.name()
-                );
-                continue;
-            }
-            match change_run(mode, n, opts) {
-                Ok(s) => {
-                    let less = s.all_sent.bytes as f64 - s.base.all_bytes * s.window.as_secs_f64();
-                    println!(
-                        "| {} | {n} | {} | {:.1} | {} / {} | {} |",
-                        mode.name(),
-                        s.views,
-                        ms(s.virt),
-                        s.all_sent.packets,
-                        kib(s.all_sent.bytes as f64),
-                        kib(less),
-                    );
+            for (name, method) in methods() {
+                if !opts.change_methods.iter().any(|m| name.starts_with(m))
+                    || (mode == Mode::Kdc && method != RekeyMethod::OneMessage)
+                {
+                    continue;
                 }
-                Err(e) => println!("| {} | {n} | failed: {e} |", mode.name()),
+                change_row(mode, n, name, method, opts);
             }
         }
+    }
+}
+
+/// One row of part 2.
+fn change_row(mode: Mode, n: usize, name: &str, method: RekeyMethod, opts: &Opts) {
+    if n + 1 > MAX_VIEW_MEMBERS {
+        println!(
+            "| {} | {n} | {name} | skipped: above MAX_VIEW_MEMBERS ({MAX_VIEW_MEMBERS}) |",
+            mode.name()
+        );
+        return;
+    }
+    match change_run(mode, n, method, opts) {
+        Ok(s) => {
+            let less = s.all_sent.bytes as f64 - s.base.all_bytes * s.window.as_secs_f64();
+            println!(
+                "| {} | {n} | {name} | {} | {:.1} | {} / {} | {} |",
+                mode.name(),
+                s.views,
+                ms(s.virt),
+                s.all_sent.packets,
+                kib(s.all_sent.bytes as f64),
+                kib(less),
+            );
+        }
+        Err(e) => println!("| {} | {n} | {name} | failed: {e} |", mode.name()),
     }
 }
 
@@ -1116,6 +1204,8 @@ struct Opts {
     leaves: usize,
     /// Part 1's methods, by the start of their names (all when empty).
     methods: Vec<String>,
+    /// Part 2's methods, by the start of their names.
+    change_methods: Vec<String>,
     seed: u64,
     cap: Duration,
 }
@@ -1164,6 +1254,11 @@ fn main() {
         methods: std::env::var("LARGE_GROUPS_METHODS")
             .map(|v| v.split(',').map(|m| m.trim().to_string()).collect())
             .unwrap_or_default(),
+        change_methods: std::env::var("LARGE_GROUPS_CHANGE_METHODS")
+            .unwrap_or_else(|_| "one-message".into())
+            .split(',')
+            .map(|m| m.trim().to_string())
+            .collect(),
         seed: env_num("LARGE_GROUPS_SEED", 1),
         cap: Duration::from_secs(env_num("LARGE_GROUPS_CAP_SECS", 1800)),
     };

@@ -248,7 +248,6 @@ pub fn sample_msgs() -> Vec<Msg> {
                 wraps: vec![crate::lkh::Wrap {
                     target: crate::lkh::NodeId { level: 1, index: 0 },
                     child: 1,
-                    child_version: 3,
                     sealed: [0x55; crate::lkh::SEALED_LEN],
                 }],
                 paths: vec![(1, vec![0x66; 4 + 3 * 40 + 16])],

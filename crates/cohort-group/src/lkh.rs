@@ -26,8 +26,10 @@ pub const SEALED_LEN: usize = NODE_KEY_LEN + 16;
 pub const MAX_DEPTH: u8 = 32;
 /// Largest degree accepted.
 pub const MAX_DEGREE: usize = 64;
-/// Bytes of one wrap on the wire: level, index, child position, child version, sealed key.
-pub const WRAP_WIRE_LEN: usize = 1 + 4 + 1 + 8 + SEALED_LEN;
+/// Bytes of one wrap on the wire: level, index, child position, sealed key. (The version of
+/// the child key that seals it is not sent: the receiver uses the version it holds, which
+/// the wrap key's derivation binds, so a wrap under another version does not open.)
+pub const WRAP_WIRE_LEN: usize = 1 + 4 + 1 + SEALED_LEN;
 
 const WRAP_SALT: &[u8] = b"cohort lkh wrap v1";
 const PATH_SALT: &[u8] = b"cohort lkh path v1";
@@ -68,10 +70,10 @@ impl NodeId {
 pub struct Wrap {
     /// The node whose new key this is (its version is the Install's key epoch).
     pub target: NodeId,
-    /// Which child's key seals it: its position under `target` (0 to degree - 1).
+    /// Which child's key seals it: its position under `target` (0 to degree - 1). The
+    /// version of that child's key is not carried: it is bound into the wrap key's
+    /// derivation, and the receiver derives with the version it holds.
     pub child: u8,
-    /// The version of the child's key that seals it.
-    pub child_version: u64,
     /// AES-256-GCM of the key under a key derived from the child's (see [`WrapContext`]).
     pub sealed: [u8; SEALED_LEN],
 }
@@ -219,21 +221,19 @@ fn seal_wrap(
     Ok(Wrap {
         target,
         child,
-        child_version,
         sealed,
     })
 }
 
-fn open_wrap(provider: &CryptoProvider, head: &[u8], child_key: &[u8], w: &Wrap) -> Option<Secret> {
-    let aead = wrap_aead(
-        provider,
-        head,
-        child_key,
-        w.target,
-        w.child,
-        w.child_version,
-    )
-    .ok()?;
+/// Opens `w` under `child_key`, whose version is `child_version` (the one the opener holds).
+fn open_wrap(
+    provider: &CryptoProvider,
+    head: &[u8],
+    child_key: &[u8],
+    child_version: u64,
+    w: &Wrap,
+) -> Option<Secret> {
+    let aead = wrap_aead(provider, head, child_key, w.target, w.child, child_version).ok()?;
     let mut buf = Secret::from_slice(&w.sealed);
     let plain = aead.open_in_place(&[0u8; 12], &[], buf.expose_mut()).ok()?;
     (plain.len() == NODE_KEY_LEN).then(|| Secret::from_slice(plain))
@@ -305,10 +305,7 @@ impl Path {
                 continue;
             }
             let w = targets.iter().find(|w| w.child == child)?;
-            if w.child_version != *held_version {
-                return None;
-            }
-            let key = open_wrap(provider, &head, held_key.expose(), w)?;
+            let key = open_wrap(provider, &head, held_key.expose(), *held_version, w)?;
             keys.push((ctx.epoch, key));
         }
         if keys.last().map(|(v, _)| *v) != Some(ctx.epoch) {
@@ -887,9 +884,13 @@ mod tests {
                 assert_eq!(paths[&m].advance(&p, &c, &d).is_none(), mine, "wrap {i}");
             }
         }
-        let mut d = b.delivery.clone();
-        d.wraps.iter_mut().for_each(|w| w.child_version += 1);
-        assert!(paths[&m].advance(&p, &c, &d).is_none(), "another version");
+        // A member holding other versions of its keys derives other wrap keys.
+        let mut other = paths[&m].clone();
+        other.keys.iter_mut().for_each(|k| k.0 += 1);
+        assert!(
+            other.advance(&p, &c, &b.delivery).is_none(),
+            "another version"
+        );
         let other_view = WrapContext {
             view: ViewId {
                 seq: 9,
@@ -952,7 +953,6 @@ mod tests {
         let wrap = |level, index, child| Wrap {
             target: NodeId { level, index },
             child,
-            child_version: 2,
             sealed: [9; SEALED_LEN],
         };
         let good = LkhDelivery {

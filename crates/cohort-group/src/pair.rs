@@ -98,8 +98,7 @@ use cohort_core::{Machine, Timestamp, Transmit};
 use cohort_crypto::{CryptoProvider, Secret};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
-use std::cell::Cell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 use zeroize::Zeroizing;
@@ -350,11 +349,15 @@ pub struct PairTable {
     /// looks up a few addresses instead of scanning every slot: a leader of 10,000 wraps
     /// a key for each member with it.
     authenticated: BTreeMap<MemberId, Vec<SocketAddr>>,
-    /// [`poll_timeout`](Self::poll_timeout)'s answer, computed once after each change: it
-    /// is the minimum over every channel, and a leader of 10,000 is asked after every
-    /// datagram it handles, most of which do not touch its pair channels. Cleared by
-    /// every `&mut self` method that can change a channel (`forget_timeout`).
-    timeout_cache: Cell<Option<Option<Timestamp>>>,
+    /// Every slot's earliest deadline (its channels' timers and proof retries), ordered by
+    /// time: [`poll_timeout`](Self::poll_timeout) is the first entry, and
+    /// [`handle_timeout`](Self::handle_timeout) visits only the slots that are due. A leader
+    /// of 10,000 holds 10,000 channels and ticks every heartbeat; visiting (or taking the
+    /// minimum over) all of them each time cost it O(n) per tick. Kept by `refresh` after
+    /// every change to a slot; an entry may be early (a channel dropped since), never late.
+    due: BTreeSet<(Timestamp, SocketAddr)>,
+    /// Each slot's entry in `due`.
+    due_at: BTreeMap<SocketAddr, Timestamp>,
     outbox: VecDeque<(SocketAddr, Vec<u8>)>,
     events: VecDeque<PairEvent>,
     next_seq: u64,
@@ -399,7 +402,8 @@ impl PairTable {
             server,
             slots: BTreeMap::new(),
             authenticated: BTreeMap::new(),
-            timeout_cache: Cell::new(None),
+            due: BTreeSet::new(),
+            due_at: BTreeMap::new(),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             next_seq: 0,
@@ -449,7 +453,6 @@ impl PairTable {
     /// Replaces the trust list. Authenticated channels to peers no longer trusted are dropped
     /// with [`PairEvent::Failed`].
     pub fn set_trust(&mut self, trust: impl Into<TrustList>) {
-        self.forget_timeout();
         self.trust = trust.into();
         let trust = &self.trust;
         let allowed = |peer: Option<MemberId>, _expect: Option<MemberId>| {
@@ -490,7 +493,18 @@ impl PairTable {
         expect: Option<MemberId>,
         data: &[u8],
     ) {
-        self.forget_timeout();
+        self.send_inner(now, addr, expect, data);
+        self.refresh(addr);
+    }
+
+    /// [`send`](Self::send) without the deadline bookkeeping.
+    fn send_inner(
+        &mut self,
+        now: Timestamp,
+        addr: SocketAddr,
+        expect: Option<MemberId>,
+        data: &[u8],
+    ) {
         if let Some(slot) = self.slots.get_mut(&addr) {
             if let Some(e) = expect {
                 let conflict = slot.expect.is_some_and(|x| x != e)
@@ -548,15 +562,44 @@ impl PairTable {
     /// Drops the channel to `addr` (e.g. the peer was removed), with its queued data; the
     /// next send reconnects. No event.
     pub fn forget(&mut self, addr: SocketAddr) {
-        self.forget_timeout();
         self.drop_slot(addr);
     }
 
-    /// Removes the slot at `addr` and its entry in `authenticated`.
+    /// Removes the slot at `addr`, its entry in `authenticated` and its deadline.
     fn drop_slot(&mut self, addr: SocketAddr) -> Option<Slot> {
-        let slot = self.slots.remove(&addr)?;
+        let slot = self.slots.remove(&addr);
+        self.refresh(addr);
+        let slot = slot?;
         self.unlist(slot.primary.peer, addr);
         Some(slot)
+    }
+
+    /// The earliest deadline of the slot at `addr`'s channels, if it has one.
+    fn slot_deadline(&self, addr: SocketAddr) -> Option<Timestamp> {
+        let s = self.slots.get(&addr)?;
+        std::iter::once(&s.primary)
+            .chain(s.pending.as_ref())
+            .flat_map(|c| [c.dc.poll_timeout(), c.retry_at])
+            .flatten()
+            .min()
+    }
+
+    /// Puts the slot at `addr`'s deadline in the index again (after any change to it; a
+    /// slot that is gone or has no deadline leaves the index).
+    fn refresh(&mut self, addr: SocketAddr) {
+        let at = self.slot_deadline(addr);
+        let old = self.due_at.get(&addr).copied();
+        if old == at {
+            return;
+        }
+        if let Some(t) = old {
+            self.due.remove(&(t, addr));
+            self.due_at.remove(&addr);
+        }
+        if let Some(t) = at {
+            self.due.insert((t, addr));
+            self.due_at.insert(addr, t);
+        }
     }
 
     /// Forgets that `peer` was authenticated at `addr`.
@@ -574,7 +617,13 @@ impl PairTable {
 
     /// A datagram whose first byte is PAIR_KIND.
     pub fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
-        self.forget_timeout();
+        self.handle_datagram_inner(now, from, data);
+        self.refresh(from);
+    }
+
+    /// [`handle_datagram`](Self::handle_datagram) without the deadline bookkeeping for
+    /// `from` (a channel it evicts elsewhere is refreshed where it goes).
+    fn handle_datagram_inner(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
         let inner = match data.split_first() {
             Some((&PAIR_KIND, inner))
                 if matches!(inner.first(), Some(&KIND_HANDSHAKE | &KIND_PROTECTED)) =>
@@ -616,28 +665,39 @@ impl PairTable {
     /// Retransmits handshakes and proofs that are due, and gives up on those that tried too
     /// often.
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        self.forget_timeout();
-        let addrs: Vec<SocketAddr> = self.slots.keys().copied().collect();
+        // Only the slots whose deadline passed: the others have nothing to do.
+        let addrs: Vec<SocketAddr> = self
+            .due
+            .iter()
+            .take_while(|(t, _)| *t <= now)
+            .map(|(_, a)| *a)
+            .collect();
         for addr in addrs {
-            let Some(slot) = self.slots.get_mut(&addr) else {
-                continue;
-            };
-            slot.primary.dc.handle_timeout(now);
-            let primary = slot.primary.on_timeout(now);
-            let pending = slot.pending.as_mut().and_then(|p| {
-                p.dc.handle_timeout(now);
-                p.on_timeout(now)
-            });
-            if let Some(reason) = pending {
-                self.drain(now, addr, Which::Pending);
-                self.fail(addr, Which::Pending, reason, false);
-            }
-            if let Some(reason) = primary {
-                self.drain(now, addr, Which::Primary);
-                self.fail(addr, Which::Primary, reason, false);
-            }
-            self.pump(now, addr);
+            self.timeout_slot(now, addr);
+            self.refresh(addr);
         }
+    }
+
+    /// One slot's share of [`handle_timeout`](Self::handle_timeout).
+    fn timeout_slot(&mut self, now: Timestamp, addr: SocketAddr) {
+        let Some(slot) = self.slots.get_mut(&addr) else {
+            return;
+        };
+        slot.primary.dc.handle_timeout(now);
+        let primary = slot.primary.on_timeout(now);
+        let pending = slot.pending.as_mut().and_then(|p| {
+            p.dc.handle_timeout(now);
+            p.on_timeout(now)
+        });
+        if let Some(reason) = pending {
+            self.drain(now, addr, Which::Pending);
+            self.fail(addr, Which::Pending, reason, false);
+        }
+        if let Some(reason) = primary {
+            self.drain(now, addr, Which::Primary);
+            self.fail(addr, Which::Primary, reason, false);
+        }
+        self.pump(now, addr);
     }
 
     /// Writes the next datagram into `buf` (after what it holds) and says where it goes.
@@ -651,25 +711,10 @@ impl PairTable {
         })
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) must be called next.
+    /// When [`handle_timeout`](Self::handle_timeout) must be called next: the earliest
+    /// slot deadline.
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        if let Some(t) = self.timeout_cache.get() {
-            return t;
-        }
-        let t = self
-            .slots
-            .values()
-            .flat_map(|s| std::iter::once(&s.primary).chain(s.pending.as_ref()))
-            .flat_map(|c| [c.dc.poll_timeout(), c.retry_at])
-            .flatten()
-            .min();
-        self.timeout_cache.set(Some(t));
-        t
-    }
-
-    /// Drops the cached [`poll_timeout`](Self::poll_timeout): a channel may change.
-    fn forget_timeout(&mut self) {
-        self.timeout_cache.set(None);
+        self.due.first().map(|(t, _)| *t)
     }
 
     /// The next event.
@@ -926,6 +971,7 @@ impl PairTable {
                 if let Some(slot) = self.slots.get_mut(&addr) {
                     slot.pending = None;
                 }
+                self.refresh(addr);
             }
             Which::Primary => {
                 let Some(slot) = self.drop_slot(addr) else {

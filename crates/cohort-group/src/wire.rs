@@ -4,7 +4,7 @@
 
 use crate::event::RemovalReason;
 use crate::id::{Member, MemberId, ViewId};
-use crate::lkh::{LkhDelivery, NodeId, Wrap, MAX_DEGREE, MAX_DEPTH, SEALED_LEN};
+use crate::lkh::{LkhDelivery, NodeId, Wrap, MAX_DEGREE, MAX_DEPTH, SEALED_LEN, WRAP_WIRE_LEN};
 use cohort_core::wire::{Reader, Truncated, Writer};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use zeroize::Zeroizing;
@@ -13,7 +13,7 @@ use zeroize::Zeroizing;
 /// Protected group packets carry the gears packet version in their first byte and bind this
 /// one into their key derivation (`keys.rs`): a member of another version derives other keys,
 /// so its packets fail authentication instead of being misread.
-pub const GROUP_VERSION: u8 = 2;
+pub const GROUP_VERSION: u8 = 3;
 /// Most members a view may list (keeps every list bounded when parsing): ranks are `u16`
 /// and `u16::MAX` is the broadcast destination, so ranks run 0..=65,534.
 pub const MAX_MEMBERS: usize = u16::MAX as usize;
@@ -678,7 +678,6 @@ fn put_install_fields(w: &mut Writer<'_>, i: &Install, with_wraps: bool) {
                 w.u8(x.target.level)
                     .u32(x.target.index)
                     .u8(x.child)
-                    .u64(x.child_version)
                     .bytes(&x.sealed);
             }
             if with_wraps {
@@ -803,12 +802,11 @@ fn get_lkh(r: &mut Reader<'_>, members: usize) -> Option<LkhDelivery> {
         return None;
     }
     let n = get_count(r, MAX_LKH_WRAPS)?;
-    let mut wraps = Vec::with_capacity(n.min(r.remaining() / 62 + 1));
+    let mut wraps = Vec::with_capacity(n.min(r.remaining() / WRAP_WIRE_LEN + 1));
     for _ in 0..n {
         let level = r.u8().ok()?;
         let index = r.u32().ok()?;
         let child = r.u8().ok()?;
-        let child_version = r.u64().ok()?;
         let sealed: [u8; SEALED_LEN] = r.array().ok()?;
         if level == 0 || level > depth || child >= degree {
             return None;
@@ -816,7 +814,6 @@ fn get_lkh(r: &mut Reader<'_>, members: usize) -> Option<LkhDelivery> {
         wraps.push(Wrap {
             target: NodeId { level, index },
             child,
-            child_version,
             sealed,
         });
     }

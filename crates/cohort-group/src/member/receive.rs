@@ -381,12 +381,14 @@ impl GroupMember {
             } => self.on_grant(now, peer, addr, view, token, members),
             PairMsg::Present { view, token } => self.on_present(now, peer, view, &token),
             PairMsg::Removed { view, reason } => {
-                // From the coordinator of a newer view than ours: it left us out.
+                // From the coordinator of a newer view than ours: it left us out. With
+                // identity keys only a member that asked to leave takes it (the others learn
+                // of a removal from the signed Install).
                 let newer = self
                     .view
                     .as_ref()
                     .is_some_and(|v| view > v.id && view.coordinator == peer);
-                if self.identity.is_some() || !newer {
+                if (self.identity.is_some() && self.leaving.is_none()) || !newer {
                     self.counters.count(Drop::Unexpected);
                     return;
                 }

@@ -195,11 +195,14 @@ pub fn wall_now() -> Instant {
     Instant::now()
 }
 
-/// This thread's CPU time so far (Linux: `/proc/thread-self/schedstat`, in nanoseconds).
+/// This thread's CPU time so far (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`: exact to the
+/// nanosecond, unlike `/proc/thread-self/schedstat`, which moves in scheduler ticks). One
+/// system call, no file to open: cheap enough to read around every call of one member.
 pub fn thread_cpu() -> Option<Duration> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    let secs = u64::try_from(t.tv_sec).ok()?;
+    let nanos = u32::try_from(t.tv_nsec).ok()?;
+    Some(Duration::new(secs, nanos))
 }
 
 /// Milliseconds, as a float.
