@@ -14,6 +14,8 @@
 //! [`bench`](mod@bench)).
 
 mod bench;
+mod bench_check;
+mod bench_shards;
 #[cfg(feature = "nats")]
 mod bench_nats;
 pub mod json;
