@@ -15,7 +15,9 @@
 // carries (sender, per-sender sequence number); every member checks per-sender FIFO and
 // keeps a running hash of the whole delivery sequence; after sending stops and every member
 // has delivered every message sent, the hashes must be equal (one total order) or the run
-// fails.
+// fails. A message missing at a member (JGroups 2.12's ENCRYPT has lost some here after an
+// exception while decrypting: it sits above NAKACK, so a message it drops is never
+// retransmitted) is counted as lost and as a gap, and the run is marked failed.
 //
 // Prints one line "RESULT key=value ..." for the script to parse.
 
@@ -38,7 +40,10 @@ public final class JGroupsBench {
         final long[] nextSeq;
         long delivered;
         long orderHash = 17;
-        long fifoViolations;
+        /** Messages a sender sent that this member skipped (a later one came first). */
+        long gaps;
+        /** Messages that came again or after a later one. */
+        long reordered;
         volatile View view;
 
         Member(int index, int n) {
@@ -52,9 +57,12 @@ public final class JGroupsBench {
             int sender = buf.getInt();
             long seq = buf.getLong();
             synchronized (this) {
-                if (sender < 0 || sender >= nextSeq.length || nextSeq[sender] != seq) {
-                    fifoViolations++;
+                if (sender < 0 || sender >= nextSeq.length) {
+                    reordered++;
+                } else if (seq < nextSeq[sender]) {
+                    reordered++;
                 } else {
+                    gaps += seq - nextSeq[sender];
                     nextSeq[sender] = seq + 1;
                 }
                 delivered++;
@@ -75,8 +83,12 @@ public final class JGroupsBench {
             return orderHash;
         }
 
-        synchronized long fifoViolations() {
-            return fifoViolations;
+        synchronized long gaps() {
+            return gaps;
+        }
+
+        synchronized long reordered() {
+            return reordered;
         }
     }
 
@@ -100,8 +112,10 @@ public final class JGroupsBench {
                 .append(";oob_thread_pool.queue_enabled=false;oob_thread_pool.rejection_policy=Run)");
         s.append(":TCPPING(initial_hosts=").append(hosts).append(";port_range=0;timeout=1000")
                 .append(";num_initial_members=").append(n).append(")");
-        s.append(":FD_ALL(timeout=10000;interval=3000)");
-        s.append(":VERIFY_SUSPECT(timeout=1500)");
+        // Generous failure detection: on a loaded 2-core machine, 16 members' heartbeats in
+        // one JVM come late, and a false suspicion is not what this bench measures.
+        s.append(":FD_ALL(timeout=30000;interval=5000)");
+        s.append(":VERIFY_SUSPECT(timeout=5000)");
         s.append(":BARRIER");
         s.append(":pbcast.NAKACK(use_mcast_xmit=false;gc_lag=0;retransmit_timeout=300,600,1200")
                 .append(";discard_delivered_msgs=true)");
@@ -255,25 +269,29 @@ public final class JGroupsBench {
         }
         boolean allDelivered = true;
         boolean sameOrder = true;
-        long fifo = 0;
+        long gaps = 0;
+        long reordered = 0;
+        long lost = 0;
         for (Member m : states) {
             allDelivered &= m.delivered() == total;
+            lost += Math.max(0, total - m.delivered());
+            // Equal hashes mean one order; with a message lost somewhere they cannot be.
             sameOrder &= m.orderHash() == states.get(0).orderHash();
-            fifo += m.fifoViolations();
+            gaps += m.gaps();
+            reordered += m.reordered();
         }
         double elapsed = (t1 - t0) / 1e9;
         double rate = (after - before) / elapsed;
         System.out.printf(
                 "RESULT impl=jgroups-2.12 members=%d size=%d encrypt=%s warmup_s=%.1f seconds=%.2f "
                         + "view_ms=%.0f msgs_per_sec=%.0f cpu_s=%.2f cpu_per_wall=%.2f view_held=%s "
-                        + "all_delivered=%s same_order=%s fifo_violations=%d send_errors=%d sent=%d%n",
+                        + "all_delivered=%s lost=%d same_order=%s gaps=%d reordered=%d send_errors=%d sent=%d%n",
                 n, size, encrypt ? "AES-ECB(ENCRYPT)" : "none", warmup, elapsed, viewMs, rate,
                 (cpu1 - cpu0) / 1e9, (cpu1 - cpu0) / 1e9 / elapsed, viewHeld, allDelivered,
-                sameOrder, fifo, sendErrors.get(), total);
-        for (int i = n - 1; i >= 0; i--) {
-            channels.get(i).close();
-        }
-        boolean ok = viewHeld && allDelivered && sameOrder && fifo == 0 && sendErrors.get() == 0;
+                lost, sameOrder, gaps, reordered, sendErrors.get(), total);
+        // No orderly leave: with 16 members it took longer than the run; exit ends them.
+        boolean ok = viewHeld && allDelivered && sameOrder && gaps == 0 && reordered == 0
+                && sendErrors.get() == 0;
         System.exit(ok ? 0 : 1);
     }
 }

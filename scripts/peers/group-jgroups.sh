@@ -11,7 +11,13 @@
 #     SECONDS measured;
 #   * cohort: `cohort group bench` with the same members, payload (SIZE, 1024 bytes),
 #     senders (every member) and counting, gear aes-128-gcm and, in the same process,
-#     gear none (--baseline), on RUNTIME (default multi: both sides may use every core).
+#     gear none (--baseline), on RUNTIME (default sharded: a current-thread runtime per core,
+#     or SHARDS of them, or one per member with SHARDS=member; members spread over them;
+#     both sides may use every core).
+# Besides msgs/s it prints each side's process CPU time (user + system, all threads, over
+# the measured seconds) per wall second, and msgs per CPU-second: on a machine shared with
+# other work, wall msgs/s also measure how much CPU the scheduler gave each side (a JVM
+# with dozens of threads gets more than a process with two).
 # Counting on both sides: a message counts once every member has delivered it (the smallest
 # per-member delivery count over the measured period), with its total-order position and
 # per-sender order checked at every member; a run whose view did not hold is flagged.
@@ -35,7 +41,8 @@ SIZE=${SIZE:-1024}
 WARMUP=${WARMUP:-10}
 SECS=${SECS:-10}
 ROUNDS=${ROUNDS:-1}
-RUNTIME=${RUNTIME:-multi}
+RUNTIME=${RUNTIME:-sharded}
+SHARDS=${SHARDS:-}
 JAR=/usr/share/java/jgroups.jar
 
 need=()
@@ -68,48 +75,62 @@ jgroups() {
   rate=$(sed -n 's/.* msgs_per_sec=\([0-9.]*\).*/\1/p' <<<"$line")
   cpu=$(sed -n 's/.* cpu_per_wall=\([0-9.]*\).*/\1/p' <<<"$line")
   held=$(sed -n 's/.* view_held=\([a-z]*\).*/\1/p' <<<"$line")
-  order=$(sed -n 's/.* same_order=\([a-z]*\).*fifo_violations=\([0-9]*\).*/\1,fifo-violations=\2/p' <<<"$line")
-  echo "$rate $cpu view-held=$held,same-order=$order"
+  order=$(sed -n 's/.* lost=\([0-9]*\) same_order=\([a-z]*\) gaps=\([0-9]*\) reordered=\([0-9]*\).*/lost=\1,same-order=\2,gaps=\3,reordered=\4/p' <<<"$line")
+  echo "$rate $cpu view-held=$held,$order"
 }
 
-# cohort N -> prints aes-128-gcm msgs/s, none msgs/s, cpu/wall (gcm), checks
+# cohort N -> prints aes-128-gcm msgs/s, none msgs/s, cpu/wall (gcm), cpu/wall (none), checks
 cohort() {
-  local out
-  out=$("$COHORT" group bench --members "$1" --size "$SIZE" --gear aes-128-gcm \
+  local out shards=()
+  case "$SHARDS" in
+    '') ;;
+    member) shards=(--shards "$1") ;;
+    *) shards=(--shards "$SHARDS") ;;
+  esac
+  out=$("$COHORT" group bench "${shards[@]}" --members "$1" --size "$SIZE" --gear aes-128-gcm \
     --seconds "$SECS" --warmup "$WARMUP" --runtime "$RUNTIME" --baseline --json \
     2>>"$LOG" | tee -a "$LOG" | tail -1 || true)
-  [ -n "$out" ] || { echo "cohort: no result (see $LOG)" >&2; echo "0 0 0 failed"; return; }
+  [ -n "$out" ] || { echo "cohort: no result (see $LOG)" >&2; echo "0 0 0 0 failed"; return; }
   python3 -c '
 import json, sys
 r = json.loads(sys.argv[1])
-print("%.0f %.0f %.2f view-held=%s/%s,order-checked=%s/%s" % (
+print("%.0f %.0f %.2f %.2f view-held=%s/%s,order-checked=%s/%s" % (
     r["msgs_per_sec"], r["baseline_msgs_per_sec"], r.get("cpu_per_wall") or 0,
+    (r.get("baseline_cpu_seconds") or 0) / r["seconds"],
     str(r["view_held"]).lower(), str(r["baseline_view_held"]).lower(),
     str(r.get("order_ok")).lower(), str(r.get("baseline_order_ok")).lower()))' "$out"
 }
 
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores;" \
-  "JGroups $(unzip -p "$JAR" META-INF/MANIFEST.MF 2>/dev/null | sed -n 's/^Implementation-Version: //p' | tr -d '\r' || echo 2.12)," \
+  "libjgroups-java $(dpkg-query -W -f='${Version}' libjgroups-java 2>/dev/null || echo '?')," \
   "$(java -version 2>&1 | head -1)"
 echo "# $SIZE-byte messages, every member sends; msgs/s delivered at every member;" \
   "JGroups: ${WARMUP} s warm-up, then ${SECS} s; cohort: $RUNTIME runtime, ${WARMUP} s warm-up, ${SECS} s"
 echo "# JGroups ENCRYPT = AES-ECB, no authentication, headers in clear; cohort aes-128-gcm = AEAD over header and payload"
-printf '%-8s %-5s %-44s %12s %9s  %s\n' members round side msgs/s cpu/wall checks
+row() { # members round side msgs/s cpu/wall checks
+  local per
+  per=$(python3 -c 'import sys; r, c = map(float, sys.argv[1:]); print("%.0f" % (r / c) if c > 0 else "-")' "$4" "${5/-/0}")
+  printf '%-8s %-5s %-46s %10s %9s %12s  %s\n' "$1" "$2" "$3" "$4" "$5" "$per" "$6"
+}
+printf '%-8s %-5s %-46s %10s %9s %12s  %s\n' members round side msgs/s cpu/wall msgs/cpu-s checks
 for n in $MEMBERS; do
   for r in $(seq 1 "$ROUNDS"); do
     read -r jp jpc jpx <<<"$(jgroups "$n" 0)"
     read -r je jec jex <<<"$(jgroups "$n" 1)"
-    read -r cg cn cc cx <<<"$(cohort "$n")"
-    printf '%-8s %-5s %-44s %12s %9s  %s\n' "$n" "$r" "JGroups, no encryption" "$jp" "$jpc" "$jpx"
-    printf '%-8s %-5s %-44s %12s %9s  %s\n' "$n" "$r" "JGroups ENCRYPT (AES-ECB, no auth, hdr clear)" "$je" "$jec" "$jex"
-    printf '%-8s %-5s %-44s %12s %9s  %s\n' "$n" "$r" "cohort, gear none" "$cn" "-" "$cx"
-    printf '%-8s %-5s %-44s %12s %9s  %s\n' "$n" "$r" "cohort, aes-128-gcm" "$cg" "$cc" "$cx"
+    read -r cg cn cc cnc cx <<<"$(cohort "$n")"
+    row "$n" "$r" "JGroups, no encryption" "$jp" "$jpc" "$jpx"
+    row "$n" "$r" "JGroups ENCRYPT (AES-ECB, no auth, hdr clear)" "$je" "$jec" "$jex"
+    row "$n" "$r" "cohort, gear none" "$cn" "$cnc" "$cx"
+    row "$n" "$r" "cohort, aes-128-gcm (AEAD)" "$cg" "$cc" "$cx"
     python3 -c '
 import sys
-n, cg, cn, je, jp = sys.argv[1], *map(float, sys.argv[2:])
+n, cg, cc, cn, cnc, je, jec, jp, jpc = sys.argv[1], *map(float, sys.argv[2:])
 q = lambda a, b: "%.2f" % (a / b) if b > 0 else "n/a"
-print("%-8s ratios: cohort aes-128-gcm / JGroups ENCRYPT (AES-ECB, no auth) = %s (goal >= 2); cohort none / JGroups none = %s"
-      % (n, q(cg, je), q(cn, jp)))' "$n" "$cg" "$cn" "$je" "$jp"
+print("%-8s cohort aes-128-gcm / JGroups ENCRYPT (AES-ECB, no auth, headers in clear): %s msgs/s, %s per CPU-s (goal >= 2 msgs/s)"
+      % (n, q(cg, je), q(cg / cc if cc else 0, je / jec if jec else 0)))
+print("%-8s cohort none / JGroups none: %s msgs/s, %s per CPU-s"
+      % (n, q(cn, jp), q(cn / cnc if cnc else 0, jp / jpc if jpc else 0)))' \
+      "$n" "$cg" "$cc" "$cn" "$cnc" "$je" "$jec" "$jp" "$jpc"
   done
 done
 echo "# full output: $LOG"

@@ -70,6 +70,10 @@ pub struct BenchArgs {
     /// drops) and a member was removed.
     #[arg(long, value_enum, default_value_t = RuntimeKind::Current)]
     runtime: RuntimeKind,
+    /// With `--runtime sharded`: how many shards (threads) the members are spread over
+    /// (default: one per core, at most one per member).
+    #[arg(long)]
+    shards: Option<usize>,
     /// Only members other than the leader send (the leader sequences its own messages with
     /// no network round trip, so its window never fills and it can outrun the others).
     #[arg(long)]
@@ -185,8 +189,9 @@ pub fn run(args: &BenchArgs) -> Result<(), UsageError> {
     let shards = match args.runtime {
         RuntimeKind::Sharded => {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let count = args.shards.unwrap_or(cores).clamp(1, args.members);
             Some(
-                Shards::start(cores.min(args.members))
+                Shards::start(count)
                     .map_err(|e| UsageError(format!("cannot start the shards: {e}")))?,
             )
         }
@@ -214,7 +219,7 @@ pub fn run(args: &BenchArgs) -> Result<(), UsageError> {
     } else {
         None
     };
-    report(args, &main, baseline.as_ref());
+    report(args, shards.map(Shards::count), &main, baseline.as_ref());
     Ok(())
 }
 
@@ -840,7 +845,7 @@ fn sorted(values: &[f64]) -> Vec<f64> {
     v
 }
 
-fn report(args: &BenchArgs, m: &Measurement, baseline: Option<&Measurement>) {
+fn report(args: &BenchArgs, shards: Option<usize>, m: &Measurement, baseline: Option<&Measurement>) {
     let rekeys = sorted(&m.rekey_ms);
     let took = sorted(&m.rekey_took_ms);
     let ratio = baseline.map(|b| {
@@ -857,6 +862,7 @@ fn report(args: &BenchArgs, m: &Measurement, baseline: Option<&Measurement>) {
             "gear": args.gear,
             "seconds": args.seconds,
             "runtime": args.runtime.name(),
+            "shards": shards,
             "via": if args.facade { "facade" } else { "core" },
             "view_ms": m.view_ms,
             "msgs_per_sec": m.msgs_per_sec,
@@ -898,7 +904,10 @@ fn report(args: &BenchArgs, m: &Measurement, baseline: Option<&Measurement>) {
         args.size,
         args.gear,
         args.seconds,
-        args.runtime.name(),
+        match shards {
+            Some(k) => format!("{} ({k} shards)", args.runtime.name()),
+            None => args.runtime.name().to_string(),
+        },
         if args.facade { "cohort::group facade" } else { "protocol core" }
     );
     println!(
