@@ -105,7 +105,7 @@ echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(
   "libjgroups-java $(dpkg-query -W -f='${Version}' libjgroups-java 2>/dev/null || echo '?')," \
   "$(java -version 2>&1 | head -1)"
 echo "# $SIZE-byte messages, every member sends; msgs/s delivered at every member;" \
-  "JGroups: ${WARMUP} s warm-up, then ${SECS} s; cohort: $RUNTIME runtime, ${WARMUP} s warm-up, ${SECS} s"
+  "JGroups: ${WARMUP} s warm-up, then ${SECS} s; cohort: $RUNTIME runtime${SHARDS:+ (shards: $SHARDS)}, ${WARMUP} s warm-up, ${SECS} s"
 echo "# JGroups ENCRYPT = AES-ECB, no authentication, headers in clear; cohort aes-128-gcm = AEAD over header and payload"
 row() { # members round side msgs/s cpu/wall checks
   local per
