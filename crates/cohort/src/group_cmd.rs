@@ -15,9 +15,9 @@
 
 mod bench;
 mod bench_check;
-mod bench_shards;
 #[cfg(feature = "nats")]
 mod bench_nats;
+mod bench_shards;
 pub mod json;
 pub mod shell;
 

@@ -581,7 +581,10 @@ async fn measure(
 }
 
 fn counts(delivered: &[AtomicU64]) -> Vec<u64> {
-    delivered.iter().map(|c| c.load(Ordering::Relaxed)).collect()
+    delivered
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .collect()
 }
 
 /// Messages delivered at every member between two readings of the counters: the smallest
@@ -845,7 +848,12 @@ fn sorted(values: &[f64]) -> Vec<f64> {
     v
 }
 
-fn report(args: &BenchArgs, shards: Option<usize>, m: &Measurement, baseline: Option<&Measurement>) {
+fn report(
+    args: &BenchArgs,
+    shards: Option<usize>,
+    m: &Measurement,
+    baseline: Option<&Measurement>,
+) {
     let rekeys = sorted(&m.rekey_ms);
     let took = sorted(&m.rekey_took_ms);
     let ratio = baseline.map(|b| {

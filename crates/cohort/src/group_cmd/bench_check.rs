@@ -111,13 +111,24 @@ mod tests {
         let a = cohort_channel::identity::Identity::generate(&provider).unwrap();
         let b = cohort_channel::identity::Identity::generate(&provider).unwrap();
         let (a, b) = (MemberId(a.public()), MemberId(b.public()));
-        (a, b, ViewId { seq: 3, coordinator: a })
+        (
+            a,
+            b,
+            ViewId {
+                seq: 3,
+                coordinator: a,
+            },
+        )
     }
 
     #[test]
     fn the_same_deliveries_agree_and_a_swap_does_not() {
         let (a, b, view) = ids();
-        let (mut x, mut y, mut z) = (OrderCheck::default(), OrderCheck::default(), OrderCheck::default());
+        let (mut x, mut y, mut z) = (
+            OrderCheck::default(),
+            OrderCheck::default(),
+            OrderCheck::default(),
+        );
         for c in [&mut x, &mut y] {
             c.deliver(view, a, 1, Some(0));
             c.deliver(view, b, 1, Some(1));

@@ -90,7 +90,12 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["bench-shard-0", "bench-shard-1", "bench-shard-0", "bench-shard-1"]
+            [
+                "bench-shard-0",
+                "bench-shard-1",
+                "bench-shard-0",
+                "bench-shard-1"
+            ]
         );
         drop(shards);
     }
