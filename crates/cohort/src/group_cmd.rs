@@ -15,8 +15,10 @@
 //! each with its own command and event files (see [`many`](mod@many)).
 
 mod bench;
+mod bench_check;
 #[cfg(feature = "nats")]
 mod bench_nats;
+mod bench_shards;
 pub mod json;
 mod many;
 pub mod shell;

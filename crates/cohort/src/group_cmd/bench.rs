@@ -7,15 +7,20 @@
 //!    (seen by the [`Shell`] around the member) minus the payload are the overheads.
 //! 3. `--rekeys K`: K times, ask the leader for a fresh key and time until every member has
 //!    installed a view with the new key epoch (wall clock) and the leader's own `took`.
-//! 4. Every member keeps its reliable send window full for S seconds; reliable messages
-//!    delivered per second at a member that is not the leader are the throughput (the
-//!    leader sequences its own messages without a network round trip). If the view changes
-//!    meanwhile (a member fell behind and was removed), the report says so.
+//! 4. Every member keeps its reliable send window full for `--warmup` seconds, then for S
+//!    seconds more; the throughput is the reliable messages delivered at every member per
+//!    second of those S (the smallest per-member count). If the view changes meanwhile (a
+//!    member fell behind and was removed), the report says so.
+//! 5. After sending stops, every member must reach the same total-order position with the
+//!    same history (see [`bench_check`](super::bench_check)): the report gives the order
+//!    check's verdict and the process's CPU time over the S seconds.
 //!
 //! `--baseline` repeats all of it with gear `none` in the same process. `--facade` runs the
 //! members through the library's `cohort::group` facade instead of the protocol core (no
 //! packet probe then).
 
+use super::bench_check::{agree, process_cpu, OrderCheck};
+use super::bench_shards::Shards;
 use super::os_seed;
 use super::shell::{Shell, ShellEvent};
 use crate::UsageError;
@@ -28,7 +33,7 @@ use cohort_group::{Channel, GroupConfig, GroupEvent, GroupMember, MemberId, Prot
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
@@ -44,9 +49,12 @@ pub struct BenchArgs {
     /// Gear: an AEAD, `none`, a MAC gear or a comma list of MAC gears.
     #[arg(long, default_value = "aes-128-gcm")]
     gear: String,
-    /// Seconds of sending.
+    /// Seconds of sending, counted.
     #[arg(long, default_value_t = 3.0)]
     seconds: f64,
+    /// Seconds of sending before the counted seconds (not counted).
+    #[arg(long, default_value_t = 0.0)]
+    warmup: f64,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -62,6 +70,10 @@ pub struct BenchArgs {
     /// drops) and a member was removed.
     #[arg(long, value_enum, default_value_t = RuntimeKind::Current)]
     runtime: RuntimeKind,
+    /// With `--runtime sharded`: how many shards (threads) the members are spread over
+    /// (default: one per core, at most one per member).
+    #[arg(long)]
+    shards: Option<usize>,
     /// Only members other than the leader send (the leader sequences its own messages with
     /// no network round trip, so its window never fills and it can outrun the others).
     #[arg(long)]
@@ -102,6 +114,9 @@ pub enum RuntimeKind {
     Current,
     /// A worker per core.
     Multi,
+    /// A current-thread runtime per core, members spread over them round-robin, the
+    /// measuring on the main thread (see `bench_shards.rs`).
+    Sharded,
 }
 
 impl RuntimeKind {
@@ -109,6 +124,7 @@ impl RuntimeKind {
         match self {
             RuntimeKind::Current => "current-thread",
             RuntimeKind::Multi => "multi-thread",
+            RuntimeKind::Sharded => "sharded (a current-thread runtime per core)",
         }
     }
 }
@@ -149,6 +165,12 @@ pub fn run(args: &BenchArgs) -> Result<(), UsageError> {
             args.seconds
         )));
     }
+    if !(args.warmup.is_finite() && (0.0..=3600.0).contains(&args.warmup)) {
+        return Err(UsageError(format!(
+            "--warmup must be 0 to 3600 seconds, not {}",
+            args.warmup
+        )));
+    }
     if args.size == 0 {
         return Err(UsageError("--size must be at least 1 byte".into()));
     }
@@ -159,18 +181,32 @@ pub fn run(args: &BenchArgs) -> Result<(), UsageError> {
         .map_err(|e| UsageError(format!("bench configuration: {e}")))?;
 
     let mut builder = match args.runtime {
-        RuntimeKind::Current => tokio::runtime::Builder::new_current_thread(),
+        RuntimeKind::Current | RuntimeKind::Sharded => {
+            tokio::runtime::Builder::new_current_thread()
+        }
         RuntimeKind::Multi => tokio::runtime::Builder::new_multi_thread(),
     };
+    let shards = match args.runtime {
+        RuntimeKind::Sharded => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let count = args.shards.unwrap_or(cores).clamp(1, args.members);
+            Some(
+                Shards::start(count)
+                    .map_err(|e| UsageError(format!("cannot start the shards: {e}")))?,
+            )
+        }
+        _ => None,
+    };
+    let shards = shards.as_ref();
     let runtime = builder
         .enable_all()
         .build()
         .map_err(|e| UsageError(format!("cannot start the runtime: {e}")))?;
     let one = |gear: &str, protection: Protection| {
         if args.facade {
-            runtime.block_on(measure_facade(args, gear))
+            runtime.block_on(measure_facade(args, gear, shards))
         } else {
-            runtime.block_on(measure(args, protection))
+            runtime.block_on(measure(args, protection, shards))
         }
     };
     let main = one(&args.gear, protection)
@@ -183,7 +219,7 @@ pub fn run(args: &BenchArgs) -> Result<(), UsageError> {
     } else {
         None
     };
-    report(args, &main, baseline.as_ref());
+    report(args, shards.map(Shards::count), &main, baseline.as_ref());
     Ok(())
 }
 
@@ -213,8 +249,11 @@ struct Measurement {
     rekey_ms: Vec<f64>,
     /// The leader's own `Rekeyed.took`, per rekey.
     rekey_took_ms: Vec<f64>,
-    /// The member whose deliveries were counted.
-    counted: usize,
+    /// Process CPU time (user + system, every thread) over the counted seconds, if known.
+    cpu_s: Option<f64>,
+    /// Every member delivered one total order with no gap, repeat or reordering (`None`:
+    /// not checked, or the members did not reach a common position in time).
+    order_ok: Option<bool>,
     /// Whether the view of N held through the sending phase.
     view_held: bool,
     /// The fewest members any member's view had at the end of the sending phase.
@@ -245,6 +284,17 @@ impl Watch {
             }
             other => Some(other),
         }
+    }
+
+    /// Keeps reading the members' events (views, probes) for `seconds`, so nothing backs
+    /// up.
+    async fn watch_for(&mut self, seconds: f64) {
+        let _ = tokio::time::timeout(Duration::from_secs_f64(seconds), async {
+            while let Some((i, event)) = self.events.recv().await {
+                self.apply(i, event);
+            }
+        })
+        .await;
     }
 
     /// Waits until `done` holds for the views, handling events meanwhile; returns the
@@ -306,14 +356,20 @@ async fn send(
         .map_err(|_| "a member's driver stopped".to_string())
 }
 
-async fn measure(args: &BenchArgs, protection: Protection) -> Result<Measurement, String> {
+async fn measure(
+    args: &BenchArgs,
+    protection: Protection,
+    shards: Option<&Shards>,
+) -> Result<Measurement, String> {
     let provider = CryptoProvider::default_provider();
     let n = args.members;
     let mut identities = Vec::with_capacity(n);
     let mut sockets = Vec::with_capacity(n);
     let mut addrs: Vec<SocketAddr> = Vec::with_capacity(n);
-    for _ in 0..n {
+    for index in 0..n {
         identities.push(Identity::generate(&provider).map_err(|e| format!("keygen: {e}"))?);
+        // With shards, the socket registers with its member's shard's reactor.
+        let _shard = shards.map(|s| s.for_member(index).enter());
         let socket = cohort_net::bind_udp(SocketAddr::from(([127, 0, 0, 1], 0)))
             .map_err(|e| format!("cannot bind a loopback socket: {e}"))?;
         addrs.push(socket.local_addr().map_err(|e| e.to_string())?);
@@ -323,6 +379,8 @@ async fn measure(args: &BenchArgs, protection: Protection) -> Result<Measurement
 
     let (event_tx, event_rx) = mpsc::unbounded_channel();
     let delivered: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+    let checks: Arc<Vec<Mutex<OrderCheck>>> =
+        Arc::new((0..n).map(|_| Mutex::new(OrderCheck::default())).collect());
     let mut drivers = Vec::with_capacity(n);
     let mut pumps = Vec::with_capacity(n);
     for (index, (identity, socket)) in identities.into_iter().zip(sockets).enumerate() {
@@ -330,23 +388,32 @@ async fn measure(args: &BenchArgs, protection: Protection) -> Result<Measurement
         let seed = os_seed(&provider).map_err(|e| e.0)?;
         let member = GroupMember::new(provider, identity, addrs[index], config, seed)
             .map_err(|e| e.to_string())?;
+        // With shards, the driver and its pump run on the member's shard.
+        let _shard = shards.map(|s| s.for_member(index).enter());
         let cohort_net::Driver {
             commands,
             mut events,
             task,
         } = cohort_net::spawn(Shell::new(member), socket);
-        let (tx, counter) = (event_tx.clone(), delivered.clone());
+        let (tx, counter, checks) = (event_tx.clone(), delivered.clone(), checks.clone());
         // Every member's events are read at once (a full event channel would stall its
-        // driver); deliveries are only counted, the rest goes to the watcher.
+        // driver); deliveries are counted and order-checked, the rest goes to the watcher.
         pumps.push(tokio::spawn(async move {
             while let Some(event) = events.recv().await {
                 match event {
                     ShellEvent::Group(GroupEvent::Deliver {
                         channel: Channel::Reliable,
+                        sender,
+                        view,
+                        seq,
+                        order,
                         ..
                     }) => {
                         if let Some(c) = counter.get(index) {
                             c.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if let Some(Ok(mut check)) = checks.get(index).map(|c| c.lock()) {
+                            check.deliver(view, sender, seq, order);
                         }
                     }
                     ShellEvent::Group(GroupEvent::Deliver { .. }) => {}
@@ -459,18 +526,18 @@ async fn measure(args: &BenchArgs, protection: Protection) -> Result<Measurement
         })
         .await?;
     }
-    let counted = follower.unwrap_or(leader);
-    let before = delivered[counted].load(Ordering::Relaxed);
+    if args.warmup > 0.0 {
+        watch.watch_for(args.warmup).await;
+    }
+    let before = counts(&delivered);
     let view_before = Watch::common(&watch.views, n).map(|v| v.id);
+    let cpu_before = process_cpu();
     let t0 = Instant::now();
-    // Keep reading the watcher's events (views, probes) so nothing backs up.
-    let _ = tokio::time::timeout(Duration::from_secs_f64(args.seconds), async {
-        while let Some((i, event)) = watch.events.recv().await {
-            watch.apply(i, event);
-        }
-    })
-    .await;
-    let count = delivered[counted].load(Ordering::Relaxed) - before;
+    watch.watch_for(args.seconds).await;
+    let cpu_s = process_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before).as_secs_f64());
+    let count = smallest_gain(&before, &counts(&delivered));
     let view_after = Watch::common(&watch.views, n).map(|v| v.id);
     let view_held = view_before.is_some() && view_before == view_after;
     let smallest_view = watch
@@ -484,6 +551,11 @@ async fn measure(args: &BenchArgs, protection: Protection) -> Result<Measurement
         send(commands, |s, now| s.set_flood(now, None)).await?;
     }
     let msgs_per_sec = count as f64 / elapsed;
+    let order_ok = if view_held {
+        settle_order(&checks).await
+    } else {
+        None
+    };
 
     for (commands, task) in drivers {
         drop(commands);
@@ -501,16 +573,61 @@ async fn measure(args: &BenchArgs, protection: Protection) -> Result<Measurement
         overhead_submit: overheads.get(2).copied().flatten(),
         rekey_ms,
         rekey_took_ms,
-        counted,
+        cpu_s,
+        order_ok,
         view_held,
         smallest_view,
     })
 }
 
+fn counts(delivered: &[AtomicU64]) -> Vec<u64> {
+    delivered
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .collect()
+}
+
+/// Messages delivered at every member between two readings of the counters: the smallest
+/// per-member gain.
+fn smallest_gain(before: &[u64], after: &[u64]) -> u64 {
+    before
+        .iter()
+        .zip(after)
+        .map(|(b, a)| a.saturating_sub(*b))
+        .min()
+        .unwrap_or(0)
+}
+
+/// Waits (up to [`PHASE_TIMEOUT`]) until every member stands at the same total-order
+/// position, and says whether their histories agree with no violations.
+async fn settle_order(checks: &[Mutex<OrderCheck>]) -> Option<bool> {
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    loop {
+        let mut violations = 0;
+        let mut positions = Vec::with_capacity(checks.len());
+        for check in checks {
+            let check = check.lock().ok()?;
+            violations += check.violations;
+            positions.push(check.position());
+        }
+        if let Some(same) = agree(&positions) {
+            return Some(same && violations == 0);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// As [`measure`], through the library's facade: every member is a [`cohort::group::Group`],
 /// started one after another with the ones before as contacts; the flood is one task per
 /// member awaiting `send` in a loop (the facade's back-pressure). No packet probe.
-async fn measure_facade(args: &BenchArgs, gear: &str) -> Result<Measurement, String> {
+async fn measure_facade(
+    args: &BenchArgs,
+    gear: &str,
+    shards: Option<&Shards>,
+) -> Result<Measurement, String> {
     use cohort::group::{self as facade, Event, Group};
     let provider = CryptoProvider::default_provider();
     let n = args.members;
@@ -541,6 +658,7 @@ async fn measure_facade(args: &BenchArgs, gear: &str) -> Result<Measurement, Str
                 .backlog(default_backlog.max(window * 4) as u64);
         }
         let config = builder.build().map_err(|e| e.to_string())?;
+        let _shard = shards.map(|s| s.for_member(index).enter());
         let (group, mut events) = Group::start(config).map_err(|e| e.to_string())?;
         let (counter, took) = (delivered.clone(), took.clone());
         pumps.push(tokio::spawn(async move {
@@ -582,7 +700,6 @@ async fn measure_facade(args: &BenchArgs, gear: &str) -> Result<Measurement, Str
         .iter()
         .position(|g| g.id() == view.leader().id)
         .ok_or("the leader is not one of the bench's members")?;
-    let follower = (0..n).find(|i| *i != leader);
 
     let mut rekey_ms = Vec::new();
     let mut rekey_took_ms = Vec::new();
@@ -623,12 +740,18 @@ async fn measure_facade(args: &BenchArgs, gear: &str) -> Result<Measurement, Str
             }
         }));
     }
-    let counted = follower.unwrap_or(leader);
+    if args.warmup > 0.0 {
+        tokio::time::sleep(Duration::from_secs_f64(args.warmup)).await;
+    }
     let view_before = common(&groups).map(|v| v.id);
-    let before = delivered[counted].load(Ordering::Relaxed);
+    let before = counts(&delivered);
+    let cpu_before = process_cpu();
     let t0 = Instant::now();
     tokio::time::sleep(Duration::from_secs_f64(args.seconds)).await;
-    let count = delivered[counted].load(Ordering::Relaxed) - before;
+    let cpu_s = process_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| after.saturating_sub(before).as_secs_f64());
+    let count = smallest_gain(&before, &counts(&delivered));
     let elapsed = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let view_after = common(&groups).map(|v| v.id);
@@ -653,7 +776,8 @@ async fn measure_facade(args: &BenchArgs, gear: &str) -> Result<Measurement, Str
         overhead_submit: None,
         rekey_ms,
         rekey_took_ms,
-        counted,
+        cpu_s,
+        order_ok: None,
         view_held: view_before.is_some() && view_before == view_after,
         smallest_view,
     })
@@ -724,7 +848,12 @@ fn sorted(values: &[f64]) -> Vec<f64> {
     v
 }
 
-fn report(args: &BenchArgs, m: &Measurement, baseline: Option<&Measurement>) {
+fn report(
+    args: &BenchArgs,
+    shards: Option<usize>,
+    m: &Measurement,
+    baseline: Option<&Measurement>,
+) {
     let rekeys = sorted(&m.rekey_ms);
     let took = sorted(&m.rekey_took_ms);
     let ratio = baseline.map(|b| {
@@ -741,11 +870,16 @@ fn report(args: &BenchArgs, m: &Measurement, baseline: Option<&Measurement>) {
             "gear": args.gear,
             "seconds": args.seconds,
             "runtime": args.runtime.name(),
+            "shards": shards,
             "via": if args.facade { "facade" } else { "core" },
             "view_ms": m.view_ms,
             "msgs_per_sec": m.msgs_per_sec,
             "mbit_per_sec": m.mbit_per_sec,
-            "counted_at_member": m.counted,
+            "counted": "delivered at every member (smallest per-member count)",
+            "warmup_seconds": args.warmup,
+            "cpu_seconds": m.cpu_s,
+            "cpu_per_wall": m.cpu_s.map(|c| c / args.seconds),
+            "order_ok": m.order_ok,
             "view_held": m.view_held,
             "smallest_view": m.smallest_view,
             "overhead_bytes": m.overhead_ordered,
@@ -764,6 +898,8 @@ fn report(args: &BenchArgs, m: &Measurement, baseline: Option<&Measurement>) {
             out["baseline_mbit_per_sec"] = json!(b.mbit_per_sec);
             out["baseline_overhead_bytes"] = json!(b.overhead_ordered);
             out["baseline_view_held"] = json!(b.view_held);
+            out["baseline_order_ok"] = json!(b.order_ok);
+            out["baseline_cpu_seconds"] = json!(b.cpu_s);
             out["ratio"] = json!(ratio);
         }
         println!("{out}");
@@ -776,16 +912,33 @@ fn report(args: &BenchArgs, m: &Measurement, baseline: Option<&Measurement>) {
         args.size,
         args.gear,
         args.seconds,
-        args.runtime.name(),
+        match shards {
+            Some(k) => format!("{} ({k} shards)", args.runtime.name()),
+            None => args.runtime.name().to_string(),
+        },
         if args.facade { "cohort::group facade" } else { "protocol core" }
     );
     println!(
         "  one view of {} after     {:.0} ms",
         args.members, m.view_ms
     );
+    let cpu = |r: &Measurement| {
+        r.cpu_s.map_or("CPU time not known".to_string(), |c| {
+            format!("process CPU {:.2} s per s", c / args.seconds)
+        })
+    };
+    let order = |r: &Measurement| match r.order_ok {
+        Some(true) => "one total order at every member",
+        Some(false) => "ORDER CHECK FAILED",
+        None => "order not checked",
+    };
     println!(
-        "  reliable, delivered at member {} (not the leader): {:.0} msgs/s, {:.1} Mbit/s of payload",
-        m.counted, m.msgs_per_sec, m.mbit_per_sec
+        "  reliable, delivered at every member: {:.0} msgs/s, {:.1} Mbit/s of payload ({}; {}; after {} s of warm-up)",
+        m.msgs_per_sec,
+        m.mbit_per_sec,
+        cpu(m),
+        order(m),
+        args.warmup
     );
     for (name, run) in [("", Some(m)), ("baseline ", baseline)] {
         if let Some(run) = run.filter(|r| !r.view_held) {
@@ -817,8 +970,11 @@ fn report(args: &BenchArgs, m: &Measurement, baseline: Option<&Measurement>) {
     }
     if let (Some(b), Some(ratio)) = (baseline, ratio) {
         println!(
-            "  baseline, gear none: {:.0} msgs/s, {:.1} Mbit/s; ratio {ratio:.2}",
-            b.msgs_per_sec, b.mbit_per_sec
+            "  baseline, gear none: {:.0} msgs/s, {:.1} Mbit/s ({}; {}); ratio {ratio:.2}",
+            b.msgs_per_sec,
+            b.mbit_per_sec,
+            cpu(b),
+            order(b)
         );
     }
 }
