@@ -395,18 +395,15 @@ fn normalise(addr: SocketAddr) -> SocketAddr {
 mod tests {
     use super::*;
 
-    async fn pair(batching: Batching) -> (BatchUdp, BatchUdp) {
+    fn pair(batching: Batching) -> (BatchUdp, BatchUdp) {
         let a = crate::bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
         let b = crate::bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
-        (
-            BatchUdp::new(a, batching, 8),
-            BatchUdp::new(b, batching, 8),
-        )
+        (BatchUdp::new(a, batching, 8), BatchUdp::new(b, batching, 8))
     }
 
     /// Sends `datagrams` from `a` to `b` in one flush and returns what `b` receives, in order.
     async fn round_trip(batching: Batching, datagrams: &[Vec<u8>]) -> (Flushed, Vec<Vec<u8>>) {
-        let (mut a, mut b) = pair(batching).await;
+        let (mut a, mut b) = pair(batching);
         let to = b.socket().local_addr().unwrap();
         let from = a.socket().local_addr().unwrap();
         for d in datagrams {
@@ -461,7 +458,7 @@ mod tests {
 
     #[tokio::test]
     async fn gso_takes_fewer_system_calls_than_datagrams() {
-        let (a, _) = pair(Batching::On).await;
+        let (a, _) = pair(Batching::On);
         if a.gso_segments() == 1 {
             eprintln!("no UDP GSO on this kernel: nothing to compare");
             return;
@@ -473,8 +470,8 @@ mod tests {
 
     #[tokio::test]
     async fn datagrams_to_two_destinations_keep_their_order_per_destination() {
-        let (mut a, mut b) = pair(Batching::On).await;
-        let (mut c, _) = pair(Batching::On).await;
+        let (mut a, mut b) = pair(Batching::On);
+        let (mut c, _) = pair(Batching::On);
         let to_b = b.socket().local_addr().unwrap();
         let to_c = c.socket().local_addr().unwrap();
         for i in 0..20u8 {

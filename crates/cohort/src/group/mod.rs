@@ -427,11 +427,11 @@ impl Group {
         Self::spawn(
             config,
             setup,
-            transport::Transport::Udp(cohort_net::batch::BatchUdp::new(
+            transport::Transport::Udp(Box::new(cohort_net::batch::BatchUdp::new(
                 socket,
                 batching,
                 UDP_RECV_SLOTS,
-            )),
+            ))),
             local_addr,
             provider,
         )
