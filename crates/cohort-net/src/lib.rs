@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod stream;
 
 use cohort_core::{Machine, Timestamp};
@@ -33,8 +34,13 @@ pub type Command<M> = Box<dyn FnOnce(&mut M, Timestamp) + Send>;
 /// Largest datagram the driver receives.
 pub const MAX_DATAGRAM: usize = 65_536;
 
+/// Receive buffers [`run`] fills per system call when batching (see [`batch::BatchUdp`]).
+pub const RECV_SLOTS: usize = 8;
+
 /// Runs `machine` on `socket` until `commands` closes; sends its events to `events`
-/// (dropping them if nobody listens any more). Returns the machine.
+/// (dropping them if nobody listens any more). Returns the machine. Everything one drain
+/// sends goes out in one batch, and reads take a batch per system call, unless
+/// `COHORT_UDP_BATCH=off` ([`batch::Batching::from_env`]).
 pub async fn run<M: Machine>(
     mut machine: M,
     socket: UdpSocket,
@@ -44,19 +50,18 @@ pub async fn run<M: Machine>(
     let epoch = Instant::now();
     let now =
         || Timestamp::from_nanos(u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX));
-    let mut recv_buf = vec![0u8; MAX_DATAGRAM];
+    let mut udp = batch::BatchUdp::new(socket, batch::Batching::from_env(), RECV_SLOTS);
     let mut send_buf = Vec::with_capacity(MAX_DATAGRAM);
     loop {
         // Drain in the order the Machine trait documents.
         let t = now();
         while let Some(transmit) = machine.poll_transmit(t, &mut send_buf) {
-            // A full socket buffer or an unreachable peer loses the datagram, as a network
-            // would; the protocols above recover.
-            let _ = socket
-                .send_to(&send_buf[..transmit.size], transmit.destination)
-                .await;
+            udp.queue(transmit.destination, &send_buf[..transmit.size]);
             send_buf.clear();
         }
+        // A full socket buffer or an unreachable peer loses the datagram, as a network
+        // would; the protocols above recover.
+        let _ = udp.flush().await;
         while let Some(event) = machine.poll_event() {
             let _ = events.send(event).await;
         }
@@ -64,12 +69,12 @@ pub async fn run<M: Machine>(
             .poll_timeout()
             .map(|at| epoch + Duration::from_nanos(at.as_nanos()));
         tokio::select! {
-            received = socket.recv_from(&mut recv_buf) => {
-                match received {
-                    Ok((len, from)) => machine.handle_datagram(now(), from, &recv_buf[..len]),
-                    // ICMP errors surface here on some systems; they are not fatal.
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
-                    Err(e) => return Err(e),
+            // ICMP errors end a receive with no datagrams; they are not fatal.
+            received = udp.recv() => {
+                received?;
+                let at = now();
+                for (from, bytes) in udp.received() {
+                    machine.handle_datagram(at, from, bytes);
                 }
             }
             () = sleep_until(deadline) => machine.handle_timeout(now()),

@@ -5,6 +5,9 @@
 //! This module owns the handles, the task that routes the core's events to them, and
 //! [`Node`]: the I/O around one sans-IO core ([`cohort_hop::Endpoint`] or
 //! [`cohort_hop::Relay`]) on one UDP socket, with an optional user-space delay line. The
+//! socket is a [`cohort_net::batch::BatchUdp`]: reads take a batch per system call, and
+//! everything one drain sends goes out in as few system calls as GSO allows
+//! (`COHORT_UDP_BATCH=off`: one datagram per system call). The
 //! handles run a `Node` on a task of their own; `cohort hop run` runs one in its own loop
 //! (which also reads a TUN device, stdin and a control socket), so both drive the core the
 //! same way.
@@ -45,6 +48,7 @@
 use cohort_core::{Machine, Timestamp};
 use cohort_crypto::CryptoProvider;
 use cohort_hop::{HopEvent, HopNode};
+use cohort_net::batch::{BatchUdp, Batching, Flushed};
 use cohort_net::Command;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -63,10 +67,11 @@ pub use cohort_hop::{
     Mode, PeerStatus, RelayConfig, RelayEvent, RelayStatus, MAX_MESSAGE,
 };
 
-/// Most datagrams [`Node::wait`] takes from the socket before returning (so the caller
-/// drains the core again).
+/// Most receive buffers [`Node::wait`] fills before returning (so the caller drains the
+/// core again): datagrams unbatched, `recvmmsg` slots (each may hold several GRO segments)
+/// batched.
 const BURST: usize = 64;
-/// Largest datagram read.
+/// Largest datagram the core writes.
 const MAX_DATAGRAM: usize = 65_536;
 
 /// What a [`Node`] counts about its socket.
@@ -83,6 +88,10 @@ pub struct NodeStats {
     /// Sends that failed (a full socket buffer, an unreachable next hop): lost, as a
     /// network would lose them.
     pub send_errors: u64,
+    /// System calls that sent (fewer than datagrams when batched).
+    pub send_calls: u64,
+    /// System calls that received.
+    pub recv_calls: u64,
 }
 
 /// What a [`Node::wait`] did.
@@ -102,12 +111,11 @@ pub enum Woke {
 /// handles ([`Endpoint`], [`Relay`]) run one, and so does `cohort hop run`.
 pub struct Node {
     core: HopNode,
-    socket: UdpSocket,
+    udp: BatchUdp,
     epoch: Instant,
     delay: Duration,
     delayed: VecDeque<(Instant, SocketAddr, Vec<u8>)>,
     send_buf: Vec<u8>,
-    recv_buf: Vec<u8>,
     stats: NodeStats,
 }
 
@@ -121,16 +129,26 @@ impl fmt::Debug for Node {
 }
 
 impl Node {
-    /// `core` on `socket`; everything sent is held `delay` first (zero: sent at once).
+    /// `core` on `socket`; everything sent is held `delay` first (zero: sent at once). I/O is
+    /// batched unless `COHORT_UDP_BATCH=off` ([`Batching::from_env`]).
     pub fn new(core: HopNode, socket: UdpSocket, delay: Duration) -> Node {
+        Node::with_batching(core, socket, delay, Batching::from_env())
+    }
+
+    /// As [`Node::new`], batched or not as `batching` says.
+    pub fn with_batching(
+        core: HopNode,
+        socket: UdpSocket,
+        delay: Duration,
+        batching: Batching,
+    ) -> Node {
         Node {
             core,
-            socket,
+            udp: BatchUdp::new(socket, batching, BURST),
             epoch: Instant::now(),
             delay,
             delayed: VecDeque::new(),
             send_buf: Vec::with_capacity(MAX_DATAGRAM),
-            recv_buf: vec![0u8; MAX_DATAGRAM],
             stats: NodeStats::default(),
         }
     }
@@ -157,7 +175,12 @@ impl Node {
 
     /// The socket (for options such as a firewall mark).
     pub fn socket(&self) -> &UdpSocket {
-        &self.socket
+        self.udp.socket()
+    }
+
+    /// Whether the socket's I/O is batched.
+    pub fn batching(&self) -> Batching {
+        self.udp.batching()
     }
 
     /// The user-space delay.
@@ -176,7 +199,7 @@ impl Node {
         let mut buf = std::mem::take(&mut self.send_buf);
         while let Some(t) = self.core.poll_transmit(now, &mut buf) {
             if self.delay.is_zero() {
-                self.send(t.destination, &buf[..t.size]).await;
+                self.udp.queue(t.destination, &buf[..t.size]);
             } else {
                 self.delayed.push_back((
                     Instant::now() + self.delay,
@@ -187,16 +210,21 @@ impl Node {
             buf.clear();
         }
         self.send_buf = buf;
+        self.flush().await;
     }
 
-    async fn send(&mut self, to: SocketAddr, bytes: &[u8]) {
-        match self.socket.send_to(bytes, to).await {
-            Ok(n) => {
-                self.stats.datagrams_sent += 1;
-                self.stats.bytes_sent += n as u64;
-            }
-            Err(_) => self.stats.send_errors += 1,
-        }
+    /// Sends what is queued on the socket, counting it.
+    async fn flush(&mut self) {
+        let Flushed {
+            datagrams,
+            bytes,
+            errors,
+            syscalls,
+        } = self.udp.flush().await;
+        self.stats.datagrams_sent += datagrams;
+        self.stats.bytes_sent += bytes;
+        self.stats.send_errors += errors;
+        self.stats.send_calls += syscalls;
     }
 
     /// The core's next event.
@@ -214,25 +242,18 @@ impl Node {
             .map(|at| self.epoch + Duration::from_nanos(at.as_nanos()));
         let due = self.delayed.front().map(|(at, _, _)| *at);
         tokio::select! {
-            r = self.socket.recv_from(&mut self.recv_buf) => match r {
-                Ok((len, from)) => {
-                    let now = self.now();
-                    let mut count = 1;
-                    self.received(now, from, len);
-                    while count < BURST {
-                        match self.socket.try_recv_from(&mut self.recv_buf) {
-                            Ok((len, from)) => {
-                                self.received(now, from, len);
-                                count += 1;
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                    Ok(Woke::Datagrams(count))
+            // ICMP errors (port unreachable) end a wait with no datagrams; they are not fatal.
+            r = self.udp.recv() => {
+                self.stats.recv_calls += r? as u64;
+                let now = self.now();
+                let mut count = 0;
+                for (from, bytes) in self.udp.received() {
+                    self.stats.datagrams_received += 1;
+                    self.stats.bytes_received += bytes.len() as u64;
+                    self.core.handle_datagram(now, from, bytes);
+                    count += 1;
                 }
-                // ICMP errors (port unreachable) surface here; they are not fatal.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(Woke::Datagrams(0)),
-                Err(e) => Err(e),
+                Ok(Woke::Datagrams(count))
             },
             () = sleep_until(deadline) => {
                 let now = self.now();
@@ -246,19 +267,14 @@ impl Node {
         }
     }
 
-    fn received(&mut self, now: Timestamp, from: SocketAddr, len: usize) {
-        self.stats.datagrams_received += 1;
-        self.stats.bytes_received += len as u64;
-        self.core.handle_datagram(now, from, &self.recv_buf[..len]);
-    }
-
     async fn send_due(&mut self) {
         let now = Instant::now();
         while self.delayed.front().is_some_and(|(at, _, _)| *at <= now) {
             if let Some((_, to, bytes)) = self.delayed.pop_front() {
-                self.send(to, &bytes).await;
+                self.udp.queue(to, &bytes);
             }
         }
+        self.flush().await;
     }
 
     /// Sends every held datagram as it becomes due (a clean stop should not lose what the

@@ -423,10 +423,15 @@ impl Group {
     ) -> Result<(Group, Events), Error> {
         let socket = bind(setup.listen)?;
         let local_addr = socket.local_addr().map_err(Error::Io)?;
+        let batching = cohort_net::batch::Batching::from_env();
         Self::spawn(
             config,
             setup,
-            transport::Transport::Udp(socket),
+            transport::Transport::Udp(Box::new(cohort_net::batch::BatchUdp::new(
+                socket,
+                batching,
+                UDP_RECV_SLOTS,
+            ))),
             local_addr,
             provider,
         )
@@ -603,6 +608,10 @@ impl Group {
 }
 
 /// Binds the member's UDP socket at `listen`.
+/// Receive buffers a member's UDP socket fills per system call (64 KiB of address space
+/// each, touched only as datagrams arrive; with GRO one holds several datagrams).
+const UDP_RECV_SLOTS: usize = 8;
+
 fn bind(listen: SocketAddr) -> Result<tokio::net::UdpSocket, Error> {
     cohort_net::bind_udp(listen).map_err(|e| {
         Error::Io(std::io::Error::new(

@@ -191,6 +191,9 @@ pub async fn run(mut t: Task) {
                 }
                 send_buf.clear();
             }
+            // UDP queued them: one batch (GSO runs per destination) for the lot.
+            let lost = t.transport.flush().await;
+            t.counters.datagrams_sent = t.counters.datagrams_sent.saturating_sub(lost);
             let mut any = false;
             while let Some(event) = t.member.poll_event() {
                 any = true;
@@ -215,7 +218,14 @@ pub async fn run(mut t: Task) {
                     t.counters.datagram_bytes_received += len as u64;
                     t.member.handle_datagram(now(), from, &recv_buf[..len]);
                 }
-                Ok(Incoming::Nothing) => {}
+                Ok(Incoming::Batch) => {
+                    let at = now();
+                    for (from, bytes) in t.transport.batch() {
+                        t.counters.datagrams_received += 1;
+                        t.counters.datagram_bytes_received += bytes.len() as u64;
+                        t.member.handle_datagram(at, from, bytes);
+                    }
+                }
                 Ok(Incoming::Event(what)) => {
                     tracing::info!("group member {}: {}: {what}", t.member.id(), t.transport.name());
                     t.queue.push(Event::Transport(what));

@@ -1,17 +1,19 @@
 //! The member task's transport seam: where its packets go and come from. UDP (one socket,
-//! one datagram per destination member) is one implementation; NATS (feature `nats`: one
+//! one datagram per destination member, queued and sent in batches by
+//! [`cohort_net::batch::BatchUdp`], received a batch per system call) is one
+//! implementation; NATS (feature `nats`: one
 //! publish per packet, the broker fans out) is the other. The task asks the protocol core
 //! for packets with the call the transport needs ([`Transport::fans_out`]).
 
 use cohort_group::Destination;
+use cohort_net::batch::BatchUdp;
 use std::io;
 use std::net::SocketAddr;
-use tokio::net::UdpSocket;
 
 /// How the member reaches the others.
 pub enum Transport {
     /// A UDP socket: a packet for every member is sent once per member.
-    Udp(UdpSocket),
+    Udp(Box<BatchUdp>),
     /// A NATS connection.
     #[cfg(feature = "nats")]
     Nats(Box<super::nats::NatsCarrier>),
@@ -20,14 +22,16 @@ pub enum Transport {
 /// What came in.
 pub enum Incoming {
     /// A packet from `from`, `len` bytes at the start of the caller's buffer.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    // reason: UDP delivers batches; only NATS fills the caller's buffer
     Packet {
         /// Its sender.
         from: SocketAddr,
         /// Its length.
         len: usize,
     },
-    /// Nothing for the member (an ICMP error on UDP).
-    Nothing,
+    /// UDP: a batch of datagrams, read with [`Transport::batch`].
+    Batch,
     /// A change of the carrier's connection, for the application.
     #[cfg_attr(not(feature = "nats"), allow(dead_code))]
     // reason: only NATS has connection events
@@ -45,11 +49,13 @@ impl Transport {
         }
     }
 
-    /// Sends `packet` to `to`; returns the bytes handed to the carrier.
+    /// Sends `packet` to `to` (UDP: queues it until [`Transport::flush`]); returns the bytes
+    /// handed to the carrier.
     pub async fn send(&mut self, to: Destination, packet: &[u8]) -> io::Result<usize> {
         match (self, to) {
             (Transport::Udp(socket), Destination::Member(addr)) => {
-                socket.send_to(packet, addr).await
+                socket.queue(addr, packet);
+                Ok(packet.len())
             }
             // The core queues group entries only when the carrier fans out.
             (Transport::Udp(_), Destination::Group) => Err(io::Error::new(
@@ -61,21 +67,40 @@ impl Transport {
         }
     }
 
-    /// The next packet (into `buf`) or event. Cancel-safe. An error ends the member.
+    /// Sends what [`Transport::send`] queued (UDP; NATS sends at once). A datagram the
+    /// kernel refuses is lost, as a network would lose it; returns how many were.
+    pub async fn flush(&mut self) -> u64 {
+        match self {
+            Transport::Udp(socket) => socket.flush().await.errors,
+            #[cfg(feature = "nats")]
+            Transport::Nats(_) => 0,
+        }
+    }
+
+    /// The next packet (into `buf`), batch of packets or event. Cancel-safe. An error ends
+    /// the member.
+    #[cfg_attr(not(feature = "nats"), allow(unused_variables))]
+    // reason: only NATS reads into `buf`; UDP keeps its batch
     pub async fn recv(&mut self, buf: &mut [u8]) -> io::Result<Incoming> {
         match self {
-            Transport::Udp(socket) => match socket.recv_from(buf).await {
-                Ok((len, from)) => Ok(Incoming::Packet { from, len }),
-                // ICMP errors surface here on some systems; they are not fatal.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(Incoming::Nothing),
-                Err(e) => Err(e),
-            },
+            // ICMP errors give an empty batch; they are not fatal.
+            Transport::Udp(socket) => socket.recv().await.map(|_| Incoming::Batch),
             #[cfg(feature = "nats")]
             Transport::Nats(carrier) => Ok(match carrier.recv(buf).await? {
                 super::nats::Carried::Packet { from, len } => Incoming::Packet { from, len },
                 super::nats::Carried::Event(e) => Incoming::Event(e),
             }),
         }
+    }
+
+    /// The datagrams of the last [`Incoming::Batch`], with their senders.
+    pub fn batch(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> + '_ {
+        let udp = match self {
+            Transport::Udp(socket) => Some(&**socket),
+            #[cfg(feature = "nats")]
+            Transport::Nats(_) => None,
+        };
+        udp.into_iter().flat_map(BatchUdp::received)
     }
 
     /// Messages the carrier dropped before the member saw them (NATS: not carriage).

@@ -787,7 +787,16 @@ impl Daemon {
             HopNode::Relay(r) => json::relay_status(&r.status()),
         };
         v["delay_ms"] = json!(self.node.delay().as_secs_f64() * 1e3);
-        v["send_errors"] = json!(self.node.stats().send_errors);
+        let io = self.node.stats();
+        v["send_errors"] = json!(io.send_errors);
+        // Batched UDP (COHORT_UDP_BATCH=off turns it off): datagrams per system call.
+        v["udp"] = json!({
+            "batched": self.node.batching() == cohort_net::batch::Batching::On,
+            "datagrams_sent": io.datagrams_sent,
+            "send_calls": io.send_calls,
+            "datagrams_received": io.datagrams_received,
+            "recv_calls": io.recv_calls,
+        });
         if let Some(t) = &self.tun {
             let c = &self.tun_counters;
             v["tun"] = json!({

@@ -1,0 +1,499 @@
+//! Batched UDP I/O for the drivers (issue 18, section 4): many datagrams per system call.
+//! Receiving uses `recvmmsg`, and UDP GRO where the kernel has it (one buffer holds several
+//! datagrams of one sender, `stride` bytes apart); sending groups the datagrams queued for
+//! one destination into UDP GSO sends (one `sendmsg` carries up to the kernel's segment
+//! limit). The system calls, and the detection of GSO/GRO with its fallbacks, are the
+//! `quinn-udp` crate's; this module owns the buffers and the grouping.
+//!
+//! [`Batching::Off`] selects one datagram per system call (the drivers' behaviour before
+//! batching), so a benchmark can compare both in one run; `COHORT_UDP_BATCH=off` selects it
+//! for every socket a process opens ([`Batching::from_env`]).
+//!
+//! quinn-udp sets `IP_MTU_DISCOVER` to `IP_PMTUDISC_PROBE` on the sockets it batches: the
+//! kernel sets the don't-fragment bit, so a datagram larger than the outgoing link's MTU
+//! fails to send (and is counted in [`Flushed::errors`]) instead of being fragmented.
+
+use std::collections::HashMap;
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use tokio::io::Interest;
+use tokio::net::UdpSocket;
+
+/// Largest UDP payload; also the size of each receive slot (a GRO buffer is at most this).
+const SLOT_BYTES: usize = 65_535;
+
+/// Whether a [`BatchUdp`] batches its system calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Batching {
+    /// `recvmmsg`/GRO and GSO where the kernel has them (the default).
+    On,
+    /// One datagram per `recvfrom`/`sendto`, as before batching: the baseline for benchmarks.
+    Off,
+}
+
+impl Batching {
+    /// [`Batching::Off`] if the environment variable `COHORT_UDP_BATCH` is `off` or `0`,
+    /// else [`Batching::On`].
+    pub fn from_env() -> Batching {
+        match std::env::var("COHORT_UDP_BATCH").as_deref() {
+            Ok("off" | "0") => Batching::Off,
+            _ => Batching::On,
+        }
+    }
+}
+
+/// What one [`BatchUdp::flush`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flushed {
+    /// Datagrams the kernel took.
+    pub datagrams: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Datagrams lost to a send error (unreachable, too large, no buffer).
+    pub errors: u64,
+    /// System calls made.
+    pub syscalls: u64,
+}
+
+/// A UDP socket that sends queued datagrams and receives in batches. Owned by one task:
+/// queue with [`BatchUdp::queue`], send with [`BatchUdp::flush`], wait with
+/// [`BatchUdp::recv`] and read what arrived with [`BatchUdp::received`].
+pub struct BatchUdp {
+    socket: UdpSocket,
+    /// `None`: [`Batching::Off`], or the platform has no batched path.
+    state: Option<quinn_udp::UdpSocketState>,
+    /// Receive slots, `SLOT_BYTES` each.
+    slots: Vec<u8>,
+    /// What the last receive put in each slot.
+    meta: Vec<quinn_udp::RecvMeta>,
+    /// How many slots the last receive filled.
+    filled: usize,
+    /// Queued datagrams: their bytes back to back, and (destination, start, length).
+    queued_bytes: Vec<u8>,
+    queued: Vec<(SocketAddr, usize, usize)>,
+    /// Scratch for one GSO send: segments back to back.
+    gso: Vec<u8>,
+}
+
+impl std::fmt::Debug for BatchUdp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchUdp")
+            .field("batching", &self.batching())
+            .field("gso_segments", &self.gso_segments())
+            .field("queued", &self.queued.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BatchUdp {
+    /// Wraps `socket`; receives up to `slots` buffers per system call (at least 1). Each slot
+    /// takes 64 KiB of memory (only what the kernel writes is touched). With
+    /// [`Batching::On`] on a platform without a batched path, or if quinn-udp cannot set the
+    /// socket up, it falls back to [`Batching::Off`].
+    pub fn new(socket: UdpSocket, batching: Batching, slots: usize) -> BatchUdp {
+        let state = match batching {
+            Batching::On => quinn_udp::UdpSocketState::new((&socket).into()).ok(),
+            Batching::Off => None,
+        };
+        let slots = match &state {
+            Some(_) => slots.clamp(1, quinn_udp::BATCH_SIZE),
+            None => slots.max(1),
+        };
+        BatchUdp {
+            socket,
+            state,
+            slots: vec![0u8; slots * SLOT_BYTES],
+            meta: vec![quinn_udp::RecvMeta::default(); slots],
+            filled: 0,
+            queued_bytes: Vec::new(),
+            queued: Vec::new(),
+            gso: Vec::new(),
+        }
+    }
+
+    /// The socket (for its address and options).
+    pub fn socket(&self) -> &UdpSocket {
+        &self.socket
+    }
+
+    /// Whether system calls are batched.
+    pub fn batching(&self) -> Batching {
+        if self.state.is_some() {
+            Batching::On
+        } else {
+            Batching::Off
+        }
+    }
+
+    /// Most datagrams one send carries (1: no GSO).
+    pub fn gso_segments(&self) -> usize {
+        self.state
+            .as_ref()
+            .map_or(1, quinn_udp::UdpSocketState::max_gso_segments)
+    }
+
+    /// Queues `bytes` for `to`; nothing is sent before [`BatchUdp::flush`].
+    pub fn queue(&mut self, to: SocketAddr, bytes: &[u8]) {
+        let start = self.queued_bytes.len();
+        self.queued_bytes.extend_from_slice(bytes);
+        self.queued.push((to, start, bytes.len()));
+    }
+
+    /// Datagrams queued and not yet flushed.
+    pub fn queued(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// Sends every queued datagram, waiting while the socket buffer is full. Datagrams for
+    /// one destination keep their order; datagrams for different destinations may go out in
+    /// another order than queued (UDP promises no order between them anyway). A datagram
+    /// that fails (unreachable, too large) is counted and dropped, as a network would.
+    pub async fn flush(&mut self) -> Flushed {
+        let mut done = Flushed::default();
+        if self.queued.is_empty() {
+            return done;
+        }
+        let queued = std::mem::take(&mut self.queued);
+        let bytes = std::mem::take(&mut self.queued_bytes);
+        if self.state.is_none() {
+            for &(to, start, len) in &queued {
+                self.send_one(to, &bytes[start..start + len], &mut done)
+                    .await;
+            }
+        } else {
+            // Destinations in order of first appearance, each with its datagrams in order.
+            let mut order: Vec<SocketAddr> = Vec::new();
+            let mut by_dest: HashMap<SocketAddr, Vec<(usize, usize)>> = HashMap::new();
+            for &(to, start, len) in &queued {
+                by_dest
+                    .entry(to)
+                    .or_insert_with(|| {
+                        order.push(to);
+                        Vec::new()
+                    })
+                    .push((start, len));
+            }
+            for to in order {
+                let list = by_dest.remove(&to).unwrap_or_default();
+                self.send_runs(to, &bytes, &list, &mut done).await;
+            }
+        }
+        // Keep the allocations for the next flush.
+        self.queued = queued;
+        self.queued.clear();
+        self.queued_bytes = bytes;
+        self.queued_bytes.clear();
+        done
+    }
+
+    /// Sends `list` (slices of `bytes`) to `to` as GSO runs: equal-sized segments, the last
+    /// of a run possibly shorter, at most the kernel's segment count and 64 KiB.
+    async fn send_runs(
+        &mut self,
+        to: SocketAddr,
+        bytes: &[u8],
+        list: &[(usize, usize)],
+        done: &mut Flushed,
+    ) {
+        let mut i = 0;
+        while i < list.len() {
+            let max = self.gso_segments();
+            let size = list[i].1;
+            let mut end = i + 1;
+            let mut total = size;
+            if size > 0 {
+                while end < list.len()
+                    && end - i < max
+                    && list[end].1 <= size
+                    && list[end].1 > 0
+                    && total + list[end].1 <= SLOT_BYTES
+                {
+                    total += list[end].1;
+                    end += 1;
+                    if list[end - 1].1 < size {
+                        break; // a shorter segment ends a run
+                    }
+                }
+            }
+            if end - i == 1 {
+                let (start, len) = list[i];
+                self.send_one(to, &bytes[start..start + len], done).await;
+            } else {
+                let mut gso = std::mem::take(&mut self.gso);
+                gso.clear();
+                for &(start, len) in &list[i..end] {
+                    gso.extend_from_slice(&bytes[start..start + len]);
+                }
+                let segments = (end - i) as u64;
+                match self.send_gso(to, &gso, size).await {
+                    Ok(()) => {
+                        done.datagrams += segments;
+                        done.bytes += gso.len() as u64;
+                        done.syscalls += 1;
+                    }
+                    // GSO failed and quinn-udp turned it off: send the run one by one.
+                    Err(_) if self.gso_segments() == 1 => {
+                        done.syscalls += 1;
+                        for &(start, len) in &list[i..end] {
+                            self.send_one(to, &bytes[start..start + len], done).await;
+                        }
+                    }
+                    Err(_) => {
+                        done.errors += segments;
+                        done.syscalls += 1;
+                    }
+                }
+                self.gso = gso;
+            }
+            i = end;
+        }
+    }
+
+    async fn send_gso(&self, to: SocketAddr, contents: &[u8], segment: usize) -> io::Result<()> {
+        let Some(state) = &self.state else {
+            return Err(io::Error::other("not batching"));
+        };
+        let transmit = quinn_udp::Transmit {
+            destination: to,
+            ecn: None,
+            contents,
+            segment_size: Some(segment),
+            src_ip: None,
+        };
+        self.socket
+            .async_io(Interest::WRITABLE, || {
+                state.try_send((&self.socket).into(), &transmit)
+            })
+            .await
+    }
+
+    async fn send_one(&self, to: SocketAddr, datagram: &[u8], done: &mut Flushed) {
+        done.syscalls += 1;
+        let sent = match &self.state {
+            Some(state) => {
+                let transmit = quinn_udp::Transmit {
+                    destination: to,
+                    ecn: None,
+                    contents: datagram,
+                    segment_size: None,
+                    src_ip: None,
+                };
+                self.socket
+                    .async_io(Interest::WRITABLE, || {
+                        state.try_send((&self.socket).into(), &transmit)
+                    })
+                    .await
+            }
+            None => self.socket.send_to(datagram, to).await.map(|_| ()),
+        };
+        match sent {
+            Ok(()) => {
+                done.datagrams += 1;
+                done.bytes += datagram.len() as u64;
+            }
+            Err(_) => done.errors += 1,
+        }
+    }
+
+    /// Waits for datagrams and takes a batch of them (read them with
+    /// [`BatchUdp::received`]); returns how many system calls it made. Cancel-safe: nothing is
+    /// taken from the socket unless the future completes. An ICMP error (connection refused)
+    /// ends the wait with an empty batch; other errors are the socket's failure.
+    pub async fn recv(&mut self) -> io::Result<usize> {
+        self.filled = 0;
+        let result = match &self.state {
+            Some(state) => {
+                let slots = &mut self.slots;
+                let meta = &mut self.meta;
+                let socket = &self.socket;
+                socket
+                    .async_io(Interest::READABLE, || {
+                        let mut bufs: Vec<IoSliceMut<'_>> =
+                            slots.chunks_mut(SLOT_BYTES).map(IoSliceMut::new).collect();
+                        state.recv(socket.into(), &mut bufs, meta)
+                    })
+                    .await
+                    .map(|n| (n, 1))
+            }
+            None => self.recv_one_by_one().await,
+        };
+        match result {
+            Ok((n, syscalls)) => {
+                self.filled = n;
+                Ok(syscalls)
+            }
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(1),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The unbatched path: one `recv_from` awaited, then more without waiting while they
+    /// come and slots remain (one system call each).
+    async fn recv_one_by_one(&mut self) -> io::Result<(usize, usize)> {
+        let (len, from) = self.socket.recv_from(&mut self.slots[..SLOT_BYTES]).await?;
+        self.set_meta(0, from, len);
+        let (mut n, mut syscalls) = (1, 1);
+        while n < self.meta.len() {
+            let slot = &mut self.slots[n * SLOT_BYTES..(n + 1) * SLOT_BYTES];
+            syscalls += 1;
+            match self.socket.try_recv_from(slot) {
+                Ok((len, from)) => {
+                    self.set_meta(n, from, len);
+                    n += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        Ok((n, syscalls))
+    }
+
+    fn set_meta(&mut self, slot: usize, from: SocketAddr, len: usize) {
+        let mut meta = quinn_udp::RecvMeta::default();
+        meta.addr = from;
+        meta.len = len;
+        meta.stride = len;
+        self.meta[slot] = meta;
+    }
+
+    /// The datagrams the last [`BatchUdp::recv`] took, in arrival order, with their senders
+    /// (a GRO buffer is split at its stride).
+    pub fn received(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> + '_ {
+        self.meta[..self.filled]
+            .iter()
+            .zip(self.slots.chunks(SLOT_BYTES))
+            .flat_map(|(meta, slot)| {
+                let bytes = &slot[..meta.len.min(SLOT_BYTES)];
+                let stride = if meta.stride == 0 {
+                    bytes.len().max(1)
+                } else {
+                    meta.stride
+                };
+                let from = normalise(meta.addr);
+                // An empty datagram is one datagram too (`chunks` would yield none).
+                let count = bytes.len().div_ceil(stride).max(1);
+                (0..count).map(move |i| {
+                    let end = ((i + 1) * stride).min(bytes.len());
+                    (from, &bytes[(i * stride).min(end)..end])
+                })
+            })
+    }
+}
+
+/// quinn-udp reports IPv4 senders on a dual-stack socket as IPv4-mapped IPv6; the drivers
+/// compare addresses, so give the plain IPv4 form.
+fn normalise(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => addr,
+        },
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(batching: Batching) -> (BatchUdp, BatchUdp) {
+        let a = crate::bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b = crate::bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        (BatchUdp::new(a, batching, 8), BatchUdp::new(b, batching, 8))
+    }
+
+    /// Sends `datagrams` from `a` to `b` in one flush and returns what `b` receives, in order.
+    async fn round_trip(batching: Batching, datagrams: &[Vec<u8>]) -> (Flushed, Vec<Vec<u8>>) {
+        let (mut a, mut b) = pair(batching);
+        let to = b.socket().local_addr().unwrap();
+        let from = a.socket().local_addr().unwrap();
+        for d in datagrams {
+            a.queue(to, d);
+        }
+        let flushed = a.flush().await;
+        assert_eq!(a.queued(), 0);
+        let mut got = Vec::new();
+        while got.len() < datagrams.len() {
+            tokio::time::timeout(std::time::Duration::from_secs(5), b.recv())
+                .await
+                .expect("datagrams arrive")
+                .unwrap();
+            for (sender, bytes) in b.received() {
+                assert_eq!(sender, from);
+                got.push(bytes.to_vec());
+            }
+        }
+        (flushed, got)
+    }
+
+    fn datagrams() -> Vec<Vec<u8>> {
+        // Runs of equal sizes, a shorter one ending a run, an empty one, a longer one.
+        let mut out = Vec::new();
+        for i in 0..40u8 {
+            out.push(vec![i; 1200]);
+        }
+        out.push(vec![200; 300]);
+        out.push(vec![201; 1200]);
+        out.push(Vec::new());
+        out.push(vec![202; 1400]);
+        out.push(vec![203; 1400]);
+        out
+    }
+
+    #[tokio::test]
+    async fn batched_datagrams_arrive_whole_and_in_order() {
+        let sent = datagrams();
+        let (flushed, got) = round_trip(Batching::On, &sent).await;
+        assert_eq!(got, sent);
+        assert_eq!(flushed.datagrams, sent.len() as u64);
+        assert_eq!(flushed.errors, 0);
+    }
+
+    #[tokio::test]
+    async fn unbatched_datagrams_arrive_whole_and_in_order() {
+        let sent = datagrams();
+        let (flushed, got) = round_trip(Batching::Off, &sent).await;
+        assert_eq!(got, sent);
+        assert_eq!(flushed.syscalls, sent.len() as u64);
+    }
+
+    #[tokio::test]
+    async fn gso_takes_fewer_system_calls_than_datagrams() {
+        let (a, _) = pair(Batching::On);
+        if a.gso_segments() == 1 {
+            eprintln!("no UDP GSO on this kernel: nothing to compare");
+            return;
+        }
+        let sent = datagrams();
+        let (flushed, _) = round_trip(Batching::On, &sent).await;
+        assert!(flushed.syscalls < sent.len() as u64 / 4, "{flushed:?}");
+    }
+
+    #[tokio::test]
+    async fn datagrams_to_two_destinations_keep_their_order_per_destination() {
+        let (mut a, mut b) = pair(Batching::On);
+        let (mut c, _) = pair(Batching::On);
+        let to_b = b.socket().local_addr().unwrap();
+        let to_c = c.socket().local_addr().unwrap();
+        for i in 0..20u8 {
+            a.queue(to_b, &[i; 100]);
+            a.queue(to_c, &[i; 100]);
+        }
+        assert_eq!(a.flush().await.datagrams, 40);
+        for socket in [&mut b, &mut c] {
+            let mut got = Vec::new();
+            while got.len() < 20 {
+                socket.recv().await.unwrap();
+                got.extend(socket.received().map(|(_, d)| d[0]));
+            }
+            assert_eq!(got, (0..20).collect::<Vec<u8>>());
+        }
+    }
+
+    #[test]
+    fn mapped_addresses_become_ipv4() {
+        let mapped: SocketAddr = "[::ffff:127.0.0.1]:9".parse().unwrap();
+        assert_eq!(normalise(mapped), "127.0.0.1:9".parse().unwrap());
+        let v6: SocketAddr = "[::1]:9".parse().unwrap();
+        assert_eq!(normalise(v6), v6);
+    }
+}
