@@ -9,9 +9,13 @@
 //! batching), so a benchmark can compare both in one run; `COHORT_UDP_BATCH=off` selects it
 //! for every socket a process opens ([`Batching::from_env`]).
 //!
-//! quinn-udp sets `IP_MTU_DISCOVER` to `IP_PMTUDISC_PROBE` on the sockets it batches: the
-//! kernel sets the don't-fragment bit, so a datagram larger than the outgoing link's MTU
-//! fails to send (and is counted in [`Flushed::errors`]) instead of being fragmented.
+//! quinn-udp sets `IP_MTU_DISCOVER` to `IP_PMTUDISC_PROBE` (and `IPV6_DONTFRAG` on IPv6
+//! sockets) on the sockets it batches, which QUIC wants and cohort does not: cohort's group
+//! datagrams may be larger than a tunnel's MTU, and before batching the kernel fragmented
+//! them. [`BatchUdp::new`] puts the kernel's default back on Linux (`IP_PMTUDISC_WANT`,
+//! don't-fragment off for IPv6), so a datagram larger than the path MTU is fragmented as
+//! before. A GSO run whose segments exceed the path MTU fails; quinn-udp then turns GSO off
+//! for the socket and [`BatchUdp::flush`] sends that run one datagram at a time.
 
 use std::collections::HashMap;
 use std::io::{self, IoSliceMut};
@@ -95,6 +99,9 @@ impl BatchUdp {
             Batching::On => quinn_udp::UdpSocketState::new((&socket).into()).ok(),
             Batching::Off => None,
         };
+        if state.is_some() {
+            allow_fragmentation(&socket);
+        }
         let slots = match &state {
             Some(_) => slots.clamp(1, quinn_udp::BATCH_SIZE),
             None => slots.max(1),
@@ -391,9 +398,54 @@ fn normalise(addr: SocketAddr) -> SocketAddr {
     }
 }
 
+/// Undoes quinn-udp's don't-fragment setting (see the module documentation): the kernel's
+/// default path-MTU mode, and IPv6's don't-fragment flag off. Best effort: an option the
+/// socket does not take (an IPv4 socket has no IPv6 options) is left as it is.
+#[cfg(target_os = "linux")]
+fn allow_fragmentation(socket: &UdpSocket) {
+    use rustix::net::sockopt;
+    let _ = sockopt::set_ip_mtu_discover(socket, sockopt::Ipv4PathMtuDiscovery::WANT);
+    if socket.local_addr().is_ok_and(|a| a.is_ipv6()) {
+        let _ = sockopt::set_ipv6_mtu_discover(socket, sockopt::Ipv6PathMtuDiscovery::WANT);
+        let _ =
+            nix::sys::socket::setsockopt(socket, nix::sys::socket::sockopt::Ipv6DontFrag, &false);
+    }
+}
+
+/// Other platforms keep what quinn-udp set.
+#[cfg(not(target_os = "linux"))]
+fn allow_fragmentation(_socket: &UdpSocket) {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batched socket fragments as an unbatched one does (the kernel's default path-MTU
+    /// mode, no IPv6 don't-fragment flag), not as quinn-udp leaves it.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn batched_sockets_may_fragment() {
+        use rustix::net::sockopt;
+        let v4 = crate::bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let v4 = BatchUdp::new(v4, Batching::On, 4);
+        assert_eq!(v4.batching(), Batching::On);
+        assert_eq!(
+            sockopt::ip_mtu_discover(v4.socket()).unwrap(),
+            sockopt::Ipv4PathMtuDiscovery::WANT
+        );
+        let Ok(v6) = crate::bind_udp("[::1]:0".parse().unwrap()) else {
+            eprintln!("no IPv6 loopback here: only the IPv4 half ran");
+            return;
+        };
+        let v6 = BatchUdp::new(v6, Batching::On, 4);
+        assert_eq!(
+            sockopt::ipv6_mtu_discover(v6.socket()).unwrap(),
+            sockopt::Ipv6PathMtuDiscovery::WANT
+        );
+        let dontfrag =
+            nix::sys::socket::getsockopt(v6.socket(), nix::sys::socket::sockopt::Ipv6DontFrag);
+        assert!(!dontfrag.unwrap());
+    }
 
     fn pair(batching: Batching) -> (BatchUdp, BatchUdp) {
         let a = crate::bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
