@@ -695,10 +695,16 @@ impl KdcPairTable {
         }
         if waiting >= MAX_HALF_OPEN {
             if let Some((_, aside, a)) = oldest {
-                if aside {
-                    self.replacing.remove(&a);
+                let gone = if aside {
+                    self.replacing.remove(&a)
                 } else {
-                    self.slots.remove(&a);
+                    self.slots.remove(&a)
+                };
+                // Its deadline goes too (a flood would otherwise leave one early wake-up
+                // per evicted session); one of another session at `a` is listed again.
+                if let Some(gone) = gone {
+                    self.due.remove(&(gone.resend_at, a));
+                    self.schedule(a);
                 }
                 self.drops.refused += 1;
             }
@@ -1472,6 +1478,46 @@ mod tests {
         assert!(messages(&mut a).contains(&b"still here".to_vec()));
         // At most MAX_HALF_OPEN sessions wait on the side.
         assert!(a.replacing.len() <= 1 && a.slots.len() <= MAX_HALF_OPEN + 1);
+    }
+
+    #[test]
+    fn half_open_sessions_are_bounded_oldest_first_and_time_out_through_the_index() {
+        let (mut a, _, _, now) = open_pair();
+        let b_id = MemberId::from_principal(&name("b"));
+        let spoofed = |i: usize| SocketAddr::from(([172, 16, (i >> 8) as u8, i as u8], 4000));
+        let extra = 76;
+        // Hellos from b's principal at other addresses, one ms apart: σ is cached, so each
+        // is answered at once and waits for a Confirm (half-open).
+        for i in 0..MAX_HALF_OPEN + extra {
+            let at = now.saturating_add(Duration::from_millis(i as u64));
+            a.handle_datagram(at, spoofed(i), &hello_from("b", i as u8));
+        }
+        assert_eq!(
+            a.slots.len(),
+            MAX_HALF_OPEN + 1,
+            "the bound, and the open channel"
+        );
+        assert_eq!(a.drops.refused, extra as u64);
+        assert!(
+            (0..extra).all(|i| !a.slots.contains_key(&spoofed(i))),
+            "oldest first"
+        );
+        assert!(a.slots.contains_key(&spoofed(extra)));
+        assert!(a.pair_key(&b_id).is_some() && a.peer_at(addr(B)) == Some(b_id));
+        // The next deadline is the oldest waiting session's resend (every open channel has
+        // none), and the index drops each session that gives up.
+        let first = now.saturating_add(Duration::from_millis(extra as u64) + RESEND);
+        assert_eq!(a.poll_timeout(), Some(first));
+        let mut ticks = 0;
+        while let Some(t) = a.poll_timeout() {
+            a.handle_timeout(t);
+            ticks += 1;
+            assert!(ticks < 100_000, "the timers do not end");
+        }
+        assert_eq!(a.slots.len(), 1, "only the open channel is left");
+        assert!(a.due.is_empty());
+        assert_eq!(a.drops.failed, MAX_HALF_OPEN as u64);
+        assert!(a.pair_key(&b_id).is_some());
     }
 
     #[test]
