@@ -35,7 +35,7 @@ use cohort_crypto::{ct_eq, AeadAlgorithm, AeadKey, CryptoProvider, Secret};
 use cohort_kdc::{member_shared_key, KdcError, PairKeyRequest, PrincipalKey, PrincipalName};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::Duration;
 use zeroize::Zeroizing;
@@ -58,8 +58,13 @@ const MAX_KDC_PENDING: usize = 32;
 const MAX_CACHED: usize = 4096;
 /// How long a principal the KDC said it does not know is refused without asking again.
 const REFUSED_FOR: Duration = Duration::from_secs(10);
-/// Most answered sessions not yet open (a flood of spoofed Hellos cannot make more).
-const MAX_HALF_OPEN: usize = 64;
+/// Most answered sessions not yet open (a flood of spoofed Hellos cannot make more); a new
+/// one evicts the oldest. 1,024, as the identity table's `pair::MAX_HALF_OPEN` and for the
+/// same reason: in a cold start thousands of joiners send the leader their Hellos at once,
+/// and with 64 each new Hello evicted a session still waiting for the KDC or the Confirm,
+/// so a leader admitted about 60 joiners a view change. A flood of spoofed Hellos costs at
+/// most 1,024 sessions of a few hundred bytes (and at most `MAX_KDC_PENDING` requests).
+const MAX_HALF_OPEN: usize = 1024;
 /// A Reset is honoured only after this long without an authenticated datagram from the
 /// peer (it is not authenticated: an active channel must not be torn down by one).
 const RESET_QUIET: Duration = Duration::from_secs(1);
@@ -212,6 +217,19 @@ pub struct KdcPairTable {
     /// Principals the KDC said it does not know, and when (at most 1024).
     unknown: HashMap<MemberId, Timestamp>,
     pending: BTreeMap<MemberId, KdcPending>,
+    /// Deadlines of the sessions not yet open (in `slots` or `replacing`), ordered by time:
+    /// [`handle_timeout`](Self::handle_timeout) visits only the addresses that are due and
+    /// [`poll_timeout`](Self::poll_timeout) reads the first entry, instead of walking every
+    /// slot (a leader of 10,000 holds 10,000 open channels and ticks every heartbeat).
+    /// Every session not open has an entry at or before its `resend_at` (added by
+    /// `schedule` when it is created or resent); an entry may be early or outlive its
+    /// session (a spurious wake-up, harmless), never late. It also lists every session
+    /// not open, so the half-open bound and the KDC's answers look here, not at every slot.
+    due: BTreeSet<(Timestamp, SocketAddr)>,
+    /// By peer: addresses where a channel to it opened (a superset, checked on lookup), so
+    /// that [`pair_key`](Self::pair_key) looks at a few slots, not all: a leader wraps a key
+    /// for every member with it.
+    opened: HashMap<MemberId, Vec<SocketAddr>>,
     outbox: VecDeque<(SocketAddr, Vec<u8>)>,
     events: VecDeque<PairEvent>,
     drops: PairDrops,
@@ -246,6 +264,8 @@ impl KdcPairTable {
             from_kdc: HashMap::new(),
             unknown: HashMap::new(),
             pending: BTreeMap::new(),
+            due: BTreeSet::new(),
+            opened: HashMap::new(),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             drops: PairDrops::default(),
@@ -271,8 +291,10 @@ impl KdcPairTable {
 
     /// A 32-byte secret both ends of the open channel to `peer` share (for key wraps).
     pub fn pair_key(&self, peer: &MemberId) -> Option<&Secret> {
-        self.slots
-            .values()
+        self.opened
+            .get(peer)?
+            .iter()
+            .filter_map(|a| self.slots.get(a))
             .filter(|s| matches!(s.state, State::Open) && s.peer == Some(*peer))
             .max_by_key(|s| s.opened_at)
             .and_then(|s| s.keys.as_ref().map(|k| &k.wrap))
@@ -304,15 +326,78 @@ impl KdcPairTable {
             .map(|(a, _)| *a)
             .collect();
         for addr in gone {
-            self.slots.remove(&addr);
+            self.drop_slot(addr);
             self.events.push_back(PairEvent::Failed { addr, reason });
         }
     }
 
     /// Drops the channel to `addr`.
     pub fn forget(&mut self, addr: SocketAddr) {
-        self.slots.remove(&addr);
+        self.drop_slot(addr);
         self.replacing.remove(&addr);
+    }
+
+    /// Removes the slot at `addr` and its entry in `opened` (its entry in `due`, if any,
+    /// goes when it is due).
+    fn drop_slot(&mut self, addr: SocketAddr) -> Option<Slot> {
+        let s = self.slots.remove(&addr)?;
+        if let Some(peer) = s.peer.filter(|_| matches!(s.state, State::Open)) {
+            if let Some(addrs) = self.opened.get_mut(&peer) {
+                addrs.retain(|a| *a != addr);
+                if addrs.is_empty() {
+                    self.opened.remove(&peer);
+                }
+            }
+        }
+        Some(s)
+    }
+
+    /// The earliest deadline of the sessions at `addr` that are not open.
+    fn deadline_at(&self, addr: SocketAddr) -> Option<Timestamp> {
+        let slot = self
+            .slots
+            .get(&addr)
+            .filter(|s| !matches!(s.state, State::Open))
+            .map(|s| s.resend_at);
+        let aside = self.replacing.get(&addr).map(|s| s.resend_at);
+        slot.into_iter().chain(aside).min()
+    }
+
+    /// Lists `addr`'s earliest deadline in `due` (after a session there was created or its
+    /// deadline moved).
+    fn schedule(&mut self, addr: SocketAddr) {
+        if let Some(t) = self.deadline_at(addr) {
+            self.due.insert((t, addr));
+        }
+    }
+
+    /// The slot at `addr` opened: records it in `opened` and takes its deadline out of
+    /// `due` (keeping the one of a session aside at the same address).
+    fn opened_at(&mut self, addr: SocketAddr) {
+        let Some(s) = self.slots.get(&addr) else {
+            return;
+        };
+        let (resend_at, peer) = (s.resend_at, s.peer);
+        self.due.remove(&(resend_at, addr));
+        self.schedule(addr);
+        if let Some(peer) = peer {
+            let slots = &self.slots;
+            let addrs = self.opened.entry(peer).or_default();
+            // Entries of channels that closed since go here.
+            addrs.retain(|a| {
+                *a != addr
+                    && slots
+                        .get(a)
+                        .is_some_and(|s| s.peer == Some(peer) && matches!(s.state, State::Open))
+            });
+            addrs.push(addr);
+        }
+    }
+
+    /// Every address with a session that is not open (from `due`, so it does not grow with
+    /// the open channels), in address order.
+    fn unopened(&self) -> BTreeSet<SocketAddr> {
+        self.due.iter().map(|(_, a)| *a).collect()
     }
 
     /// Runs `f` with the replacing session at `addr` standing in for the open one. If it is
@@ -389,6 +474,7 @@ impl KdcPairTable {
                 ..Slot::new(Role::Opener, State::HelloSent, now)
             },
         );
+        self.schedule(addr);
         self.send_hello(addr);
     }
 
@@ -588,22 +674,37 @@ impl KdcPairTable {
         nonce_i: [u8; NONCE],
     ) {
         // At most MAX_HALF_OPEN answered sessions wait: the oldest goes.
+        // Half-open sessions are not open, so `due` lists their addresses: looking there
+        // costs what is in flight, not what is open. The oldest is the one that started
+        // first, a slot before a session aside, then the lower address.
         let half_open = |s: &Slot| s.role == Role::Answerer && !matches!(s.state, State::Open);
-        let waiting = self.slots.values().filter(|s| half_open(s)).count()
-            + self.replacing.values().filter(|s| half_open(s)).count();
+        let mut waiting = 0usize;
+        let mut oldest: Option<(Timestamp, bool, SocketAddr)> = None;
+        for a in self.unopened() {
+            let here = [(false, self.slots.get(&a)), (true, self.replacing.get(&a))];
+            for (aside, s) in here {
+                let Some(s) = s.filter(|s| half_open(s)) else {
+                    continue;
+                };
+                waiting += 1;
+                let key = (s.started, aside, a);
+                if oldest.is_none_or(|o| key < o) {
+                    oldest = Some(key);
+                }
+            }
+        }
         if waiting >= MAX_HALF_OPEN {
-            let oldest = self
-                .slots
-                .iter()
-                .chain(self.replacing.iter())
-                .filter(|(_, s)| half_open(s))
-                .min_by_key(|(_, s)| s.started)
-                .map(|(a, _)| *a);
-            if let Some(a) = oldest {
-                if self.slots.get(&a).is_some_and(half_open) {
-                    self.slots.remove(&a);
+            if let Some((_, aside, a)) = oldest {
+                let gone = if aside {
+                    self.replacing.remove(&a)
                 } else {
-                    self.replacing.remove(&a);
+                    self.slots.remove(&a)
+                };
+                // Its deadline goes too (a flood would otherwise leave one early wake-up
+                // per evicted session); one of another session at `a` is listed again.
+                if let Some(gone) = gone {
+                    self.due.remove(&(gone.resend_at, a));
+                    self.schedule(a);
                 }
                 self.drops.refused += 1;
             }
@@ -625,6 +726,7 @@ impl KdcPairTable {
                 ..Slot::new(Role::Answerer, State::AwaitKdc, now)
             },
         );
+        self.schedule(from);
         if self.from_kdc.contains_key(&i) {
             self.accept_with_cached(from);
             return;
@@ -873,7 +975,7 @@ impl KdcPairTable {
             self.drops.unexpected += 1;
             return;
         }
-        self.slots.remove(&from);
+        self.drop_slot(from);
         self.events.push_back(PairEvent::Failed {
             addr: from,
             reason: PairFailure::PeerLostChannel,
@@ -887,6 +989,10 @@ impl KdcPairTable {
         s.state = State::Open;
         s.opened_at = Some(now);
         let Some(peer) = s.peer else {
+            return;
+        };
+        self.opened_at(addr);
+        let Some(s) = self.slots.get_mut(&addr) else {
             return;
         };
         let queued: Vec<Zeroizing<Vec<u8>>> = s.queue.drain(..).collect();
@@ -1013,6 +1119,7 @@ impl KdcPairTable {
         if !matches!(s.state, State::Open) {
             s.state = State::Open;
             s.opened_at = Some(s.started);
+            self.opened_at(from);
             self.events
                 .push_back(PairEvent::Established { peer, addr: from });
             let queued: Vec<Zeroizing<Vec<u8>>> = self
@@ -1055,9 +1162,10 @@ impl KdcPairTable {
             return;
         };
         self.pending.remove(&peer);
-        let waiting: Vec<SocketAddr> = self
-            .slots
+        let unopened = self.unopened();
+        let waiting: Vec<SocketAddr> = unopened
             .iter()
+            .filter_map(|a| self.slots.get_key_value(a))
             .filter(|(_, s)| {
                 s.role == Role::Answerer
                     && s.peer == Some(peer)
@@ -1065,9 +1173,9 @@ impl KdcPairTable {
             })
             .map(|(a, _)| *a)
             .collect();
-        let waiting_aside: Vec<SocketAddr> = self
-            .replacing
+        let waiting_aside: Vec<SocketAddr> = unopened
             .iter()
+            .filter_map(|a| self.replacing.get_key_value(a))
             .filter(|(_, s)| s.peer == Some(peer) && matches!(s.state, State::AwaitKdc))
             .map(|(a, _)| *a)
             .collect();
@@ -1109,49 +1217,76 @@ impl KdcPairTable {
 
     /// Resends what is due and gives up on channels and requests that waited too long.
     pub fn handle_timeout(&mut self, now: Timestamp) {
-        let addrs: Vec<SocketAddr> = self.slots.keys().copied().collect();
-        for addr in addrs {
-            let Some(s) = self.slots.get_mut(&addr) else {
-                continue;
-            };
-            if matches!(s.state, State::Open) || now < s.resend_at {
-                continue;
+        // Only the addresses whose deadline passed (see `due`); each is listed again below
+        // with its next deadline if a session there is still not open.
+        let mut addrs = BTreeSet::new();
+        while let Some(&(t, addr)) = self.due.first() {
+            if t > now {
+                break;
             }
-            if now.saturating_duration_since(s.started) >= GIVE_UP {
-                let reason = match s.state {
-                    State::AwaitKdc => PairFailure::KdcDidNotAnswer,
-                    _ => PairFailure::NoAnswer,
-                };
-                self.slots.remove(&addr);
-                self.drops.failed += 1;
-                self.events.push_back(PairEvent::Failed { addr, reason });
-                continue;
-            }
-            s.resend_at = now.saturating_add(RESEND);
-            match s.state {
-                State::HelloSent => self.send_hello(addr),
-                State::Accepted => self.send_accept(addr),
-                _ => {}
-            }
+            self.due.remove(&(t, addr));
+            addrs.insert(addr);
         }
-        let aside: Vec<SocketAddr> = self.replacing.keys().copied().collect();
-        for addr in aside {
-            let Some(s) = self.replacing.get_mut(&addr) else {
-                continue;
-            };
-            if now < s.resend_at {
-                continue;
-            }
-            if now.saturating_duration_since(s.started) >= GIVE_UP {
-                self.replacing.remove(&addr);
-                self.drops.failed += 1;
-                continue;
-            }
-            s.resend_at = now.saturating_add(RESEND);
-            if matches!(s.state, State::Accepted) {
-                self.with_replacing(addr, |t| t.send_accept(addr));
-            }
+        for &addr in &addrs {
+            self.timeout_slot(now, addr);
         }
+        for &addr in &addrs {
+            self.timeout_aside(now, addr);
+        }
+        for &addr in &addrs {
+            self.schedule(addr);
+        }
+        self.timeout_kdc(now);
+    }
+
+    /// [`handle_timeout`](Self::handle_timeout) for the slot at `addr`: resend, or give up.
+    fn timeout_slot(&mut self, now: Timestamp, addr: SocketAddr) {
+        let Some(s) = self.slots.get_mut(&addr) else {
+            return;
+        };
+        if matches!(s.state, State::Open) || now < s.resend_at {
+            return;
+        }
+        if now.saturating_duration_since(s.started) >= GIVE_UP {
+            let reason = match s.state {
+                State::AwaitKdc => PairFailure::KdcDidNotAnswer,
+                _ => PairFailure::NoAnswer,
+            };
+            self.slots.remove(&addr);
+            self.drops.failed += 1;
+            self.events.push_back(PairEvent::Failed { addr, reason });
+            return;
+        }
+        s.resend_at = now.saturating_add(RESEND);
+        match s.state {
+            State::HelloSent => self.send_hello(addr),
+            State::Accepted => self.send_accept(addr),
+            _ => {}
+        }
+    }
+
+    /// [`handle_timeout`](Self::handle_timeout) for the session aside at `addr`.
+    fn timeout_aside(&mut self, now: Timestamp, addr: SocketAddr) {
+        let Some(s) = self.replacing.get_mut(&addr) else {
+            return;
+        };
+        if now < s.resend_at {
+            return;
+        }
+        if now.saturating_duration_since(s.started) >= GIVE_UP {
+            self.replacing.remove(&addr);
+            self.drops.failed += 1;
+            return;
+        }
+        s.resend_at = now.saturating_add(RESEND);
+        if matches!(s.state, State::Accepted) {
+            self.with_replacing(addr, |t| t.send_accept(addr));
+        }
+    }
+
+    /// [`handle_timeout`](Self::handle_timeout) for the requests to the KDC (at most
+    /// `MAX_KDC_PENDING`).
+    fn timeout_kdc(&mut self, now: Timestamp) {
         let due: Vec<MemberId> = self
             .pending
             .iter()
@@ -1192,12 +1327,12 @@ impl KdcPairTable {
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must run next.
+    /// (The first entry of `due`, which may be early: a spurious call is harmless.)
     pub fn poll_timeout(&self) -> Option<Timestamp> {
-        self.slots
-            .values()
-            .chain(self.replacing.values())
-            .filter(|s| !matches!(s.state, State::Open))
-            .map(|s| s.resend_at)
+        self.due
+            .first()
+            .map(|(t, _)| *t)
+            .into_iter()
             .chain(self.pending.values().map(|p| p.resend_at))
             .min()
     }
@@ -1343,6 +1478,46 @@ mod tests {
         assert!(messages(&mut a).contains(&b"still here".to_vec()));
         // At most MAX_HALF_OPEN sessions wait on the side.
         assert!(a.replacing.len() <= 1 && a.slots.len() <= MAX_HALF_OPEN + 1);
+    }
+
+    #[test]
+    fn half_open_sessions_are_bounded_oldest_first_and_time_out_through_the_index() {
+        let (mut a, _, _, now) = open_pair();
+        let b_id = MemberId::from_principal(&name("b"));
+        let spoofed = |i: usize| SocketAddr::from(([172, 16, (i >> 8) as u8, i as u8], 4000));
+        let extra = 76;
+        // Hellos from b's principal at other addresses, one ms apart: σ is cached, so each
+        // is answered at once and waits for a Confirm (half-open).
+        for i in 0..MAX_HALF_OPEN + extra {
+            let at = now.saturating_add(Duration::from_millis(i as u64));
+            a.handle_datagram(at, spoofed(i), &hello_from("b", i as u8));
+        }
+        assert_eq!(
+            a.slots.len(),
+            MAX_HALF_OPEN + 1,
+            "the bound, and the open channel"
+        );
+        assert_eq!(a.drops.refused, extra as u64);
+        assert!(
+            (0..extra).all(|i| !a.slots.contains_key(&spoofed(i))),
+            "oldest first"
+        );
+        assert!(a.slots.contains_key(&spoofed(extra)));
+        assert!(a.pair_key(&b_id).is_some() && a.peer_at(addr(B)) == Some(b_id));
+        // The next deadline is the oldest waiting session's resend (every open channel has
+        // none), and the index drops each session that gives up.
+        let first = now.saturating_add(Duration::from_millis(extra as u64) + RESEND);
+        assert_eq!(a.poll_timeout(), Some(first));
+        let mut ticks = 0;
+        while let Some(t) = a.poll_timeout() {
+            a.handle_timeout(t);
+            ticks += 1;
+            assert!(ticks < 100_000, "the timers do not end");
+        }
+        assert_eq!(a.slots.len(), 1, "only the open channel is left");
+        assert!(a.due.is_empty());
+        assert_eq!(a.drops.failed, MAX_HALF_OPEN as u64);
+        assert!(a.pair_key(&b_id).is_some());
     }
 
     #[test]

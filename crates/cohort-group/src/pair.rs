@@ -358,6 +358,14 @@ pub struct PairTable {
     due: BTreeSet<(Timestamp, SocketAddr)>,
     /// Each slot's entry in `due`.
     due_at: BTreeMap<SocketAddr, Timestamp>,
+    /// Every half-open server channel (role server, not authenticated; primary or pending)
+    /// by creation order: [`make_room`](Self::make_room) counts them and finds the oldest
+    /// here instead of scanning every slot for each ClientHello (a leader of 10,000 gets
+    /// 10,000 hellos in a cold start). Kept exact by `refresh`, which runs after every change
+    /// to a slot.
+    half_open: BTreeSet<(u64, SocketAddr, Which)>,
+    /// Each slot's entries in `half_open`: the primary's and the pending channel's `seq`.
+    half_open_at: BTreeMap<SocketAddr, [Option<u64>; 2]>,
     outbox: VecDeque<(SocketAddr, Vec<u8>)>,
     events: VecDeque<PairEvent>,
     next_seq: u64,
@@ -404,6 +412,8 @@ impl PairTable {
             authenticated: BTreeMap::new(),
             due: BTreeSet::new(),
             due_at: BTreeMap::new(),
+            half_open: BTreeSet::new(),
+            half_open_at: BTreeMap::new(),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
             next_seq: 0,
@@ -459,6 +469,7 @@ impl PairTable {
             peer.is_none_or(|p| trust.contains(&p))
         };
         let mut gone = Vec::new();
+        let mut changed = Vec::new();
         for (addr, slot) in &mut self.slots {
             if slot
                 .pending
@@ -466,10 +477,14 @@ impl PairTable {
                 .is_some_and(|p| !allowed(p.peer, slot.expect))
             {
                 slot.pending = None;
+                changed.push(*addr);
             }
             if !allowed(slot.primary.peer, slot.expect) {
                 gone.push(*addr);
             }
+        }
+        for addr in changed {
+            self.refresh(addr);
         }
         for addr in gone {
             self.drop_slot(addr);
@@ -584,9 +599,38 @@ impl PairTable {
             .min()
     }
 
-    /// Puts the slot at `addr`'s deadline in the index again (after any change to it; a
-    /// slot that is gone or has no deadline leaves the index).
+    /// The `seq` of the slot at `addr`'s half-open server channels: primary, pending.
+    fn slot_half_open(&self, addr: SocketAddr) -> [Option<u64>; 2] {
+        let Some(s) = self.slots.get(&addr) else {
+            return [None, None];
+        };
+        let seq =
+            |c: &Chan| (c.role == Role::Server && c.authenticated_at.is_none()).then_some(c.seq);
+        [seq(&s.primary), s.pending.as_ref().and_then(seq)]
+    }
+
+    /// Puts the slot at `addr`'s deadline and half-open channels in the indexes again (after
+    /// any change to it; a slot that is gone leaves both).
     fn refresh(&mut self, addr: SocketAddr) {
+        let open = self.slot_half_open(addr);
+        let old_open = self.half_open_at.get(&addr).copied().unwrap_or_default();
+        if open != old_open {
+            for (seq, which) in old_open.iter().zip([Which::Primary, Which::Pending]) {
+                if let Some(seq) = seq {
+                    self.half_open.remove(&(*seq, addr, which));
+                }
+            }
+            for (seq, which) in open.iter().zip([Which::Primary, Which::Pending]) {
+                if let Some(seq) = seq {
+                    self.half_open.insert((*seq, addr, which));
+                }
+            }
+            if open == [None, None] {
+                self.half_open_at.remove(&addr);
+            } else {
+                self.half_open_at.insert(addr, open);
+            }
+        }
         let at = self.slot_deadline(addr);
         let old = self.due_at.get(&addr).copied();
         if old == at {
@@ -799,7 +843,36 @@ impl PairTable {
 
     /// Evicts the oldest half-open server channel if there are [`MAX_HALF_OPEN`] already.
     /// A half-open channel at `incoming` is left alone: the new one replaces it anyway.
+    ///
+    /// The policy: half-open means a server channel (primary or pending) not authenticated;
+    /// when there are `MAX_HALF_OPEN` or more, the one with the smallest creation `seq`
+    /// outside `incoming` goes (its whole slot if it is the primary). The `half_open` index
+    /// holds exactly those channels ordered by `seq`, so the count is its length and the
+    /// victim is its first entry not at `incoming` (at most two entries are skipped): the
+    /// cost no longer grows with the number of slots. Unit tests compare every choice with
+    /// the scan over all slots that this replaced (`half_open_scan`).
     fn make_room(&mut self, incoming: SocketAddr) {
+        let count = self.half_open.len();
+        let oldest = self
+            .half_open
+            .iter()
+            .find(|(_, a, _)| *a != incoming)
+            .copied();
+        #[cfg(test)]
+        assert_eq!(self.half_open_scan(incoming), (count, oldest));
+        if count < MAX_HALF_OPEN {
+            return;
+        }
+        if let Some((_, addr, which)) = oldest {
+            self.drops.evicted += 1;
+            self.remove(addr, which, PairFailure::Evicted);
+        }
+    }
+
+    /// The half-open count and eviction candidate by a scan over every slot (the code
+    /// `make_room` used before its index), to check the index against in tests.
+    #[cfg(test)]
+    fn half_open_scan(&self, incoming: SocketAddr) -> (usize, Option<(u64, SocketAddr, Which)>) {
         let mut count = 0usize;
         let mut oldest: Option<(u64, SocketAddr, Which)> = None;
         for (addr, slot) in &self.slots {
@@ -817,13 +890,7 @@ impl PairTable {
                 }
             }
         }
-        if count < MAX_HALF_OPEN {
-            return;
-        }
-        if let Some((_, addr, which)) = oldest {
-            self.drops.evicted += 1;
-            self.remove(addr, which, PairFailure::Evicted);
-        }
+        (count, oldest)
     }
 
     /// Processes what the channels at `addr` produced: transmits, handshake events, inner
@@ -990,7 +1057,7 @@ impl PairTable {
 }
 
 /// Which of a slot's channels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Which {
     Primary,
     Pending,
@@ -1263,4 +1330,97 @@ impl Chan {
 fn next_transmit(dc: &mut DatagramChannel, now: Timestamp) -> Option<Vec<u8>> {
     let mut d = Vec::new();
     dc.poll_transmit(now, &mut d).map(|_| d)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The half-open index against the scan it replaced: `make_room` asserts (in test
+    //! builds) that its count and victim equal `half_open_scan`'s at every call.
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code
+
+    use super::*;
+
+    fn identity(n: u8) -> Identity {
+        Identity::from_secret(
+            &CryptoProvider::default_provider(),
+            Secret::from_slice(&[n; 32]),
+        )
+        .unwrap()
+    }
+
+    fn table(n: u8, seed: u8) -> PairTable {
+        PairTable::new(
+            CryptoProvider::default_provider(),
+            identity(n),
+            "pair-unit",
+            Vec::<MemberId>::new(),
+            [seed; 32],
+        )
+    }
+
+    /// A ClientHello datagram from member `n` (a fresh client each call, seeded by `seed`).
+    fn hello(n: u8, seed: u8, to: SocketAddr) -> Vec<u8> {
+        let mut t = table(n, seed);
+        let now = Timestamp::from_millis(1_000);
+        t.send(now, to, None, b"x");
+        let mut buf = Vec::new();
+        t.poll_transmit(now, &mut buf).unwrap();
+        buf
+    }
+
+    fn spoofed(i: usize) -> SocketAddr {
+        SocketAddr::from(([172, 16, (i >> 8) as u8, i as u8], 4000))
+    }
+
+    #[test]
+    fn eviction_takes_the_oldest_half_open_channel_outside_the_incoming_address() {
+        let me = SocketAddr::from(([10, 0, 0, 2], 7000));
+        let mut t = table(2, 2);
+        let (h1, h2) = (hello(5, 5, me), hello(5, 6, me));
+        let now = Timestamp::from_millis(2_000);
+        // Fill most of the table, restart some handshakes (a new hello at the same address
+        // replaces the half-open primary, with a newer seq), then fill it to the bound.
+        let first = MAX_HALF_OPEN - 200;
+        for i in 0..first {
+            t.handle_datagram(now, spoofed(i), &h1);
+        }
+        for i in (0..first).step_by(7) {
+            t.handle_datagram(now, spoofed(i), &h2);
+        }
+        assert_eq!(
+            t.drops.evicted,
+            first.div_ceil(7) as u64,
+            "replaced, not evicted"
+        );
+        for i in first..MAX_HALF_OPEN {
+            t.handle_datagram(now, spoofed(i), &h1);
+        }
+        assert_eq!(t.half_open.len(), MAX_HALF_OPEN);
+        // Each new address now evicts the oldest channel: address 1 (seq 2) first, then 2,
+        // 3, 4, 5, 6, 8 (7 was restarted, so it is newer).
+        let expect = [1usize, 2, 3, 4, 5, 6, 8];
+        for (k, gone) in expect.iter().enumerate() {
+            let before = t.slots.contains_key(&spoofed(*gone));
+            t.handle_datagram(now, spoofed(MAX_HALF_OPEN + k), &h1);
+            assert!(
+                before && !t.slots.contains_key(&spoofed(*gone)),
+                "{k}: {gone}"
+            );
+            assert_eq!(t.half_open.len(), MAX_HALF_OPEN);
+        }
+        assert!(t.slots.contains_key(&spoofed(0)) && t.slots.contains_key(&spoofed(7)));
+        // A restart at the oldest address does not evict that address's own channel (the
+        // new one replaces it); the policy still counts it, so the next oldest goes too.
+        let mut by_age = t.half_open.iter().map(|(_, a, _)| *a);
+        let (oldest, next) = (by_age.next().unwrap(), by_age.next().unwrap());
+        t.handle_datagram(now, oldest, &h2);
+        assert!(t.slots.contains_key(&oldest) && !t.slots.contains_key(&next));
+        assert_eq!(t.half_open.len(), MAX_HALF_OPEN - 1);
+        // Timeouts drop the half-open channels and the index with them.
+        for _ in 0..100_000 {
+            let Some(at) = t.poll_timeout() else { break };
+            t.handle_timeout(at);
+        }
+        assert!(t.slots.is_empty() && t.half_open.is_empty() && t.half_open_at.is_empty());
+    }
 }
