@@ -121,7 +121,8 @@ for delay in "${DELAYS[@]}"; do
       [ "$r" != fail ] || FAILED=$((FAILED + 1))
       printf ' %9s' "$r"
     done
-    if [ "${rate[none]}" != fail ] && [ "${rate[m:32]}" != fail ]; then
+    # The ratio needs both modes measured; HOP_MODES may leave either out.
+    if [ "${rate[none]:-fail}" != fail ] && [ "${rate[m:32]:-fail}" != fail ]; then
       printf ' %10s\n' "$(python3 -c "print('%.2f' % (${rate[m:32]} / max(${rate[none]}, 0.001)))")"
     else
       printf ' %10s\n' -
