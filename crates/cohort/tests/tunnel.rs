@@ -164,6 +164,8 @@ fn curl_fetches_a_file_through_the_tunnel_byte_for_byte() {
         client_text.contains("resumed"),
         "the second fetch resumes:\n{client_text}"
     );
+    // Passed: the 8 MiB file and its two copies go (a failure keeps them to look at).
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
