@@ -17,6 +17,7 @@
 //! before. A GSO run whose segments exceed the path MTU fails; quinn-udp then turns GSO off
 //! for the socket and [`BatchUdp::flush`] sends that run one datagram at a time.
 
+use std::collections::HashMap;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use tokio::io::Interest;
@@ -159,7 +160,7 @@ impl BatchUdp {
         if self.queued.is_empty() {
             return done;
         }
-        let mut queued = std::mem::take(&mut self.queued);
+        let queued = std::mem::take(&mut self.queued);
         let bytes = std::mem::take(&mut self.queued_bytes);
         if self.state.is_none() {
             for &(to, start, len) in &queued {
@@ -167,11 +168,21 @@ impl BatchUdp {
                     .await;
             }
         } else {
-            // A stable sort by destination keeps each destination's datagrams in order and
-            // makes them adjacent, without a map of lists per flush.
-            queued.sort_by_key(|&(to, _, _)| to);
-            for run in queued.chunk_by(|a, b| a.0 == b.0) {
-                self.send_runs(run[0].0, &bytes, run, &mut done).await;
+            // Destinations in order of first appearance, each with its datagrams in order.
+            let mut order: Vec<SocketAddr> = Vec::new();
+            let mut by_dest: HashMap<SocketAddr, Vec<(usize, usize)>> = HashMap::new();
+            for &(to, start, len) in &queued {
+                by_dest
+                    .entry(to)
+                    .or_insert_with(|| {
+                        order.push(to);
+                        Vec::new()
+                    })
+                    .push((start, len));
+            }
+            for to in order {
+                let list = by_dest.remove(&to).unwrap_or_default();
+                self.send_runs(to, &bytes, &list, &mut done).await;
             }
         }
         // Keep the allocations for the next flush.
@@ -182,42 +193,42 @@ impl BatchUdp {
         done
     }
 
-    /// Sends `list` (slices of `bytes`, all for `to`) to `to` as GSO runs: equal-sized segments, the last
+    /// Sends `list` (slices of `bytes`) to `to` as GSO runs: equal-sized segments, the last
     /// of a run possibly shorter, at most the kernel's segment count and 64 KiB.
     async fn send_runs(
         &mut self,
         to: SocketAddr,
         bytes: &[u8],
-        list: &[(SocketAddr, usize, usize)],
+        list: &[(usize, usize)],
         done: &mut Flushed,
     ) {
         let mut i = 0;
         while i < list.len() {
             let max = self.gso_segments();
-            let size = list[i].2;
+            let size = list[i].1;
             let mut end = i + 1;
             let mut total = size;
             if size > 0 {
                 while end < list.len()
                     && end - i < max
-                    && list[end].2 <= size
-                    && list[end].2 > 0
-                    && total + list[end].2 <= SLOT_BYTES
+                    && list[end].1 <= size
+                    && list[end].1 > 0
+                    && total + list[end].1 <= SLOT_BYTES
                 {
-                    total += list[end].2;
+                    total += list[end].1;
                     end += 1;
-                    if list[end - 1].2 < size {
+                    if list[end - 1].1 < size {
                         break; // a shorter segment ends a run
                     }
                 }
             }
             if end - i == 1 {
-                let (_, start, len) = list[i];
+                let (start, len) = list[i];
                 self.send_one(to, &bytes[start..start + len], done).await;
             } else {
                 let mut gso = std::mem::take(&mut self.gso);
                 gso.clear();
-                for &(_, start, len) in &list[i..end] {
+                for &(start, len) in &list[i..end] {
                     gso.extend_from_slice(&bytes[start..start + len]);
                 }
                 let segments = (end - i) as u64;
@@ -230,7 +241,7 @@ impl BatchUdp {
                     // GSO failed and quinn-udp turned it off: send the run one by one.
                     Err(_) if self.gso_segments() == 1 => {
                         done.syscalls += 1;
-                        for &(_, start, len) in &list[i..end] {
+                        for &(start, len) in &list[i..end] {
                             self.send_one(to, &bytes[start..start + len], done).await;
                         }
                     }
