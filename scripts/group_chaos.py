@@ -53,6 +53,7 @@ class Member:
         self.id = None
         self.lock = threading.Lock()
         self.k = 0  # next message number of the current incarnation
+        self.pipe_full = 0  # commands not written because this member's stdin pipe was full
 
     def name(self):
         return f"m{self.i}"
@@ -67,13 +68,18 @@ class Member:
              f"{self.work}/m{self.i}.toml"],
             stdin=subprocess.PIPE, stdout=open(self.out, "wb"), stderr=open(base + ".err", "wb"))
         self.fd = self.proc.stdin.fileno()
+        # Non-blocking: a member that stops reading its commands (stalled, or stopped by a
+        # fault) must not block the one sender thread that feeds every member. A line is far
+        # below PIPE_BUF, so a write is whole or refused, never half a command.
+        os.set_blocking(self.fd, False)
         return self.inc
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
     def write(self, obj):
-        """One command line, one write (atomic on a pipe); False if the process is gone."""
+        """One command line, one write (atomic on a pipe); False if the process is gone or
+        its pipe is full (then the command is not sent, and not recorded as sent)."""
         line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
         with self.lock:
             if self.proc is None:
@@ -81,6 +87,9 @@ class Member:
             try:
                 os.write(self.fd, line)
                 return True
+            except BlockingIOError:
+                self.pipe_full += 1
+                return False
             except OSError:
                 return False
 
@@ -490,6 +499,7 @@ class Chaos:
             "problems": self.problems, "rss": {str(k): v for k, v in self.rss.items()},
             "long_lived": getattr(self, "long_lived", []),
             "times": times, "sent": self.sent_count, "heal_limit": HEAL_LIMIT,
+            "pipe_full": {m.name(): m.pipe_full for m in self.members},
         }
         with open(f"{self.work}/run.json", "w") as f:
             json.dump(run, f)

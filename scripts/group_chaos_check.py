@@ -229,6 +229,10 @@ def main(work):
     print(f"  sent: {run['sent']['reliable']} reliable, {run['sent']['unreliable']} unreliable;"
           f" deliveries: {deliveries.get('reliable', 0)} reliable, {deliveries.get('unreliable', 0)}"
           f" unreliable; distinct messages delivered: {len(delivered_msgs)}")
+    full = {k: v for k, v in run.get("pipe_full", {}).items() if v}
+    if full:
+        print("  commands not written (member's stdin pipe full): "
+              + ", ".join(f"{k} {v}" for k, v in sorted(full.items())))
     print(f"  views checked: {len(segments)} (with {transitions} distinct view changes)")
     for l in rss_lines:
         print("  rss", l)
