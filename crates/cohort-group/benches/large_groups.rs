@@ -56,6 +56,8 @@
 //! * `LARGE_GROUPS_TRACE_LEADER`: print every datagram the leader sends in part 1's leave
 //!   windows and part 2's view change (time, size, destination, first bytes), to stderr.
 //! * `LARGE_GROUPS_SEED`: the simulator's seed (1).
+//! * `LARGE_GROUPS_MTU`: the simulator's MTU in bytes (65,536, the largest UDP datagram);
+//!   a smaller one shows at fewer members a message that would outgrow it at more.
 //! * `LARGE_GROUPS_CAP_SECS`: wall-clock seconds one run may take before it is reported as
 //!   capped (1800).
 //!
@@ -301,6 +303,14 @@ impl Machine for Peer {
 
 // ------------------------------------------------------------------------------ a world
 
+/// The simulator's MTU: `LARGE_GROUPS_MTU`, or 65,536.
+fn mtu() -> usize {
+    std::env::var("LARGE_GROUPS_MTU")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(65_536)
+}
+
 /// A simulated group: member nodes (not started) and, in KDC mode, a KDC node.
 struct World {
     sim: Sim<Peer>,
@@ -318,7 +328,7 @@ impl World {
     /// `members` member nodes using `method`, on 5 ms links.
     fn new(mode: Mode, seed: u64, members: usize, method: RekeyMethod, cap: Duration) -> World {
         let mut sim: Sim<Peer> = Sim::new(SimConfig {
-            mtu: 65_536,
+            mtu: mtu(),
             log_packets: false,
             log_timeouts: false,
             log_partitions: false,

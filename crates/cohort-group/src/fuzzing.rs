@@ -332,6 +332,14 @@ pub fn sample_pair_msgs() -> Vec<PairMsg> {
             proposal: sample_view(),
             holders: vec![MemberId(identity(1).public())],
         },
+        // A part of a KDC-mode Grant too long for one record (`PART_GRANT`).
+        PairMsg::Part {
+            view: sample_view(),
+            what: crate::wire::PART_GRANT,
+            index: 1,
+            total: 3,
+            data: vec![0x37; 40],
+        },
     ]
 }
 

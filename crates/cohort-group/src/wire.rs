@@ -427,14 +427,15 @@ pub enum PairMsg {
         holders: Vec<MemberId>,
     },
     /// Part `index` of `total` of something too long for one pair record: a Welcome
-    /// ([`PART_WELCOME`], parts of the encoded [`PairMsg::Welcome`]) or the member list of
-    /// view `view` ([`PART_LIST`], parts of [`encode_roster`]'s bytes). The pair channel
+    /// ([`PART_WELCOME`], parts of the encoded [`PairMsg::Welcome`]), the member list of
+    /// view `view` ([`PART_LIST`], parts of [`encode_roster`]'s bytes) or a KDC-mode Grant
+    /// ([`PART_GRANT`], parts of the encoded [`PairMsg::Grant`]). The pair channel
     /// authenticates each part; the receiver reassembles all before decoding, and checks a
     /// list against its Install's digest.
     Part {
         /// The view.
         view: ViewId,
-        /// [`PART_WELCOME`] or [`PART_LIST`].
+        /// [`PART_WELCOME`], [`PART_LIST`] or [`PART_GRANT`].
         what: u8,
         /// This part's index, below `total`.
         index: u16,
@@ -458,6 +459,9 @@ pub enum PairMsg {
 pub const PART_WELCOME: u8 = 1;
 /// [`PairMsg::Part`] of a view's member list.
 pub const PART_LIST: u8 = 2;
+/// [`PairMsg::Part`] of an encoded KDC-mode Grant: its member addresses (7 bytes each for
+/// IPv4, 19 for IPv6) outgrow a 64 KiB datagram at about 9,300 IPv4 members.
+pub const PART_GRANT: u8 = 3;
 
 fn reason_code(why: RemovalReason) -> u8 {
     match why {
@@ -1346,7 +1350,7 @@ impl PairMsg {
                 let index = r.u16().ok()?;
                 let total = r.u16().ok()?;
                 let data = r.rest().to_vec();
-                let bad = !matches!(what, PART_WELCOME | PART_LIST)
+                let bad = !matches!(what, PART_WELCOME | PART_LIST | PART_GRANT)
                     || index >= total
                     || usize::from(total) > MAX_PARTS
                     || data.len() > MAX_PART_LEN;

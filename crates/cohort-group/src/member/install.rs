@@ -19,7 +19,7 @@ use crate::id::{Member, MemberId, Members, View, ViewId};
 use crate::keys::{self, GroupKey, ViewKeys, GROUP_KEY_LEN};
 use crate::wire::{
     decode_roster, encode_roster, roster_digest, Install, Joined, KeyDelivery, Msg, PairMsg,
-    MAX_PARTS, MAX_PART_LEN, PART_LIST, PART_WELCOME,
+    MAX_PARTS, MAX_PART_LEN, PART_GRANT, PART_LIST, PART_WELCOME,
 };
 use cohort_core::Timestamp;
 use cohort_crypto::Secret;
@@ -1129,8 +1129,8 @@ impl GroupMember {
         }
     }
 
-    /// A part over a pair channel: of a joiner's Welcome, or of the member list it (or a
-    /// survivor) fetches.
+    /// A part over a pair channel: of a joiner's Welcome or KDC-mode Grant, or of the member
+    /// list it (or a survivor) fetches.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn on_part(
         &mut self,
@@ -1143,6 +1143,28 @@ impl GroupMember {
         total: u16,
         data: Vec<u8>,
     ) {
+        if what == PART_GRANT {
+            // KDC mode, at a joiner: a Grant too long for one record (`join.rs`, `grant`).
+            // Each part came over the pair channel with the leader, which authenticated it;
+            // the whole is taken only once every part is in and it decodes as a Grant for
+            // the parts' view.
+            if self.identity.is_some() || self.joining.is_none() {
+                self.counters.count(Drop::Unexpected);
+                return;
+            }
+            let Some(bytes) = self.add_part(view, PART_GRANT, index, total, data) else {
+                return;
+            };
+            match PairMsg::decode(&bytes) {
+                Some(PairMsg::Grant {
+                    view: granted,
+                    token,
+                    members,
+                }) if granted == view => self.on_grant(now, peer, addr, view, token, members),
+                _ => self.counters.count(Drop::Malformed),
+            }
+            return;
+        }
         if what == PART_WELCOME {
             if self.joining.is_none() || view.coordinator != peer {
                 self.counters.count(Drop::Unexpected);

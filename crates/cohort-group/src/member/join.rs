@@ -7,13 +7,13 @@
 //! change (`view_change.joiners_wanted`).
 
 use super::flush::MAX_WAITING_JOINERS;
-use super::install::{install_copy_for, ListFetch, Roster};
+use super::install::{install_copy_for, split_parts, ListFetch, Roster};
 use super::{GroupMember, MAX_VIEW_MEMBERS};
 use crate::event::{Drop, RemovalReason};
 use crate::exchange::{self};
 use crate::id::{Member, MemberId, Members, View, ViewId};
 use crate::keys::{GroupKey, GROUP_KEY_LEN};
-use crate::wire::{Install, KeyDelivery, PairMsg};
+use crate::wire::{Install, KeyDelivery, PairMsg, MAX_PARTS, PART_GRANT};
 use cohort_core::Timestamp;
 use cohort_crypto::{ct_eq, Secret};
 use rand_core::RngCore;
@@ -469,7 +469,31 @@ impl GroupMember {
             token,
             members: view.members.iter().map(|m| m.addr).collect(),
         };
-        self.send_pair(now, addr, Some(peer), &grant);
+        // The member addresses make a Grant grow with the view (7 bytes each for IPv4): past
+        // one pair record it goes in parts (`PART_GRANT`), as a Welcome does. Whole, it
+        // outgrew a 64 KiB datagram at about 9,300 members and the last joiners of a cold
+        // start at 10,000 never got in.
+        let mut body = Zeroizing::new(Vec::new());
+        grant.encode(&mut body);
+        if body.len() <= self.part_limit {
+            self.pairs.send(now, addr, Some(peer), &body);
+            return;
+        }
+        let parts = split_parts(&body, self.part_limit);
+        if parts.len() > MAX_PARTS {
+            return;
+        }
+        let total = parts.len() as u16;
+        for (i, p) in parts.into_iter().enumerate() {
+            let part = PairMsg::Part {
+                view: view.id,
+                what: PART_GRANT,
+                index: i as u16,
+                total,
+                data: p.to_vec(),
+            };
+            self.send_pair(now, addr, Some(peer), &part);
+        }
     }
 
     /// Whether `token` is `member`'s for `view`, the current view or the one before.
@@ -533,5 +557,155 @@ impl GroupMember {
             }
         }
         self.send_pair(now, addr, Some(peer), &PairMsg::Present { view, token });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{AuthMode, GroupConfig};
+    use crate::event::Drop;
+    use crate::kdc_pair::KdcCredentials;
+    use crate::wire::PART_GRANT;
+    use cohort_crypto::CryptoProvider;
+    use cohort_kdc::{PrincipalKey, PrincipalName};
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn addr(i: u8) -> SocketAddr {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, i)), 7000)
+    }
+
+    fn principal(name: &str) -> MemberId {
+        MemberId::from_principal(&PrincipalName::new(name).expect("name"))
+    }
+
+    /// A KDC-mode member at `addr(1)`, joining through the leader at `addr(2)`.
+    fn joiner() -> GroupMember {
+        let mut config = GroupConfig::new("grant-parts", Vec::new());
+        config.auth = AuthMode::Kdc;
+        config.trust_any_registered = true;
+        let credentials = KdcCredentials {
+            name: PrincipalName::new("j").expect("name"),
+            key: PrincipalKey::from_bytes([7; 32]),
+            kdc: addr(50),
+        };
+        let provider = CryptoProvider::default_provider();
+        let mut m =
+            GroupMember::new(provider, credentials, addr(1), config, [9; 32]).expect("member");
+        m.start(Timestamp::ZERO, &[addr(2)]);
+        drain(&mut m);
+        m
+    }
+
+    /// How many group-channel datagrams `m` queued (gossip Presents go there), dropping them.
+    fn drain(m: &mut GroupMember) -> usize {
+        let mut n = 0;
+        while m.out.pop_front().is_some() {
+            n += 1;
+        }
+        n
+    }
+
+    fn view(seq: u64) -> ViewId {
+        ViewId {
+            seq,
+            coordinator: principal("l"),
+        }
+    }
+
+    /// A Grant for `view` listing the leader, the joiner and 40 other members.
+    fn grant_bytes(view: ViewId) -> Vec<u8> {
+        let mut members = vec![addr(2), addr(1)];
+        members.extend((10..50).map(addr));
+        let mut out = Vec::new();
+        PairMsg::Grant {
+            view,
+            token: vec![0x66; 97],
+            members,
+        }
+        .encode(&mut out);
+        out
+    }
+
+    /// Feeds `bytes` to `m` as `PART_GRANT` parts of 64 bytes labelled `view`, from the
+    /// leader; `total` overrides the count each part claims.
+    fn feed(m: &mut GroupMember, view: ViewId, bytes: &[u8], total: Option<u16>) {
+        let parts = split_parts(bytes, 64);
+        let total = total.unwrap_or(parts.len() as u16);
+        for (i, p) in parts.iter().enumerate() {
+            let leader = principal("l");
+            m.on_part(
+                Timestamp::ZERO,
+                leader,
+                addr(2),
+                view,
+                PART_GRANT,
+                i as u16,
+                total,
+                p.to_vec(),
+            );
+        }
+    }
+
+    #[test]
+    fn a_grant_in_parts_is_taken_only_whole_and_bad_parts_are_dropped_and_counted() {
+        let mut m = joiner();
+        let bytes = grant_bytes(view(5));
+        let parts = split_parts(&bytes, 64).len();
+        assert!(parts > 4, "the Grant must need several parts");
+
+        // All but the last part: nothing happens yet.
+        let leader = principal("l");
+        for (i, p) in split_parts(&bytes, 64).iter().enumerate().take(parts - 1) {
+            m.on_part(
+                Timestamp::ZERO,
+                leader,
+                addr(2),
+                view(5),
+                PART_GRANT,
+                i as u16,
+                parts as u16,
+                p.to_vec(),
+            );
+        }
+        assert_eq!(drain(&mut m), 0, "no Present before the last part");
+        // A part that claims another count breaks the assembly: counted, nothing taken.
+        let malformed = m.counters.get(Drop::Malformed);
+        let last = split_parts(&bytes, 64)[parts - 1].to_vec();
+        m.on_part(
+            Timestamp::ZERO,
+            leader,
+            addr(2),
+            view(5),
+            PART_GRANT,
+            (parts - 1) as u16,
+            parts as u16 + 1,
+            last,
+        );
+        assert_eq!(m.counters.get(Drop::Malformed), malformed + 1);
+        assert_eq!(drain(&mut m), 0);
+
+        // A truncated Grant (its first half, sent as if whole) does not decode: counted.
+        feed(&mut m, view(5), &bytes[..bytes.len() / 2], None);
+        assert_eq!(m.counters.get(Drop::Malformed), malformed + 2);
+        assert_eq!(drain(&mut m), 0);
+
+        // Parts labelled with another view than the Grant inside: counted.
+        feed(&mut m, view(6), &bytes, None);
+        assert_eq!(m.counters.get(Drop::Malformed), malformed + 3);
+        assert_eq!(drain(&mut m), 0);
+
+        // The whole Grant: the joiner presents its token to every member listed but the
+        // leader (which gets it over the pair channel) and itself.
+        feed(&mut m, view(5), &bytes, None);
+        assert_eq!(m.counters.get(Drop::Malformed), malformed + 3);
+        assert_eq!(drain(&mut m), 40);
+
+        // Once it is not joining, a Grant part is unexpected.
+        m.joining = None;
+        let unexpected = m.counters.get(Drop::Unexpected);
+        feed(&mut m, view(5), &bytes, None);
+        assert!(m.counters.get(Drop::Unexpected) > unexpected);
+        assert_eq!(drain(&mut m), 0);
     }
 }
