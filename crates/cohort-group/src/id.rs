@@ -191,6 +191,54 @@ impl Members {
         }
     }
 
+    /// The list of the view that follows `base` by one change: the members of `base` at
+    /// the ranks `survivors` (ascending, each below `base.len()`), in that order, then
+    /// `joined`. The same list, and indexes that answer the same lookups, as
+    /// [`Members::new`] of that concatenation, but built from `base`'s indexes: survivors
+    /// keep their relative order, so each index is the old one with the leavers taken out
+    /// and the ranks shifted down (moves of `u16`, no comparison of ids or addresses), and
+    /// only the joiners are sorted and each put in place by a binary search. For a change
+    /// of k members in a view of n: O(n + k log n) instead of two sorts of n with 32-byte
+    /// comparisons (the leader's largest O(n log n) cost in a view change at 10,000). Any
+    /// other `survivors` (unsorted, repeated, out of range) falls back to `Members::new`.
+    pub fn changed(base: &Members, survivors: &[u16], joined: &[Member]) -> Members {
+        let old = &base.inner;
+        let n_old = old.list.len();
+        let total = survivors.len() + joined.len();
+        let well_formed = n_old <= usize::from(u16::MAX)
+            && total <= usize::from(u16::MAX)
+            && survivors.windows(2).all(|w| w[0] < w[1])
+            && survivors.last().is_none_or(|r| usize::from(*r) < n_old);
+        let list: Vec<Member> = survivors
+            .iter()
+            .filter_map(|r| old.list.get(usize::from(*r)).copied())
+            .chain(joined.iter().copied())
+            .collect();
+        if !well_formed {
+            return Members::new(list);
+        }
+        let list = list.into_boxed_slice();
+        // Old rank -> new rank (u16::MAX: left).
+        let mut remap = vec![u16::MAX; n_old];
+        for (new, r) in survivors.iter().enumerate() {
+            remap[usize::from(*r)] = new as u16;
+        }
+        let first_joiner = survivors.len() as u16;
+        let by_id = merge_index(&old.by_id, &remap, first_joiner, total as u16, |a, b| {
+            list[usize::from(a)].id.cmp(&list[usize::from(b)].id)
+        });
+        let by_addr = merge_index(&old.by_addr, &remap, first_joiner, total as u16, |a, b| {
+            addr_key(&list[usize::from(a)].addr).cmp(&addr_key(&list[usize::from(b)].addr))
+        });
+        Members {
+            inner: Arc::new(Indexed {
+                list,
+                by_id,
+                by_addr,
+            }),
+        }
+    }
+
     /// The list this process holds under `key` (a roster digest that whoever interned it
     /// computed from its content), if any and if `same` accepts it.
     pub(crate) fn lookup(key: &[u8; 32], same: impl FnOnce(&[Member]) -> bool) -> Option<Members> {
@@ -203,7 +251,11 @@ impl Members {
     /// [`Members::lookup`]: members of one process (a simulator running thousands) then
     /// share one copy of a view's list. Entries whose list is gone are pruned as it grows.
     pub(crate) fn intern(key: &[u8; 32], list: Vec<Member>) -> Members {
-        let m = Members::new(list);
+        Members::intern_built(key, Members::new(list))
+    }
+
+    /// As [`Members::intern`], for a list already built (by [`Members::changed`]).
+    pub(crate) fn intern_built(key: &[u8; 32], m: Members) -> Members {
         let mut guard = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
         let map = guard.get_or_insert_with(HashMap::new);
         if map.len() >= 64 {
@@ -239,6 +291,36 @@ impl Members {
     pub fn ptr_eq(&self, other: &Members) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
+}
+
+/// An index of the next view (ranks ordered by `cmp`) from the same index of the view
+/// before: the survivors' entries in their old order, renumbered by `remap`, with the new
+/// ranks `first_joiner..total` (the joiners) sorted and each inserted where a binary search
+/// puts it.
+fn merge_index(
+    old: &[u16],
+    remap: &[u16],
+    first_joiner: u16,
+    total: u16,
+    cmp: impl Fn(u16, u16) -> std::cmp::Ordering,
+) -> Box<[u16]> {
+    let kept: Vec<u16> = old
+        .iter()
+        .map(|r| remap[usize::from(*r)])
+        .filter(|r| *r != u16::MAX)
+        .collect();
+    let mut joiners: Vec<u16> = (first_joiner..total).collect();
+    joiners.sort_unstable_by(|a, b| cmp(*a, *b));
+    let mut out = Vec::with_capacity(usize::from(total));
+    let mut from = 0;
+    for j in joiners {
+        let at = from + kept[from..].partition_point(|r| cmp(*r, j).is_lt());
+        out.extend_from_slice(&kept[from..at]);
+        out.push(j);
+        from = at;
+    }
+    out.extend_from_slice(&kept[from..]);
+    out.into_boxed_slice()
 }
 
 /// A total order on addresses for the index (`SocketAddr` orders V4 before V6 already,
@@ -334,5 +416,107 @@ impl View {
     /// The member ids, by rank.
     pub fn ids(&self) -> impl Iterator<Item = MemberId> + '_ {
         self.members.iter().map(|m| m.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_chacha::ChaCha20Rng;
+    use rand_core::{RngCore, SeedableRng};
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    fn random_member(rng: &mut ChaCha20Rng) -> Member {
+        let mut id = [0u8; 32];
+        rng.fill_bytes(&mut id);
+        // Few distinct first bytes, so that comparisons go past the first byte.
+        id[0] %= 4;
+        let port = 7000 + (rng.next_u32() % 8) as u16;
+        let addr = if rng.next_u32() % 4 == 0 {
+            let mut b = [0u8; 16];
+            rng.fill_bytes(&mut b);
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::from(b)), port)
+        } else {
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::from(rng.next_u32())), port)
+        };
+        Member {
+            id: MemberId::from_bytes(id),
+            addr,
+        }
+    }
+
+    /// Every lookup `changed` answers, `new` answers the same way (and both find each
+    /// member at its rank); both indexes are sorted.
+    fn same_lookups(a: &Members, b: &Members, absent: &[Member]) {
+        assert_eq!(a[..], b[..]);
+        for (rank, m) in a.iter().enumerate() {
+            assert_eq!(a.rank_of(&m.id), Some(rank));
+            assert_eq!(b.rank_of(&m.id), Some(rank));
+            assert_eq!(a.rank_of_addr(&m.addr), Some(rank));
+            assert_eq!(b.rank_of_addr(&m.addr), Some(rank));
+        }
+        for m in absent {
+            assert_eq!(a.rank_of(&m.id), None);
+            assert_eq!(a.rank_of_addr(&m.addr), None);
+        }
+        let list = &a.inner.list;
+        let ids = &a.inner.by_id;
+        assert!(ids
+            .windows(2)
+            .all(|w| list[usize::from(w[0])].id <= list[usize::from(w[1])].id));
+        let addrs = &a.inner.by_addr;
+        assert!(addrs.windows(2).all(|w| {
+            addr_key(&list[usize::from(w[0])].addr) <= addr_key(&list[usize::from(w[1])].addr)
+        }));
+        assert_eq!(ids.len(), list.len());
+        assert_eq!(addrs.len(), list.len());
+    }
+
+    #[test]
+    fn a_list_changed_from_its_base_answers_as_one_built_from_scratch() {
+        let mut rng = ChaCha20Rng::seed_from_u64(14);
+        for _ in 0..200 {
+            let n = 1 + (rng.next_u32() % 300) as usize;
+            let base: Members = (0..n).map(|_| random_member(&mut rng)).collect();
+            // Leave out each member with some probability (all of them in some rounds).
+            let keep = rng.next_u32() % 5;
+            let mut survivors = Vec::new();
+            let mut left = Vec::new();
+            for r in 0..n as u16 {
+                if rng.next_u32() % 5 >= keep {
+                    survivors.push(r);
+                } else {
+                    left.push(base[usize::from(r)]);
+                }
+            }
+            let k = (rng.next_u32() % 40) as usize;
+            let joined: Vec<Member> = (0..k).map(|_| random_member(&mut rng)).collect();
+            let changed = Members::changed(&base, &survivors, &joined);
+            let list: Vec<Member> = survivors
+                .iter()
+                .map(|r| base[usize::from(*r)])
+                .chain(joined.iter().copied())
+                .collect();
+            let fresh = Members::new(list);
+            same_lookups(&changed, &fresh, &left);
+        }
+    }
+
+    #[test]
+    fn survivors_out_of_order_or_range_fall_back_to_a_fresh_build() {
+        let mut rng = ChaCha20Rng::seed_from_u64(15);
+        let base: Members = (0..20).map(|_| random_member(&mut rng)).collect();
+        let joined = vec![random_member(&mut rng)];
+        // Unsorted; past the end (rank 40 of 20 is dropped from the list, as `new` of the
+        // same list would have it).
+        for survivors in [vec![3u16, 1, 2], vec![0, 5, 40]] {
+            let changed = Members::changed(&base, &survivors, &joined);
+            let list: Vec<Member> = survivors
+                .iter()
+                .filter_map(|r| base.get(usize::from(*r)).copied())
+                .chain(joined.iter().copied())
+                .collect();
+            same_lookups(&changed, &Members::new(list), &[]);
+        }
     }
 }

@@ -295,7 +295,12 @@ impl GroupMember {
         let members: Members = if left.is_empty() && joined.is_empty() {
             base.members.clone()
         } else {
-            Members::intern(&digest, list)
+            // The indexes from the base view's (`Members::changed`), not sorted again.
+            let joiners: Vec<Member> = joined.iter().map(|j| j.member).collect();
+            Members::intern_built(
+                &digest,
+                Members::changed(&base.members, &survivors, &joiners),
+            )
         };
         let roster = Roster {
             members: members.clone(),
@@ -946,7 +951,14 @@ impl GroupMember {
         let members = if unchanged {
             base.members.clone()
         } else {
-            Members::intern(&install.digest, list)
+            let kept: Vec<u16> = (0..base.members.len() as u16)
+                .filter(|r| left.binary_search(r).is_err())
+                .collect();
+            let joiners: Vec<Member> = install.joined.iter().map(|j| j.member).collect();
+            Members::intern_built(
+                &install.digest,
+                Members::changed(&base.members, &kept, &joiners),
+            )
         };
         Some(Roster {
             members,
