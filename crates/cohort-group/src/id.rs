@@ -432,7 +432,7 @@ mod tests {
         // Few distinct first bytes, so that comparisons go past the first byte.
         id[0] %= 4;
         let port = 7000 + (rng.next_u32() % 8) as u16;
-        let addr = if rng.next_u32() % 4 == 0 {
+        let addr = if rng.next_u32().is_multiple_of(4) {
             let mut b = [0u8; 16];
             rng.fill_bytes(&mut b);
             SocketAddr::new(IpAddr::V6(Ipv6Addr::from(b)), port)
