@@ -8,6 +8,8 @@
 //! cargo run --release -p cohort-gears --example partial_bench -- 200 65536,8192 partial-64
 //! ```
 //!
+//! `PARTIAL_BENCH_ITERS=n` skips the calibration and times `n` tags per run.
+//!
 //! Prints, per gear and size, MB/s by wall time and by the thread's CPU time (from
 //! `/proc/thread-self/schedstat`, Linux), and the ratio to hmac-sha256 by each.
 #![allow(clippy::expect_used)] // reason: a bench; a failed setup should abort it
@@ -42,8 +44,13 @@ fn measure(key: &GearKey, size: usize, budget: Duration) -> (f64, f64) {
             black_box(&tag);
         }
     };
-    let mut iters = 1u64;
-    loop {
+    // PARTIAL_BENCH_ITERS fixes the count (for instruction counts under valgrind, where
+    // the calibration below would pick different counts per build).
+    let fixed: Option<u64> = std::env::var("PARTIAL_BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let mut iters = fixed.unwrap_or(1);
+    while fixed.is_none() {
         let start = Instant::now();
         for _ in 0..iters {
             once(&mut data);

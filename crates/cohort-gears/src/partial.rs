@@ -129,7 +129,7 @@ impl PartialMac {
             last
         });
         let words = full.len() + usize::from(padded_tail.is_some());
-        let mut stream = Keystream::new(&*self.select, seq, self.blocks_needed(words));
+        let mut stream = Keystream::new(&*self.select, seq, blocks_needed(BITS, words));
         let block0 = stream.next_block();
         let first = first_landing(half_u64(&block0, 0), half_u64(&block0, 1), 1 << (BITS - 1));
         // Takes the word at `chosen` into `dst[slot]` and says whether the walk goes on:
@@ -174,22 +174,6 @@ impl PartialMac {
         }
     }
 
-    /// Keystream blocks the walk over `words` words needs with high probability: the first
-    /// landing's block and enough steps for the expected count plus about four standard
-    /// deviations (the count's is about 0.58 times its square root). More are made in small
-    /// batches if a walk runs longer.
-    fn blocks_needed(&self, words: usize) -> usize {
-        let expected = self.expected_steps(words);
-        let margin = 2 * expected.isqrt() + 4;
-        let steps_per_block = 2 * (64 / self.step_bits) as usize;
-        1 + (expected + margin).div_ceil(steps_per_block)
-    }
-
-    /// About how many words the walk chooses from `words` (the mean step is L + 1/2).
-    fn expected_steps(&self, words: usize) -> usize {
-        words * 2 / ((1usize << self.step_bits) + 1)
-    }
-
     /// Calls `visit` with the index of every chosen word below `words`, in order: the plain
     /// form of the walk, for [`chosen_words`](Self::chosen_words). [`tag`](Self::tag) runs
     /// the same walk fused with the gathering (`gather_walk`); the tests hold them equal.
@@ -198,7 +182,7 @@ impl PartialMac {
         let mask = (1u64 << bits) - 1;
         // Each 64-bit half of a keystream block gives floor(64 / bits) steps, low bits first.
         let steps_per_half = 64 / bits;
-        let mut stream = Keystream::new(&*self.select, seq, self.blocks_needed(words));
+        let mut stream = Keystream::new(&*self.select, seq, blocks_needed(bits, words));
         // The first block places the first landing (see `first_landing`); the steps start
         // with the second block.
         let block0 = stream.next_block();
@@ -283,25 +267,27 @@ struct Keystream<'a> {
     /// Blocks made in the current batch, and how many of them were used.
     made: usize,
     used: usize,
+    /// Size of the next batch.
+    next_batch: usize,
 }
 
 impl<'a> Keystream<'a> {
     /// Blocks after the first batch are made this many at a time (rarely needed).
     const REFILL: usize = 4;
 
-    /// Starts the keystream with a first batch of `first_batch` blocks (at most
-    /// [`MAX_BATCH`]).
+    /// An empty keystream; the first [`next_block`](Self::next_block) makes a batch of
+    /// `first_batch` blocks (at most [`MAX_BATCH`]). Returned as a literal so that the
+    /// caller's stack slot is written in place (moving it cost a `memcpy` per tag).
     fn new(cipher: &'a dyn BlockCipher, seq: u64, first_batch: usize) -> Self {
-        let mut stream = Keystream {
+        Keystream {
             cipher,
             seq,
             counter: 0,
             blocks: [[0u8; 16]; MAX_BATCH],
             made: 0,
             used: 0,
-        };
-        stream.fill(first_batch);
-        stream
+            next_batch: first_batch,
+        }
     }
 
     /// Replaces the batch with the next `n` blocks (1 to [`MAX_BATCH`]).
@@ -321,12 +307,25 @@ impl<'a> Keystream<'a> {
     #[inline(always)]
     fn next_block(&mut self) -> [u8; 16] {
         if self.used >= self.made {
-            self.fill(Self::REFILL);
+            self.fill(self.next_batch);
+            self.next_batch = Self::REFILL;
         }
         let block = self.blocks[self.used];
         self.used += 1;
         block
     }
+}
+
+/// Keystream blocks a walk with `bits` per step over `words` words needs with high
+/// probability: the first landing's block and steps for the expected count plus an eighth
+/// and 8 (at least 3.4 standard deviations of the count, which are about 0.58 times its
+/// square root). A longer walk makes more in small batches. Inlined with a constant `bits`,
+/// the divisions become multiplications.
+#[inline(always)]
+fn blocks_needed(bits: u32, words: usize) -> usize {
+    let expected = words * 2 / ((1usize << bits) + 1);
+    let steps_per_block = 2 * (64 / bits) as usize;
+    1 + (expected + expected / 8 + 8).div_ceil(steps_per_block)
 }
 
 /// Half `h` (0 or 1) of a keystream block, read little-endian.
@@ -513,7 +512,8 @@ mod tests {
             let mask = (1u64 << bits) - 1;
             let steps_per_half = 64 / bits;
             let steps_per_block = 2 * steps_per_half;
-            let need = (pm.expected_steps(words) + 8) / steps_per_block as usize + 2;
+            let expected_steps = words * 2 / ((1usize << bits) + 1);
+            let need = (expected_steps + 8) / steps_per_block as usize + 2;
             let mut batch = need.min(MAX_BATCH);
             let mut blocks = [[0u8; 16]; MAX_BATCH];
             let mut counter = 0u64;
