@@ -34,7 +34,7 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 /// Most keystream blocks encrypted per call to the block cipher.
-const MAX_BATCH: usize = 16;
+const MAX_BATCH: usize = 8;
 
 /// A partial MAC key for one selection rate.
 pub struct PartialMac {
@@ -272,8 +272,9 @@ struct Keystream<'a> {
 }
 
 impl<'a> Keystream<'a> {
-    /// Blocks after the first batch are made this many at a time (rarely needed).
-    const REFILL: usize = 4;
+    /// Blocks after the first batch are made this many at a time (rare for short walks,
+    /// the rule for long ones).
+    const REFILL: usize = MAX_BATCH;
 
     /// An empty keystream; the first [`next_block`](Self::next_block) makes a batch of
     /// `first_batch` blocks (at most [`MAX_BATCH`]). Returned as a literal so that the
