@@ -12,6 +12,10 @@
 //! 64-bit halves, read little-endian) places the first landing; every half of every later
 //! block gives `floor(64 / log2(2L))` steps, lowest bits first.
 //!
+//! `tag` runs the walk fused with the gathering of the chosen words (`gather_walk`, one
+//! copy per step width); `chosen_words` runs the plain walk. A test holds both equal to the
+//! walk and gather as first written, kept frozen in the tests.
+//!
 //! The covered bytes (header, body length, chosen words in order) are then authenticated with
 //! UMAC-64 under the gear's own UMAC key and the sequence number as nonce: NH is the fast
 //! inner function and UMAC's AES pad the strong outer function, as in ACSA's prototype.
@@ -132,9 +136,9 @@ impl PartialMac {
         let mut stream = Keystream::new(&*self.select, seq, blocks_needed(BITS, words));
         let block0 = stream.next_block();
         let first = first_landing(half_u64(&block0, 0), half_u64(&block0, 1), 1 << (BITS - 1));
-        // Takes the word at `chosen` into `dst[slot]` and says whether the walk goes on:
-        // it ends at the first index past the full words, after taking the padded tail
-        // if that index is the tail's.
+        // Takes the word at `chosen` into `dst[slot]`: `Ok` while the walk goes on;
+        // `Err(words written to dst)` at its end, the first index past the full words
+        // (after taking the padded tail if that index is the tail's).
         let take = |dst: &mut [[u8; 8]], slot: usize, chosen: usize| match full.get(chosen) {
             Some(word) => {
                 dst[slot] = *word;
