@@ -424,14 +424,12 @@ impl Group {
         let socket = bind(setup.listen)?;
         let local_addr = socket.local_addr().map_err(Error::Io)?;
         let batching = cohort_net::batch::Batching::from_env();
+        let mut udp = cohort_net::batch::BatchUdp::new(socket, batching, UDP_RECV_SLOTS);
+        udp.set_bundling(config.udp_bundle_bytes());
         Self::spawn(
             config,
             setup,
-            transport::Transport::Udp(Box::new(cohort_net::batch::BatchUdp::new(
-                socket,
-                batching,
-                UDP_RECV_SLOTS,
-            ))),
+            transport::Transport::Udp(Box::new(udp)),
             local_addr,
             provider,
         )
