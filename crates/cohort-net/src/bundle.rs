@@ -183,10 +183,7 @@ mod tests {
         let mut trailing = good.clone();
         trailing.push(0);
         assert_eq!(parse(&trailing).unwrap_err(), Malformed::Record);
-        assert_eq!(
-            parse(&bundle(&[b"\x01ab"])).unwrap_err(),
-            Malformed::TooFew
-        );
+        assert_eq!(parse(&bundle(&[b"\x01ab"])).unwrap_err(), Malformed::TooFew);
         assert_eq!(parse(&[0xCB, 1]).unwrap_err(), Malformed::TooFew);
         assert_eq!(
             parse(&bundle(&[b"\x01ab", &good])).unwrap_err(),

@@ -939,10 +939,15 @@ fn report(
         cohort_net::batch::Batching::from_env(),
         if args.facade {
             "as the facade's config says".to_string()
-        } else if args.bundle == 0 || cohort_net::batch::Batching::from_env() == cohort_net::batch::Batching::Off {
+        } else if args.bundle == 0
+            || cohort_net::batch::Batching::from_env() == cohort_net::batch::Batching::Off
+        {
             "off".to_string()
         } else {
-            format!("up to {} bytes", args.bundle.min(cohort_net::bundle::MAX_BUNDLE_BYTES))
+            format!(
+                "up to {} bytes",
+                args.bundle.min(cohort_net::bundle::MAX_BUNDLE_BYTES)
+            )
         }
     );
     println!(
