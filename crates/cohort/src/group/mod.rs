@@ -310,8 +310,9 @@ pub struct Stats {
     /// Fragments dropped by reassembly, by reason.
     pub fragments: FragmentDrops,
     /// Messages on the member's NATS subjects dropped before the protocol saw them (not
-    /// carriage: see [`carriage`]); always 0 over UDP. Carriage that parses but holds no
-    /// packet of this group is counted by the protocol, in `status.dropped`.
+    /// carriage: see [`carriage`]); over UDP, malformed bundles dropped whole
+    /// ([`cohort_net::bundle`]). Carriage that parses but holds no packet of this group is
+    /// counted by the protocol, in `status.dropped`.
     pub carrier_dropped: u64,
     /// Bytes held in partial messages.
     pub reassembly_bytes: usize,
