@@ -13,7 +13,10 @@
 #     senders (every member) and counting, gear aes-128-gcm and, in the same process,
 #     gear none (--baseline), on RUNTIME (default sharded: a current-thread runtime per core,
 #     or SHARDS of them, or one per member with SHARDS=member; members spread over them;
-#     both sides may use every core).
+#     both sides may use every core), bundles of up to BUNDLE bytes (default 65507: JGroups
+#     bundles messages into datagrams of up to 64 KB, and loopback's MTU is 65,536, so
+#     neither side fragments; cohort's own default, 1452, is for 1500-byte paths and puts
+#     one 1 KiB message in a datagram: BUNDLE=1452 measures it).
 # Besides msgs/s it prints each side's process CPU time (user + system, all threads, over
 # the measured seconds) per wall second, and msgs per CPU-second: on a machine shared with
 # other work, wall msgs/s also measure how much CPU the scheduler gave each side (a JVM
@@ -30,7 +33,7 @@
 # printed table says so next to every encrypted JGroups number.
 #
 # Usage: scripts/peers/group-jgroups.sh            (env: MEMBERS SIZE WARMUP SECS ROUNDS
-#                                                   RUNTIME COHORT SKIP_BUILD)
+#                                                   RUNTIME SHARDS BUNDLE COHORT SKIP_BUILD)
 # Installs libjgroups-java, default-jre-headless and default-jdk-headless (javac) from
 # Debian when missing.
 set -euo pipefail
@@ -43,6 +46,7 @@ SECS=${SECS:-10}
 ROUNDS=${ROUNDS:-1}
 RUNTIME=${RUNTIME:-sharded}
 SHARDS=${SHARDS:-}
+BUNDLE=${BUNDLE:-65507}
 JAR=/usr/share/java/jgroups.jar
 
 need=()
@@ -88,7 +92,7 @@ cohort() {
     *) shards=(--shards "$SHARDS") ;;
   esac
   out=$("$COHORT" group bench "${shards[@]}" --members "$1" --size "$SIZE" --gear aes-128-gcm \
-    --seconds "$SECS" --warmup "$WARMUP" --runtime "$RUNTIME" --baseline --json \
+    --seconds "$SECS" --warmup "$WARMUP" --runtime "$RUNTIME" --bundle "$BUNDLE" --baseline --json \
     2>>"$LOG" | tee -a "$LOG" | tail -1 || true)
   [ -n "$out" ] || { echo "cohort: no result (see $LOG)" >&2; echo "0 0 0 0 failed"; return; }
   python3 -c '
@@ -105,7 +109,7 @@ echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(
   "libjgroups-java $(dpkg-query -W -f='${Version}' libjgroups-java 2>/dev/null || echo '?')," \
   "$(java -version 2>&1 | head -1)"
 echo "# $SIZE-byte messages, every member sends; msgs/s delivered at every member;" \
-  "JGroups: ${WARMUP} s warm-up, then ${SECS} s; cohort: $RUNTIME runtime${SHARDS:+ (shards: $SHARDS)}, ${WARMUP} s warm-up, ${SECS} s"
+  "JGroups: ${WARMUP} s warm-up, then ${SECS} s; cohort: $RUNTIME runtime${SHARDS:+ (shards: $SHARDS)}, UDP bundles up to $BUNDLE bytes${COHORT_UDP_BATCH:+, COHORT_UDP_BATCH=$COHORT_UDP_BATCH}, ${WARMUP} s warm-up, ${SECS} s"
 echo "# JGroups ENCRYPT = AES-ECB, no authentication, headers in clear; cohort aes-128-gcm = AEAD over header and payload"
 row() { # members round side msgs/s cpu/wall checks
   local per

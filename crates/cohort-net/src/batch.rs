@@ -16,7 +16,15 @@
 //! don't-fragment off for IPv6), so a datagram larger than the path MTU is fragmented as
 //! before. A GSO run whose segments exceed the path MTU fails; quinn-udp then turns GSO off
 //! for the socket and [`BatchUdp::flush`] sends that run one datagram at a time.
+//!
+//! With [`BatchUdp::set_bundling`] (the group drivers), a flush also packs the packets it
+//! holds for one destination into [bundles](crate::bundle) of at most the given size, and
+//! [`BatchUdp::received`] unpacks bundles again; a malformed bundle is dropped whole and
+//! counted ([`BatchUdp::bundle_counts`]). Packets that arrive unbundled (a peer without
+//! bundling) pass as before. [`Batching::Off`] sends no bundles (it is the old path), but
+//! still unpacks the ones it receives.
 
+use crate::bundle;
 use std::collections::HashMap;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
@@ -77,6 +85,27 @@ pub struct BatchUdp {
     queued: Vec<(SocketAddr, usize, usize)>,
     /// Scratch for one GSO send: segments back to back.
     gso: Vec<u8>,
+    /// The packets of the last receive: (sender, start in `slots`, length), bundles
+    /// unpacked.
+    packets: Vec<(SocketAddr, usize, usize)>,
+    /// Bundle bound in bytes, if bundling (see [`BatchUdp::set_bundling`]).
+    bundle: Option<usize>,
+    bundles: BundleCounts,
+}
+
+/// Counters of [bundles](crate::bundle) sent and received by one [`BatchUdp`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BundleCounts {
+    /// Bundles sent.
+    pub sent: u64,
+    /// Packets those bundles carried.
+    pub packets_sent: u64,
+    /// Well-formed bundles received.
+    pub received: u64,
+    /// Packets those bundles carried.
+    pub packets_received: u64,
+    /// Malformed bundles received and dropped whole.
+    pub malformed: u64,
 }
 
 impl std::fmt::Debug for BatchUdp {
@@ -115,7 +144,24 @@ impl BatchUdp {
             queued_bytes: Vec::new(),
             queued: Vec::new(),
             gso: Vec::new(),
+            packets: Vec::new(),
+            bundle: None,
+            bundles: BundleCounts::default(),
         }
+    }
+
+    /// Bundles packets (see [`crate::bundle`]): with `Some(bound)`, a flush packs the
+    /// packets queued for one destination into datagrams of at most `bound` bytes (clamped
+    /// to [`bundle::MAX_BUNDLE_BYTES`]) when batching is on, and received bundles are
+    /// unpacked; `None` (the default) passes every datagram as it is, in both directions.
+    /// A bound under two small packets' worth only unpacks.
+    pub fn set_bundling(&mut self, bound: Option<usize>) {
+        self.bundle = bound.map(|b| b.min(bundle::MAX_BUNDLE_BYTES));
+    }
+
+    /// Bundles sent, received and refused so far.
+    pub fn bundle_counts(&self) -> BundleCounts {
+        self.bundles
     }
 
     /// The socket (for its address and options).
@@ -180,17 +226,88 @@ impl BatchUdp {
                     })
                     .push((start, len));
             }
+            let mut bytes = bytes;
+            let mut packed = Vec::new();
             for to in order {
                 let list = by_dest.remove(&to).unwrap_or_default();
-                self.send_runs(to, &bytes, &list, &mut done).await;
+                let list = match self.bundle {
+                    Some(bound) if list.len() > 1 => {
+                        self.pack(bound, &mut bytes, &list, &mut packed);
+                        &packed
+                    }
+                    _ => &list,
+                };
+                self.send_runs(to, &bytes, list, &mut done).await;
             }
+            return self.keep(queued, bytes, done);
         }
-        // Keep the allocations for the next flush.
+        self.keep(queued, bytes, done)
+    }
+
+    /// Keeps the allocations for the next flush.
+    fn keep(
+        &mut self,
+        queued: Vec<(SocketAddr, usize, usize)>,
+        bytes: Vec<u8>,
+        done: Flushed,
+    ) -> Flushed {
         self.queued = queued;
         self.queued.clear();
         self.queued_bytes = bytes;
         self.queued_bytes.clear();
         done
+    }
+
+    /// Packs `list` (packets in `bytes`, in order, for one destination) into datagrams of
+    /// at most `bound` bytes: consecutive packets that fit together become one bundle,
+    /// written to the end of `bytes`; a packet that fits with no neighbour stays as it is.
+    /// The datagrams, in the packets' order, go to `out`.
+    fn pack(
+        &mut self,
+        bound: usize,
+        bytes: &mut Vec<u8>,
+        list: &[(usize, usize)],
+        out: &mut Vec<(usize, usize)>,
+    ) {
+        out.clear();
+        let mut i = 0;
+        while i < list.len() {
+            let (start, len) = list[i];
+            if !bundle::bundleable(&bytes[start..start + len], bound) {
+                out.push((start, len));
+                i += 1;
+                continue;
+            }
+            // As many of the following packets as fit under the bound.
+            let mut size = bundle::BUNDLE_HEADER + bundle::RECORD_HEADER + len;
+            let mut end = i + 1;
+            while let Some(&(s, l)) = list.get(end) {
+                if !bundle::bundleable(&bytes[s..s + l], bound)
+                    || size + bundle::RECORD_HEADER + l > bound
+                {
+                    break;
+                }
+                size += bundle::RECORD_HEADER + l;
+                end += 1;
+            }
+            if end - i == 1 {
+                out.push((start, len));
+            } else {
+                let at = bytes.len();
+                bytes.push(bundle::BUNDLE_KIND);
+                bytes.push(bundle::BUNDLE_VERSION);
+                for &(s, l) in &list[i..end] {
+                    // Each packet is at most 65,535 bytes (it came in one datagram slot).
+                    let l16 = u16::try_from(l).unwrap_or(u16::MAX);
+                    bytes.extend_from_slice(&l16.to_be_bytes());
+                    bytes.extend_from_within(s..s + usize::from(l16));
+                }
+                out.push((at, bytes.len() - at));
+                self.bundles.sent += 1;
+                self.bundles.packets_sent += (end - i) as u64;
+            }
+            i = end;
+        }
     }
 
     /// Sends `list` (slices of `bytes`) to `to` as GSO runs: equal-sized segments, the last
@@ -308,6 +425,7 @@ impl BatchUdp {
     /// ends the wait with an empty batch; other errors are the socket's failure.
     pub async fn recv(&mut self) -> io::Result<usize> {
         self.filled = 0;
+        self.packets.clear();
         let result = match &self.state {
             Some(state) => {
                 let slots = &mut self.slots;
@@ -324,13 +442,91 @@ impl BatchUdp {
             }
             None => self.recv_one_by_one().await,
         };
+        self.took(result)
+    }
+
+    /// Takes a batch if one is ready, without waiting: `Ok(0)` (no system call counted)
+    /// when nothing is, else as [`BatchUdp::recv`]. Lets a driver drain its socket before
+    /// it flushes what the batch made it send.
+    pub fn try_recv(&mut self) -> io::Result<usize> {
+        self.filled = 0;
+        self.packets.clear();
+        let result = match &self.state {
+            Some(state) => {
+                let slots = &mut self.slots;
+                let meta = &mut self.meta;
+                let socket = &self.socket;
+                socket
+                    .try_io(Interest::READABLE, || {
+                        let mut bufs: Vec<IoSliceMut<'_>> =
+                            slots.chunks_mut(SLOT_BYTES).map(IoSliceMut::new).collect();
+                        state.recv(socket.into(), &mut bufs, meta)
+                    })
+                    .map(|n| (n, 1))
+            }
+            None => match self.socket.try_recv_from(&mut self.slots[..SLOT_BYTES]) {
+                Ok((len, from)) => {
+                    self.set_meta(0, from, len);
+                    Ok(self.more_one_by_one())
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            other => self.took(other),
+        }
+    }
+
+    /// Records what a receive took, and indexes its packets.
+    fn took(&mut self, result: io::Result<(usize, usize)>) -> io::Result<usize> {
         match result {
             Ok((n, syscalls)) => {
                 self.filled = n;
+                self.index();
                 Ok(syscalls)
             }
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(1),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Splits the filled slots into datagrams (a GRO buffer at its stride) and, when
+    /// bundling, bundles into their packets.
+    fn index(&mut self) {
+        for (k, meta) in self.meta[..self.filled].iter().enumerate() {
+            let base = k * SLOT_BYTES;
+            let len = meta.len.min(SLOT_BYTES);
+            let stride = if meta.stride == 0 {
+                len.max(1)
+            } else {
+                meta.stride
+            };
+            let from = normalise(meta.addr);
+            // An empty datagram is one datagram too.
+            let count = len.div_ceil(stride).max(1);
+            for i in 0..count {
+                let end = ((i + 1) * stride).min(len);
+                let start = (i * stride).min(end);
+                let datagram = &self.slots[base + start..base + end];
+                if self.bundle.is_none() || !bundle::is_bundle(datagram) {
+                    self.packets.push((from, base + start, end - start));
+                    continue;
+                }
+                match bundle::parse(datagram) {
+                    Ok(records) => {
+                        self.bundles.received += 1;
+                        let first = datagram.as_ptr() as usize;
+                        for packet in records {
+                            let offset = packet.as_ptr() as usize - first;
+                            self.packets
+                                .push((from, base + start + offset, packet.len()));
+                            self.bundles.packets_received += 1;
+                        }
+                    }
+                    Err(_) => self.bundles.malformed += 1,
+                }
+            }
         }
     }
 
@@ -339,6 +535,12 @@ impl BatchUdp {
     async fn recv_one_by_one(&mut self) -> io::Result<(usize, usize)> {
         let (len, from) = self.socket.recv_from(&mut self.slots[..SLOT_BYTES]).await?;
         self.set_meta(0, from, len);
+        Ok(self.more_one_by_one())
+    }
+
+    /// After one datagram in slot 0: more without waiting while they come and slots
+    /// remain; returns (datagrams, system calls).
+    fn more_one_by_one(&mut self) -> (usize, usize) {
         let (mut n, mut syscalls) = (1, 1);
         while n < self.meta.len() {
             let slot = &mut self.slots[n * SLOT_BYTES..(n + 1) * SLOT_BYTES];
@@ -351,7 +553,7 @@ impl BatchUdp {
                 Err(_) => break,
             }
         }
-        Ok((n, syscalls))
+        (n, syscalls)
     }
 
     fn set_meta(&mut self, slot: usize, from: SocketAddr, len: usize) {
@@ -362,27 +564,13 @@ impl BatchUdp {
         self.meta[slot] = meta;
     }
 
-    /// The datagrams the last [`BatchUdp::recv`] took, in arrival order, with their senders
-    /// (a GRO buffer is split at its stride).
+    /// The packets the last [`BatchUdp::recv`] or [`BatchUdp::try_recv`] took, in arrival
+    /// order, with their senders (a GRO buffer split at its stride; with bundling, bundles
+    /// unpacked and malformed ones left out).
     pub fn received(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> + '_ {
-        self.meta[..self.filled]
+        self.packets
             .iter()
-            .zip(self.slots.chunks(SLOT_BYTES))
-            .flat_map(|(meta, slot)| {
-                let bytes = &slot[..meta.len.min(SLOT_BYTES)];
-                let stride = if meta.stride == 0 {
-                    bytes.len().max(1)
-                } else {
-                    meta.stride
-                };
-                let from = normalise(meta.addr);
-                // An empty datagram is one datagram too (`chunks` would yield none).
-                let count = bytes.len().div_ceil(stride).max(1);
-                (0..count).map(move |i| {
-                    let end = ((i + 1) * stride).min(bytes.len());
-                    (from, &bytes[(i * stride).min(end)..end])
-                })
-            })
+            .map(|&(from, start, len)| (from, &self.slots[start..start + len]))
     }
 }
 
@@ -539,6 +727,116 @@ mod tests {
             }
             assert_eq!(got, (0..20).collect::<Vec<u8>>());
         }
+    }
+
+    /// Receives until `want` packets arrived at `b`.
+    async fn take(b: &mut BatchUdp, want: usize) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        while got.len() < want {
+            tokio::time::timeout(std::time::Duration::from_secs(5), b.recv())
+                .await
+                .expect("packets arrive")
+                .unwrap();
+            got.extend(b.received().map(|(_, d)| d.to_vec()));
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn bundled_packets_arrive_whole_and_in_order() {
+        let (mut a, mut b) = pair(Batching::On);
+        a.set_bundling(Some(1452));
+        b.set_bundling(Some(1452));
+        let to = b.socket().local_addr().unwrap();
+        let mut sent = datagrams();
+        sent.extend((204..207u8).map(|i| vec![i; 100]));
+        // A packet whose first byte is a bundle's (0xCB, here the filler 203) is taken for
+        // a bundle on a socket that unpacks: no group packet starts so.
+        for packet in &mut sent {
+            if let Some(first) = packet
+                .first_mut()
+                .filter(|b| **b == crate::bundle::BUNDLE_KIND)
+            {
+                *first = 0x01;
+            }
+        }
+        for d in &sent {
+            a.queue(to, d);
+        }
+        let flushed = a.flush().await;
+        assert_eq!(flushed.errors, 0);
+        // The empty packet cannot be bundled and goes alone; so do the ones of 300 bytes
+        // and more (no neighbour fits beside them in 1452 bytes); the last three share one.
+        let counts = a.bundle_counts();
+        assert_eq!((counts.sent, counts.packets_sent), (1, 3), "{counts:?}");
+        assert!(flushed.datagrams < sent.len() as u64, "{flushed:?}");
+        let got = take(&mut b, sent.len()).await;
+        assert_eq!(got, sent);
+        assert_eq!(b.bundle_counts().received, counts.sent);
+        assert_eq!(b.bundle_counts().packets_received, counts.packets_sent);
+    }
+
+    #[tokio::test]
+    async fn small_packets_share_datagrams_up_to_the_bound() {
+        let (mut a, mut b) = pair(Batching::On);
+        a.set_bundling(Some(1000));
+        b.set_bundling(Some(1000));
+        let to = b.socket().local_addr().unwrap();
+        let sent: Vec<Vec<u8>> = (0..100u8).map(|i| vec![i; 98]).collect();
+        for d in &sent {
+            a.queue(to, d);
+        }
+        let flushed = a.flush().await;
+        // 2 + 9 * (2 + 98) = 902 <= 1000 < 1002: nine packets per bundle, the last one
+        // holds one packet and goes alone.
+        assert_eq!(flushed.datagrams, 12, "{flushed:?}");
+        assert_eq!(a.bundle_counts().sent, 11);
+        assert!(flushed.bytes <= 12 * 1000);
+        assert_eq!(take(&mut b, sent.len()).await, sent);
+    }
+
+    #[tokio::test]
+    async fn the_unbatched_path_sends_no_bundles_but_unpacks_them() {
+        let (mut a, mut b) = pair(Batching::Off);
+        a.set_bundling(Some(1452));
+        b.set_bundling(Some(1452));
+        let to = b.socket().local_addr().unwrap();
+        for i in 0..10u8 {
+            a.queue(to, &[i; 50]);
+        }
+        assert_eq!(a.flush().await.datagrams, 10);
+        assert_eq!(a.bundle_counts().sent, 0);
+        // A bundle from a batched peer still arrives as its packets.
+        let mut one = Vec::new();
+        crate::bundle::write(&mut one, [&[1u8, 2][..], &[3u8][..]]);
+        a.queue(to, &one);
+        a.flush().await;
+        let got = take(&mut b, 12).await;
+        assert_eq!(&got[10..], &[vec![1, 2], vec![3]]);
+    }
+
+    #[tokio::test]
+    async fn a_malformed_bundle_is_dropped_whole_and_counted() {
+        let (mut a, mut b) = pair(Batching::On);
+        b.set_bundling(Some(1452));
+        let to = b.socket().local_addr().unwrap();
+        let mut good = Vec::new();
+        crate::bundle::write(&mut good, [&[1u8; 10][..], &[2u8; 10][..]]);
+        let mut bad = good.clone();
+        bad[3] = 200; // the first length runs past the end
+        a.queue(to, &bad);
+        a.flush().await;
+        a.queue(to, &[9, 9]);
+        a.flush().await;
+        let got = take(&mut b, 1).await;
+        assert_eq!(got, vec![vec![9, 9]]);
+        assert_eq!(b.bundle_counts().malformed, 1);
+        // Without bundling a socket passes the same bytes on untouched (the ALPHA sockets).
+        let (mut c, mut d) = pair(Batching::On);
+        let to = d.socket().local_addr().unwrap();
+        c.queue(to, &bad);
+        c.flush().await;
+        assert_eq!(take(&mut d, 1).await, vec![bad]);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod bundle;
 pub mod stream;
 
 use cohort_core::{Machine, Timestamp};
@@ -37,21 +38,51 @@ pub const MAX_DATAGRAM: usize = 65_536;
 /// Receive buffers [`run`] fills per system call when batching (see [`batch::BatchUdp`]).
 pub const RECV_SLOTS: usize = 8;
 
+/// How [`run_with`] uses its socket.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdpOptions {
+    /// Pack the packets one drain sends to a destination into [bundles](bundle) of at most
+    /// this many bytes, and unpack received bundles (`None`: neither, as [`run`]).
+    /// [`bundle::DEFAULT_BUNDLE_BYTES`] avoids IP fragmentation on a 1500-byte path.
+    pub bundle: Option<usize>,
+}
+
+/// Most further receive batches and commands [`run_with`] takes without waiting after a
+/// wake-up, before it sends what they made the machine send: the bound keeps a flood of
+/// input from starving the machine's timers and transmits.
+pub const DRAIN_ROUNDS: usize = 8;
+
 /// Runs `machine` on `socket` until `commands` closes; sends its events to `events`
 /// (dropping them if nobody listens any more). Returns the machine. Everything one drain
 /// sends goes out in one batch, and reads take a batch per system call, unless
-/// `COHORT_UDP_BATCH=off` ([`batch::Batching::from_env`]).
+/// `COHORT_UDP_BATCH=off` ([`batch::Batching::from_env`]). No bundles.
 pub async fn run<M: Machine>(
+    machine: M,
+    socket: UdpSocket,
+    commands: mpsc::Receiver<Command<M>>,
+    events: mpsc::Sender<M::Event>,
+) -> io::Result<M> {
+    run_with(machine, socket, commands, events, UdpOptions::default()).await
+}
+
+/// [`run`] with `options`. When batching, after each wake-up it also takes, without
+/// waiting, up to [`DRAIN_ROUNDS`] more receive batches and commands that are ready, so one
+/// flush carries what all of them made the machine send (`COHORT_UDP_BATCH=off` keeps the
+/// loop as it was before batching: one wake-up, one flush).
+pub async fn run_with<M: Machine>(
     mut machine: M,
     socket: UdpSocket,
     mut commands: mpsc::Receiver<Command<M>>,
     events: mpsc::Sender<M::Event>,
+    options: UdpOptions,
 ) -> io::Result<M> {
     let epoch = Instant::now();
     let now =
         || Timestamp::from_nanos(u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX));
     let mut udp = batch::BatchUdp::new(socket, batch::Batching::from_env(), RECV_SLOTS);
+    udp.set_bundling(options.bundle);
     let mut send_buf = Vec::with_capacity(MAX_DATAGRAM);
+    let mut commands_open = true;
     loop {
         // Drain in the order the Machine trait documents.
         let t = now();
@@ -64,6 +95,9 @@ pub async fn run<M: Machine>(
         let _ = udp.flush().await;
         while let Some(event) = machine.poll_event() {
             let _ = events.send(event).await;
+        }
+        if !commands_open {
+            return Ok(machine);
         }
         let deadline = machine
             .poll_timeout()
@@ -82,6 +116,36 @@ pub async fn run<M: Machine>(
                 Some(f) => f(&mut machine, now()),
                 None => return Ok(machine),
             },
+        }
+        // What else is ready, before sending what it all asks for.
+        let rounds = match udp.batching() {
+            batch::Batching::On => DRAIN_ROUNDS,
+            batch::Batching::Off => 0,
+        };
+        for _ in 0..rounds {
+            let mut moved = false;
+            if udp.try_recv()? > 0 {
+                let at = now();
+                for (from, bytes) in udp.received() {
+                    moved = true;
+                    machine.handle_datagram(at, from, bytes);
+                }
+            }
+            match commands.try_recv() {
+                Ok(f) => {
+                    moved = true;
+                    f(&mut machine, now());
+                }
+                Err(mpsc::error::TryRecvError::Empty) => {}
+                // Send what the last commands asked for, then stop.
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    commands_open = false;
+                    break;
+                }
+            }
+            if !moved {
+                break;
+            }
         }
     }
 }
@@ -109,9 +173,18 @@ where
     M: Machine + Send + 'static,
     M::Event: Send + 'static,
 {
+    spawn_with(machine, socket, UdpOptions::default())
+}
+
+/// Spawns [`run_with`] on the current tokio runtime.
+pub fn spawn_with<M>(machine: M, socket: UdpSocket, options: UdpOptions) -> Driver<M>
+where
+    M: Machine + Send + 'static,
+    M::Event: Send + 'static,
+{
     let (commands, command_rx) = mpsc::channel(1024);
     let (event_tx, events) = mpsc::channel(4096);
-    let task = tokio::spawn(run(machine, socket, command_rx, event_tx));
+    let task = tokio::spawn(run_with(machine, socket, command_rx, event_tx, options));
     Driver {
         commands,
         events,

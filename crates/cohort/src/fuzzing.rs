@@ -90,3 +90,10 @@ pub fn nats_carriage(data: &[u8]) {
         assert!(!packet.is_empty(), "an empty packet parsed");
     }
 }
+
+/// Arbitrary bytes as a received UDP datagram that may be a bundle (`docs/wire.md`, "UDP
+/// bundles"): parsing must never panic; a bundle that parses has at least two non-empty
+/// packets, none a bundle, and re-encodes to the same bytes.
+pub fn udp_bundle(data: &[u8]) {
+    cohort_net::bundle::fuzz_parse(data);
+}

@@ -86,3 +86,37 @@ fn carriage_seeds() -> cohort_sim::corpus::Seeds {
 fn nats_carriage_corpus_replays() {
     cohort_sim::corpus::check("nats_carriage", fuzzing::nats_carriage, &carriage_seeds());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn arbitrary_bundles_never_panic(data in prop::collection::vec(any::<u8>(), 0..64)) {
+        fuzzing::udp_bundle(&data);
+    }
+}
+
+/// Bundles of two and three packets of the kinds a group sends, a bundle cut short, one
+/// with a length past its end, and a plain group packet.
+fn bundle_seeds() -> cohort_sim::corpus::Seeds {
+    use cohort_net::bundle;
+    let mut inputs = Vec::new();
+    let packets: [&[u8]; 3] = [&[0x01, 0x01, 0x07, 9, 9, 9], &[0xC1, 5, 5], &[0x01; 40]];
+    for n in [2, 3] {
+        let mut v = Vec::new();
+        bundle::write(&mut v, packets[..n].iter().copied());
+        bundle::parse(&v).expect("a seed bundle parses");
+        inputs.push(v.clone());
+        inputs.push(v[..v.len() - 1].to_vec());
+        let mut long = v;
+        long[3] = 0xFF;
+        inputs.push(long);
+    }
+    inputs.push(packets[0].to_vec());
+    cohort_sim::corpus::numbered("bundle", inputs)
+}
+
+#[test]
+fn udp_bundle_corpus_replays() {
+    cohort_sim::corpus::check("udp_bundle", fuzzing::udp_bundle, &bundle_seeds());
+}

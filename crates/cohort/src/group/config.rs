@@ -40,7 +40,9 @@
 //! `suspect_ms`, `flush_ms`, `key_grace_ms`, `backlog`, `send_window`, `max_message_len`
 //! (the largest datagram payload; reliable messages up to [`MAX_MESSAGE`](super::MAX_MESSAGE)
 //! are fragmented to it), `event_queue` (events held for a slow reader before they are
-//! lost), and for MAC gears `floor_bits` (default: the weakest listed gear's bound) and
+//! lost), `udp_bundle_bytes` (UDP: packets for one member sent together travel as bundles
+//! of at most this size, 0 for none; default 1452, which fits a 1500-byte path unfragmented),
+//! and for MAC gears `floor_bits` (default: the weakest listed gear's bound) and
 //! `dual_tags` (default false). For the `cohort group run` daemon: `ctl` (the control
 //! socket's path) and `metrics` (`IP:PORT` of the Prometheus endpoint). Any other key is an
 //! error, and every error names its key.
@@ -142,6 +144,7 @@ pub struct GroupConfig {
     floor_bits: Option<Number>,
     dual_tags: Option<bool>,
     event_queue: Option<Whole>,
+    udp_bundle_bytes: Option<Whole>,
     ctl: Option<String>,
     metrics: Option<String>,
     transport: Option<String>,
@@ -253,6 +256,16 @@ impl GroupConfig {
             .unwrap_or(DEFAULT_EVENT_QUEUE)
     }
 
+    /// The UDP bundle bound (`udp_bundle_bytes`; `None`: no bundles), see
+    /// [`cohort_net::bundle`].
+    pub fn udp_bundle_bytes(&self) -> Option<usize> {
+        match self.udp_bundle_bytes {
+            None => Some(cohort_net::bundle::DEFAULT_BUNDLE_BYTES),
+            Some(Whole(0)) => None,
+            Some(Whole(n)) => usize::try_from(n).ok(),
+        }
+    }
+
     /// Checks what the values mean, applies the defaults and reads the key files (relative
     /// to the file's folder): the check [`GroupConfig::load`] runs, and
     /// [`Group::start`](super::Group::start) again.
@@ -275,6 +288,11 @@ impl GroupConfig {
         if let Some(n) = self.event_queue {
             if n.0 == 0 || n.0 > 1 << 24 {
                 return Err(err("event_queue", "must be 1 to 16777216"));
+            }
+        }
+        if let Some(Whole(n)) = self.udp_bundle_bytes {
+            if n > cohort_net::bundle::MAX_BUNDLE_BYTES as u64 {
+                return Err(err("udp_bundle_bytes", "must be 0 to 65507"));
             }
         }
         if let Some(text) = &self.metrics {
@@ -719,6 +737,12 @@ impl GroupConfigBuilder {
     /// Events held for a slow reader before they are counted as lost.
     pub fn event_queue(mut self, events: u64) -> Self {
         self.config.event_queue = Some(Whole(events));
+        self
+    }
+
+    /// UDP bundle bound in bytes (`udp_bundle_bytes`; 0: no bundles).
+    pub fn udp_bundle_bytes(mut self, bytes: u64) -> Self {
+        self.config.udp_bundle_bytes = Some(Whole(bytes));
         self
     }
 

@@ -310,8 +310,9 @@ pub struct Stats {
     /// Fragments dropped by reassembly, by reason.
     pub fragments: FragmentDrops,
     /// Messages on the member's NATS subjects dropped before the protocol saw them (not
-    /// carriage: see [`carriage`]); always 0 over UDP. Carriage that parses but holds no
-    /// packet of this group is counted by the protocol, in `status.dropped`.
+    /// carriage: see [`carriage`]); over UDP, malformed bundles dropped whole
+    /// ([`cohort_net::bundle`]). Carriage that parses but holds no packet of this group is
+    /// counted by the protocol, in `status.dropped`.
     pub carrier_dropped: u64,
     /// Bytes held in partial messages.
     pub reassembly_bytes: usize,
@@ -424,14 +425,12 @@ impl Group {
         let socket = bind(setup.listen)?;
         let local_addr = socket.local_addr().map_err(Error::Io)?;
         let batching = cohort_net::batch::Batching::from_env();
+        let mut udp = cohort_net::batch::BatchUdp::new(socket, batching, UDP_RECV_SLOTS);
+        udp.set_bundling(config.udp_bundle_bytes());
         Self::spawn(
             config,
             setup,
-            transport::Transport::Udp(Box::new(cohort_net::batch::BatchUdp::new(
-                socket,
-                batching,
-                UDP_RECV_SLOTS,
-            ))),
+            transport::Transport::Udp(Box::new(udp)),
             local_addr,
             provider,
         )

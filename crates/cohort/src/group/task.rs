@@ -243,6 +243,11 @@ pub async fn run(mut t: Task) {
                 }
             },
         }
+        // With batched UDP, take what else is ready (batches, requests) before the next
+        // flush, so one flush carries what all of it makes the member send.
+        if let Err(e) = t.drain(&mut requests_open, &now) {
+            break Err(e);
+        }
     };
     if let Err(e) = &result {
         tracing::warn!(
@@ -261,7 +266,56 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
+/// Most further receive batches the loop takes without waiting after one wake-up (each
+/// round: one batch and up to [`DRAIN_REQUESTS`] requests).
+const DRAIN_ROUNDS: usize = 8;
+/// Most requests one drain round takes.
+const DRAIN_REQUESTS: usize = 32;
+
 impl Task {
+    /// Takes ready batches and requests, without waiting and up to a bound, when the
+    /// transport is UDP with batching on; otherwise does nothing, as before batching.
+    fn drain(&mut self, requests_open: &mut bool, now: &impl Fn() -> Timestamp) -> io::Result<()> {
+        let batched = matches!(
+            &self.transport,
+            Transport::Udp(u) if u.batching() == cohort_net::batch::Batching::On
+        );
+        if !batched {
+            return Ok(());
+        }
+        for _ in 0..DRAIN_ROUNDS {
+            let mut moved = false;
+            if self.transport.try_recv()? {
+                let at = now();
+                for (from, bytes) in self.transport.batch() {
+                    moved = true;
+                    self.counters.datagrams_received += 1;
+                    self.counters.datagram_bytes_received += bytes.len() as u64;
+                    self.member.handle_datagram(at, from, bytes);
+                }
+            }
+            let mut taken = 0;
+            while *requests_open && taken < DRAIN_REQUESTS {
+                match self.requests.try_recv() {
+                    Ok(request) => {
+                        moved = true;
+                        taken += 1;
+                        self.on_request(now(), request);
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        *requests_open = false;
+                        self.start_leave(now(), None);
+                    }
+                }
+            }
+            if !moved || self.stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     fn on_request(&mut self, now: Timestamp, request: Request) {
         match request {
             Request::Send {

@@ -6,7 +6,7 @@
 //! for packets with the call the transport needs ([`Transport::fans_out`]).
 
 use cohort_group::Destination;
-use cohort_net::batch::BatchUdp;
+use cohort_net::batch::{BatchUdp, Batching};
 use std::io;
 use std::net::SocketAddr;
 
@@ -93,6 +93,17 @@ impl Transport {
         }
     }
 
+    /// UDP with batching: takes another batch if one is ready, without waiting (read it
+    /// with [`Transport::batch`]); whether it took one. `Ok(false)` otherwise, and on NATS.
+    pub fn try_recv(&mut self) -> io::Result<bool> {
+        match self {
+            Transport::Udp(socket) if socket.batching() == Batching::On => {
+                socket.try_recv().map(|syscalls| syscalls > 0)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// The datagrams of the last [`Incoming::Batch`], with their senders.
     pub fn batch(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> + '_ {
         let udp = match self {
@@ -106,7 +117,8 @@ impl Transport {
     /// Messages the carrier dropped before the member saw them (NATS: not carriage).
     pub fn dropped(&self) -> u64 {
         match self {
-            Transport::Udp(_) => 0,
+            // Malformed bundles, dropped whole.
+            Transport::Udp(socket) => socket.bundle_counts().malformed,
             #[cfg(feature = "nats")]
             Transport::Nats(carrier) => carrier.dropped(),
         }

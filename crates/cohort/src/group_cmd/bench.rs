@@ -92,6 +92,14 @@ pub struct BenchArgs {
     /// 1024 members).
     #[arg(long, value_enum, default_value_t = BenchTransport::Udp)]
     transport: BenchTransport,
+    /// Bundle bound in bytes: the packets a member's driver sends to one destination in one
+    /// flush travel as bundles of at most this size (`docs/wire.md`, "UDP bundles"); 0:
+    /// no bundles. The default, 1452, fits a 1500-byte path without IP fragmentation;
+    /// loopback's MTU is 65,536, so up to 65507 does not fragment here. Not used by
+    /// `--facade` (the facade's own `udp_bundle_bytes` setting applies) nor with
+    /// `COHORT_UDP_BATCH=off` (the path before batching sends no bundles).
+    #[arg(long, default_value_t = cohort_net::bundle::DEFAULT_BUNDLE_BYTES)]
+    bundle: usize,
     /// With `--transport nats`: the broker's URL (default: start a nats-server on a free
     /// loopback port, and stop it after).
     #[arg(long)]
@@ -394,7 +402,13 @@ async fn measure(
             commands,
             mut events,
             task,
-        } = cohort_net::spawn(Shell::new(member), socket);
+        } = cohort_net::spawn_with(
+            Shell::new(member),
+            socket,
+            cohort_net::UdpOptions {
+                bundle: (args.bundle > 0).then_some(args.bundle),
+            },
+        );
         let (tx, counter, checks) = (event_tx.clone(), delivered.clone(), checks.clone());
         // Every member's events are read at once (a full event channel would stall its
         // driver); deliveries are counted and order-checked, the rest goes to the watcher.
@@ -872,6 +886,8 @@ fn report(
             "runtime": args.runtime.name(),
             "shards": shards,
             "via": if args.facade { "facade" } else { "core" },
+            "bundle_bytes": args.bundle,
+            "udp_batching": format!("{:?}", cohort_net::batch::Batching::from_env()),
             "view_ms": m.view_ms,
             "msgs_per_sec": m.msgs_per_sec,
             "mbit_per_sec": m.mbit_per_sec,
@@ -917,6 +933,22 @@ fn report(
             None => args.runtime.name().to_string(),
         },
         if args.facade { "cohort::group facade" } else { "protocol core" }
+    );
+    println!(
+        "  UDP: batching {:?}, bundles {}",
+        cohort_net::batch::Batching::from_env(),
+        if args.facade {
+            "as the facade's config says".to_string()
+        } else if args.bundle == 0
+            || cohort_net::batch::Batching::from_env() == cohort_net::batch::Batching::Off
+        {
+            "off".to_string()
+        } else {
+            format!(
+                "up to {} bytes",
+                args.bundle.min(cohort_net::bundle::MAX_BUNDLE_BYTES)
+            )
+        }
     );
     println!(
         "  one view of {} after     {:.0} ms",
