@@ -9,8 +9,8 @@
 use cohort_hop::crypto::ELEMENT_LEN;
 use cohort_hop::fuzzing::{
     captured, captured_kinds, drops, endpoint, join_datagrams, mutate_input, mutate_real, packet,
-    relay, EndpointControl, HopPair, MutantSpec, Mutation, ADDR_A, ADDR_R, CAPTURED_KINDS,
-    SETUP_MESSAGES,
+    relay, resumed_with_injections, EndpointControl, HopPair, MutantSpec, Mutation, ADDR_A, ADDR_R,
+    CAPTURED_KINDS, SETUP_MESSAGES,
 };
 use cohort_hop::wire::{kind, Packet, FLOW_FROM_RESPONDER, FLOW_HEADER_LEN};
 use cohort_hop::EndpointEvent;
@@ -198,6 +198,46 @@ fn a_cached_pair_is_a_fresh_pair() {
         assert_eq!(
             fresh.received_at_b().len(),
             2 * SETUP_MESSAGES + 2,
+            "{what}"
+        );
+    }
+}
+
+/// A live `hop_mutate` input resumed from the copy of a clean set-up taken just before its
+/// first mutant's packet builds the pair `with_injections` builds from the start, for a
+/// mutant of every captured datagram (and for none): the same datagrams, relay steps,
+/// events, payloads and time, and it goes on exactly as that one does.
+#[test]
+fn a_resumed_set_up_is_a_fresh_one() {
+    let captured = captured();
+    let mut injections = vec![BTreeMap::new()];
+    for (i, (_, real)) in captured.iter().enumerate() {
+        let mut m = real.clone();
+        Mutation::FlipBit(i as u16 * 7, i as u8).apply(&mut m);
+        let mut inject = BTreeMap::from([(i, vec![m])]);
+        // A second mutant further on, so a resumed run injects past its checkpoint too.
+        if i + 3 < captured.len() {
+            inject.insert(i + 3, vec![captured[i + 3].1[..1].to_vec()]);
+        }
+        injections.push(inject);
+    }
+    for inject in injections {
+        let what = format!("{:?}", inject.keys().collect::<Vec<_>>());
+        let mut fresh = HopPair::with_injections(true, true, inject.clone());
+        let mut resumed = resumed_with_injections(inject);
+        for p in [&mut fresh, &mut resumed] {
+            p.send_both("after");
+            p.run_for(Duration::from_secs(2));
+        }
+        assert_eq!(fresh.now, resumed.now, "{what}");
+        assert_eq!(fresh.sent, resumed.sent, "{what}");
+        assert_eq!(fresh.relay_steps, resumed.relay_steps, "{what}");
+        assert_eq!(fresh.events_a, resumed.events_a, "{what}");
+        assert_eq!(fresh.events_b, resumed.events_b, "{what}");
+        assert_eq!(fresh.payloads, resumed.payloads, "{what}");
+        assert_eq!(
+            (fresh.assoc_m, fresh.assoc_c),
+            (resumed.assoc_m, resumed.assoc_c),
             "{what}"
         );
     }
