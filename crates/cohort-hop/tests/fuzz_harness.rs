@@ -243,6 +243,33 @@ fn a_resumed_set_up_is_a_fresh_one() {
     }
 }
 
+/// Found by `hop_relay` (2026-11-26): a Challenge from a stranger naming the relay itself as
+/// the initiator. The relay forwards Challenges without state to their initiator, so it sent
+/// this one to itself, got it back and sent it again, forever (the harness's bound of 20,000
+/// deliveries per pump stopped it; 300,000 relay steps for one input). Now the relay drops
+/// and counts a packet whose next hop is its own address. The input is also in
+/// `fuzz/corpus/hop_relay/regress-challenge-to-the-relay-itself`.
+#[test]
+fn a_relay_does_not_forward_to_itself() {
+    // kind CHALLENGE | pair id | initiator 10.0.0.3:7000 (ADDR_R) | responder 10.0.0.2:7000 |
+    // the rest of a Challenge.
+    let challenge: [u8; 48] = [
+        0x01, 0x02, 0x9b, 0x32, 0x58, 0x24, 0x7b, 0xaa, 0xf7, 0x21, 0x04, 0x0a, 0x00, 0x00, 0x03,
+        0x1b, 0x58, 0x04, 0x0a, 0x00, 0x00, 0x02, 0x1b, 0x58, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x03, 0xe8, 0xe2, 0x26, 0x40, 0xc7, 0x6d, 0xf0, 0x50, 0xaf, 0x74, 0x34, 0xd6, 0x0e, 0xda,
+        0x5e, 0x8b, 0x5e,
+    ];
+    assert!(matches!(
+        Packet::parse(&challenge),
+        Ok(Packet::Challenge { header, .. }) if header.initiator == ADDR_R
+    ));
+    let mut input = vec![0];
+    input.extend(join_datagrams([challenge.as_slice()]));
+    let outcome = relay(&input);
+    assert_eq!((outcome.fed, outcome.dropped), (1, 1), "{outcome:?}");
+    assert!(outcome.alive, "{outcome:?}");
+}
+
 /// The harnesses reach what they claim: a real datagram fed to B is taken (and counted as
 /// nothing dropped), and a mutant is dropped.
 #[test]
