@@ -471,9 +471,20 @@ impl HopPair {
     /// comes, so the first one to arrive wins (ALPHA's design; the S2s and the A2 then
     /// fail). Returns how many datagrams that were not real it forwarded.
     pub fn check_relay(&self, also_real: &[Vec<u8>]) -> usize {
-        let mut real = self.real_datagrams();
-        real.extend(also_real.iter().cloned());
-        let authenticated: HashSet<Vec<u8>> = real.iter().filter_map(|d| s1_a1_core(d)).collect();
+        if self.relay_steps.is_empty() {
+            // Nothing to check (a pair without a relay): building the sets below was an
+            // eighth of `hop_endpoint`'s time.
+            return 0;
+        }
+        // Borrowed, not copied: the sets are built for every input.
+        let real: HashSet<&[u8]> = self
+            .sent
+            .iter()
+            .map(|(_, _, d)| d.as_slice())
+            .chain(also_real.iter().map(Vec::as_slice))
+            .collect();
+        // Only a forwarded datagram that no endpoint sent needs these; built on the first.
+        let mut authenticated: Option<HashSet<Vec<u8>>> = None;
         let mut forwarded = 0;
         for step in &self.relay_steps {
             // Besides forwarding what it got, a relay may send back the real A1 of a round
@@ -481,15 +492,19 @@ impl HopPair {
             // retransmitting): that A1 must be one the verifier sent.
             for (_, out) in &step.outputs {
                 assert!(
-                    out == &step.input || (out.get(1) == Some(&kind::A1) && real.contains(out)),
+                    out == &step.input
+                        || (out.get(1) == Some(&kind::A1) && real.contains(out.as_slice())),
                     "the relay emitted a datagram it never got"
                 );
             }
-            if !step.outputs.iter().any(|(_, out)| out == &step.input) || real.contains(&step.input)
+            if !step.outputs.iter().any(|(_, out)| out == &step.input)
+                || real.contains(step.input.as_slice())
             {
                 continue;
             }
             forwarded += 1;
+            let authenticated = authenticated
+                .get_or_insert_with(|| real.iter().filter_map(|d| s1_a1_core(d)).collect());
             let core_is_real = s1_a1_core(&step.input).is_some_and(|c| authenticated.contains(&c));
             assert!(
                 stateless_kind(&step.input) || core_is_real,
@@ -517,6 +532,283 @@ fn s1_a1_core(data: &[u8]) -> Option<Vec<u8>> {
         }
         _ => None,
     }
+}
+
+// ------------------------------------------------------------------- resumable set-up
+
+/// One step of [`HopPair::with_injections`]'s script, in order ([`SETUP_SCRIPT`]).
+#[derive(Clone, Copy, Debug)]
+enum SetupOp {
+    /// A connects to B (through the relay, if any).
+    Connect,
+    /// `run_for` this many milliseconds.
+    Run(u64),
+    /// A clean run is connected.
+    CheckConnected,
+    /// A opens the M and the C associations.
+    Open,
+    /// `send_both("setup {i}")`, with its pump.
+    Send(usize),
+    /// A clean run delivered every set-up message.
+    CheckDelivered,
+}
+
+/// [`HopPair::with_injections`]'s script, step by step.
+const SETUP_SCRIPT: [SetupOp; 13] = [
+    SetupOp::Connect,
+    SetupOp::Run(100),
+    SetupOp::CheckConnected,
+    SetupOp::Open,
+    SetupOp::Run(100),
+    SetupOp::Send(0),
+    SetupOp::Send(1),
+    SetupOp::Send(2),
+    SetupOp::Send(3),
+    SetupOp::Send(4),
+    SetupOp::Send(5),
+    SetupOp::Run(500),
+    SetupOp::CheckDelivered,
+];
+// Checked at compile time: the script sends what `SETUP_MESSAGES` says.
+const _: () = assert!(SETUP_MESSAGES == 6);
+
+/// Where a [`Setup`] stands inside a `run_for` or a pump.
+#[derive(Clone, Copy, Debug)]
+enum Task {
+    /// Nothing in progress: next is script step `next`.
+    Idle,
+    /// A pump with `left` deliveries left (`HopPair::pump`'s bound), inside a `run_for`
+    /// until `until` that took `steps` timer steps (`run: Some`), or inside `send_both`
+    /// (`run: None`).
+    Pump {
+        left: usize,
+        run: Option<(Timestamp, usize)>,
+    },
+    /// Inside a `run_for` until `until`, after `steps` timer steps: the next timer step.
+    Timer { until: Timestamp, steps: usize },
+}
+
+/// [`HopPair::with_injections`] as a machine that goes one delivery or one timer step at a
+/// time, so that it can stop just before the relay's n-th real datagram and be copied
+/// there: `hop_mutate`'s live inputs then start from the copy taken before their first
+/// mutant's packet instead of setting the pair up from the start. It runs the same calls
+/// in the same order as `with_injections` (`tests/fuzz_harness.rs` checks that the pairs
+/// they end with are equal).
+#[derive(Clone)]
+struct Setup {
+    /// The pair being set up.
+    p: HopPair,
+    /// Whether A reaches B through the relay.
+    relay: bool,
+    /// Whether nothing is injected (the checks of a clean run apply).
+    clean: bool,
+    /// The next step of [`SETUP_SCRIPT`].
+    next: usize,
+    /// What is in progress.
+    task: Task,
+}
+
+impl Setup {
+    /// The set-up before its first step.
+    fn new(relay: bool, reports: bool, inject: BTreeMap<usize, Vec<Vec<u8>>>) -> Setup {
+        let endpoint = |i: u8, addr: SocketAddr| {
+            let mut config = EndpointConfig::new(identity(i));
+            config.delivery_reports = reports;
+            // Short chains: set-up is cheap, and the data associations renew their chains
+            // (signed packets) during it.
+            config.chain_rounds = CHAIN_ROUNDS;
+            Endpoint::new(config, provider(), addr, [0xa0 + i; 32])
+        };
+        // Injected datagrams may well stop the set-up (a mutated Challenge or S1 arriving
+        // first wins: the handshake or a round fails), so only a clean run is checked.
+        let clean = inject.is_empty();
+        let p = HopPair {
+            a: endpoint(0, ADDR_A),
+            b: endpoint(1, ADDR_B),
+            relay: relay.then(|| Relay::new(RelayConfig::new(), provider(), ADDR_R)),
+            now: START,
+            assoc_m: 0,
+            assoc_c: 0,
+            sent: Vec::new(),
+            relay_steps: Vec::new(),
+            events_a: Vec::new(),
+            events_b: Vec::new(),
+            payloads: Vec::new(),
+            queue: VecDeque::new(),
+            inject,
+            relay_inputs: 0,
+        };
+        Setup {
+            p,
+            relay,
+            clean,
+            next: 0,
+            task: Task::Idle,
+        }
+    }
+
+    /// Whether the next step hands the relay its `n`-th real datagram (counting from 0).
+    fn at_relay_input(&self, n: usize) -> bool {
+        matches!(self.task, Task::Pump { left, .. } if left > 0)
+            && self.p.relay_inputs == n
+            && self.p.queue.front().is_some_and(|(_, to, _)| *to == ADDR_R)
+    }
+
+    /// Starts a pump (`HopPair::pump`'s first line, then its loop), inside a run or not.
+    fn start_pump(&mut self, run: Option<(Timestamp, usize)>) {
+        self.p.collect();
+        self.task = Task::Pump {
+            left: MAX_DELIVERIES,
+            run,
+        };
+    }
+
+    /// One step: a delivery, a timer step, or a script step. False once the script is done.
+    fn step(&mut self) -> bool {
+        match self.task {
+            Task::Pump { left, run } => {
+                let popped = if left > 0 {
+                    self.p.queue.pop_front()
+                } else {
+                    None
+                };
+                match popped {
+                    Some((from, to, data)) => {
+                        self.p.deliver(from, to, &data, false);
+                        self.task = Task::Pump {
+                            left: left - 1,
+                            run,
+                        };
+                    }
+                    None => {
+                        self.task = match run {
+                            Some((until, steps)) => Task::Timer { until, steps },
+                            None => Task::Idle,
+                        }
+                    }
+                }
+                true
+            }
+            Task::Timer { until, steps } => {
+                let next = [self.p.a.poll_timeout(), self.p.b.poll_timeout()]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                match next {
+                    Some(next) if steps < MAX_STEPS && next <= until => {
+                        // As in `run_for`: a timer in the past moves time on by 1 ms.
+                        self.p.now = if next > self.p.now {
+                            next
+                        } else {
+                            self.p.now.saturating_add(Duration::from_millis(1))
+                        };
+                        let now = self.p.now;
+                        self.p.a.handle_timeout(now);
+                        self.p.b.handle_timeout(now);
+                        self.start_pump(Some((until, steps + 1)));
+                    }
+                    _ => {
+                        self.p.now = self.p.now.max(until);
+                        self.task = Task::Idle;
+                    }
+                }
+                true
+            }
+            Task::Idle => {
+                let Some(op) = SETUP_SCRIPT.get(self.next).copied() else {
+                    return false;
+                };
+                self.next += 1;
+                self.op(op);
+                true
+            }
+        }
+    }
+
+    /// Runs one script step (a `run_for` or a send only starts here; [`step`](Self::step)
+    /// goes on with it).
+    fn op(&mut self, op: SetupOp) {
+        let p = &mut self.p;
+        match op {
+            SetupOp::Connect => {
+                let via = self.relay.then_some(ADDR_R);
+                p.a.connect(p.now, ADDR_B, via);
+            }
+            SetupOp::Run(ms) => {
+                let until = p.now.saturating_add(Duration::from_millis(ms));
+                self.start_pump(Some((until, 0)));
+            }
+            SetupOp::CheckConnected => assert!(
+                !self.clean || (p.a.is_connected(ADDR_B) && p.b.is_connected(ADDR_A)),
+                "set-up: the pair connects"
+            ),
+            SetupOp::Open => {
+                let now = p.now;
+                let (m, c) = (p.a.open(now, ADDR_B, MODE_M), p.a.open(now, ADDR_B, MODE_C));
+                if self.clean {
+                    p.assoc_m = must(m, "set-up: open M");
+                    p.assoc_c = must(c, "set-up: open C");
+                } else {
+                    p.assoc_m = m.unwrap_or(0);
+                    p.assoc_c = c.unwrap_or(0);
+                }
+            }
+            SetupOp::Send(i) => {
+                let now = p.now;
+                for (assoc, mode) in [(p.assoc_m, "m"), (p.assoc_c, "c")] {
+                    let data = format!("{mode} setup {i}").into_bytes();
+                    if p.a.send(now, ADDR_B, assoc, &data).is_ok() {
+                        p.payloads.push((assoc, data));
+                    }
+                }
+                self.start_pump(None);
+            }
+            SetupOp::CheckDelivered => assert!(
+                !self.clean || p.received_at_b().len() == 2 * SETUP_MESSAGES,
+                "set-up: B delivers every message"
+            ),
+        }
+    }
+
+    /// Runs the rest of the script; the pair set up.
+    fn finish(mut self) -> HopPair {
+        while self.step() {}
+        self.p
+    }
+
+    /// Copies of a clean set-up of the pair with a relay and delivery reports (the pair of
+    /// [`captured`]), one taken just before each real datagram the relay gets: entry `n`
+    /// stands before the `n`-th. Built once per process.
+    fn checkpoints() -> &'static [Setup] {
+        static CHECKPOINTS: OnceLock<Vec<Setup>> = OnceLock::new();
+        CHECKPOINTS.get_or_init(|| {
+            let mut s = Setup::new(true, true, BTreeMap::new());
+            let mut out = Vec::new();
+            loop {
+                if s.at_relay_input(out.len()) {
+                    out.push(s.clone());
+                }
+                if !s.step() {
+                    return out;
+                }
+            }
+        })
+    }
+}
+
+/// [`HopPair::with_injections(true, true, inject)`](HopPair::with_injections), resumed
+/// from the copy of a clean set-up taken just before the relay's first real datagram that
+/// `inject` names (a fresh set-up if it names none the clean run reaches): everything
+/// before that is the clean run's, so the pair is the one `with_injections` builds.
+pub fn resumed_with_injections(inject: BTreeMap<usize, Vec<Vec<u8>>>) -> HopPair {
+    let first = inject.keys().next().copied();
+    let mut s = match first.and_then(|n| Setup::checkpoints().get(n)) {
+        Some(checkpoint) => checkpoint.clone(),
+        None => Setup::new(true, true, BTreeMap::new()),
+    };
+    s.clean = inject.is_empty();
+    s.p.inject = inject;
+    s.finish()
 }
 
 /// What a harness saw.
@@ -792,13 +1084,15 @@ pub fn mutate_real(data: &[u8]) -> HopOutcome {
             (i, *from, m)
         })
         .collect();
-    let all_real: Vec<Vec<u8>> = captured.iter().map(|(_, d)| d.clone()).collect();
+    // The captured datagrams without their senders, copied once per process.
+    static ALL_REAL: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    let all_real = ALL_REAL.get_or_init(|| captured.iter().map(|(_, d)| d.clone()).collect());
     if live {
         let mut inject: BTreeMap<usize, Vec<Vec<u8>>> = BTreeMap::new();
         for (i, _, m) in &mutants {
             inject.entry(*i).or_default().push(m.clone());
         }
-        let p = HopPair::with_injections(true, true, inject);
+        let p = resumed_with_injections(inject);
         let dropped = p
             .relay_steps
             .iter()
@@ -808,7 +1102,7 @@ pub fn mutate_real(data: &[u8]) -> HopOutcome {
         return HopOutcome {
             fed: mutants.len(),
             dropped,
-            ..finish(p, 0, &all_real)
+            ..finish(p, 0, all_real)
         };
     }
     let mut p = HopPair::cached(true, true);
@@ -823,7 +1117,7 @@ pub fn mutate_real(data: &[u8]) -> HopOutcome {
     let outcome = HopOutcome {
         fed: mutants.len(),
         dropped,
-        ..finish(p, delivered_before, &all_real)
+        ..finish(p, delivered_before, all_real)
     };
     assert_eq!(outcome.delivered, 0, "B delivered something after the run");
     outcome

@@ -171,6 +171,13 @@ impl Relay {
 
     fn forward(&mut self, to_endpoint: SocketAddr, data: &[u8]) {
         let next = self.config.next_hop(to_endpoint);
+        if next == self.local {
+            // A packet whose endpoint address leads back to this relay would come straight
+            // back and be forwarded again, forever: one forged Challenge naming the relay as
+            // its initiator kept it busy (found by the `hop_relay` fuzz target).
+            self.counters.malformed += 1;
+            return;
+        }
         self.counters.forwarded += 1;
         self.out.push_back((next, data.to_vec()));
     }

@@ -9,8 +9,8 @@
 use cohort_hop::crypto::ELEMENT_LEN;
 use cohort_hop::fuzzing::{
     captured, captured_kinds, drops, endpoint, join_datagrams, mutate_input, mutate_real, packet,
-    relay, EndpointControl, HopPair, MutantSpec, Mutation, ADDR_A, ADDR_R, CAPTURED_KINDS,
-    SETUP_MESSAGES,
+    relay, resumed_with_injections, EndpointControl, HopPair, MutantSpec, Mutation, ADDR_A, ADDR_R,
+    CAPTURED_KINDS, SETUP_MESSAGES,
 };
 use cohort_hop::wire::{kind, Packet, FLOW_FROM_RESPONDER, FLOW_HEADER_LEN};
 use cohort_hop::EndpointEvent;
@@ -201,6 +201,73 @@ fn a_cached_pair_is_a_fresh_pair() {
             "{what}"
         );
     }
+}
+
+/// A live `hop_mutate` input resumed from the copy of a clean set-up taken just before its
+/// first mutant's packet builds the pair `with_injections` builds from the start, for a
+/// mutant of every captured datagram (and for none): the same datagrams, relay steps,
+/// events, payloads and time, and it goes on exactly as that one does.
+#[test]
+fn a_resumed_set_up_is_a_fresh_one() {
+    let captured = captured();
+    let mut injections = vec![BTreeMap::new()];
+    for (i, (_, real)) in captured.iter().enumerate() {
+        let mut m = real.clone();
+        Mutation::FlipBit(i as u16 * 7, i as u8).apply(&mut m);
+        let mut inject = BTreeMap::from([(i, vec![m])]);
+        // A second mutant further on, so a resumed run injects past its checkpoint too.
+        if i + 3 < captured.len() {
+            inject.insert(i + 3, vec![captured[i + 3].1[..1].to_vec()]);
+        }
+        injections.push(inject);
+    }
+    for inject in injections {
+        let what = format!("{:?}", inject.keys().collect::<Vec<_>>());
+        let mut fresh = HopPair::with_injections(true, true, inject.clone());
+        let mut resumed = resumed_with_injections(inject);
+        for p in [&mut fresh, &mut resumed] {
+            p.send_both("after");
+            p.run_for(Duration::from_secs(2));
+        }
+        assert_eq!(fresh.now, resumed.now, "{what}");
+        assert_eq!(fresh.sent, resumed.sent, "{what}");
+        assert_eq!(fresh.relay_steps, resumed.relay_steps, "{what}");
+        assert_eq!(fresh.events_a, resumed.events_a, "{what}");
+        assert_eq!(fresh.events_b, resumed.events_b, "{what}");
+        assert_eq!(fresh.payloads, resumed.payloads, "{what}");
+        assert_eq!(
+            (fresh.assoc_m, fresh.assoc_c),
+            (resumed.assoc_m, resumed.assoc_c),
+            "{what}"
+        );
+    }
+}
+
+/// Found by `hop_relay` (2026-11-26): a Challenge from a stranger naming the relay itself as
+/// the initiator. The relay forwards Challenges without state to their initiator, so it sent
+/// this one to itself, got it back and sent it again, forever (the harness's bound of 20,000
+/// deliveries per pump stopped it; 300,000 relay steps for one input). Now the relay drops
+/// and counts a packet whose next hop is its own address. The input is also in
+/// `fuzz/corpus/hop_relay/regress-challenge-to-the-relay-itself`.
+#[test]
+fn a_relay_does_not_forward_to_itself() {
+    // kind CHALLENGE | pair id | initiator 10.0.0.3:7000 (ADDR_R) | responder 10.0.0.2:7000 |
+    // the rest of a Challenge.
+    let challenge: [u8; 48] = [
+        0x01, 0x02, 0x9b, 0x32, 0x58, 0x24, 0x7b, 0xaa, 0xf7, 0x21, 0x04, 0x0a, 0x00, 0x00, 0x03,
+        0x1b, 0x58, 0x04, 0x0a, 0x00, 0x00, 0x02, 0x1b, 0x58, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+        0x03, 0xe8, 0xe2, 0x26, 0x40, 0xc7, 0x6d, 0xf0, 0x50, 0xaf, 0x74, 0x34, 0xd6, 0x0e, 0xda,
+        0x5e, 0x8b, 0x5e,
+    ];
+    assert!(matches!(
+        Packet::parse(&challenge),
+        Ok(Packet::Challenge { header, .. }) if header.initiator == ADDR_R
+    ));
+    let mut input = vec![0];
+    input.extend(join_datagrams([challenge.as_slice()]));
+    let outcome = relay(&input);
+    assert_eq!((outcome.fed, outcome.dropped), (1, 1), "{outcome:?}");
+    assert!(outcome.alive, "{outcome:?}");
 }
 
 /// The harnesses reach what they claim: a real datagram fed to B is taken (and counted as
