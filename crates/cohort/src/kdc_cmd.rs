@@ -167,8 +167,8 @@ pub fn parse(text: &str, base: &Path) -> Result<KdcSetup, ConfigError> {
 impl KdcFile {
     /// Checks the values and applies the default; `database` is relative to `base`.
     pub fn validate(self, base: &Path) -> Result<KdcSetup, ConfigError> {
-        let listen = self.listen.ok_or_else(|| err("listen", "missing"))?;
-        let listen = parse_addr("listen", &listen)?;
+        let listen = self.listen.as_deref().ok_or_else(|| err("listen", "missing"))?;
+        let listen = parse_addr("listen", listen)?;
         let database = match self.database.as_deref() {
             None => return Err(err("database", "missing")),
             Some("") => return Err(err("database", "must not be empty")),
@@ -647,6 +647,41 @@ async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageErro
 mod tests {
     use super::*;
 
+    #[cfg(feature = "nats")]
+    #[test]
+    fn a_nats_config_parses_and_its_mistakes_name_their_key() {
+        let base = Path::new("/etc/cohort");
+        let nats = "transport = \"nats\"\nnats = [\"nats://10.0.0.1:4222\"]\n";
+        let ok = parse(
+            &format!("listen = \"10.0.0.1:7600\"\ndatabase = \"kdc.db\"\n{nats}nats_ca = \"ca.pem\"\n"),
+            base,
+        )
+        .unwrap();
+        assert_eq!(
+            ok.transport,
+            KdcTransport::Nats(cohort::group::NatsSetup {
+                urls: vec!["nats://10.0.0.1:4222".into()],
+                credentials: None,
+                ca: Some(PathBuf::from("/etc/cohort/ca.pem")),
+            })
+        );
+        for (text, key) in [
+            (format!("listen = \"127.0.0.1:0\"\ndatabase = \"x\"\n{nats}"), "listen"),
+            (
+                "listen = \"127.0.0.1:1\"\ndatabase = \"x\"\ntransport = \"nats\"\n".to_string(),
+                "nats",
+            ),
+            (
+                "listen = \"127.0.0.1:1\"\ndatabase = \"x\"\ntransport = \"nats\"\nnats = [\"http://10.0.0.1\"]\n"
+                    .to_string(),
+                "nats[0]",
+            ),
+        ] {
+            let e = parse(&text, base).unwrap_err();
+            assert_eq!(e.key, key, "{text:?}: {e}");
+        }
+    }
+
     #[test]
     fn configs_parse_and_errors_name_the_key() {
         let base = Path::new("/etc/cohort");
@@ -692,6 +727,18 @@ mod tests {
                 "metrics",
             ),
             ("listen = ", ""),
+            (
+                "listen = \"127.0.0.1:1\"\ndatabase = \"x\"\nnats = [\"nats://127.0.0.1:4222\"]",
+                "nats",
+            ),
+            (
+                "listen = \"127.0.0.1:1\"\ndatabase = \"x\"\nnats_ca = \"ca.pem\"",
+                "nats_ca",
+            ),
+            (
+                "listen = \"127.0.0.1:1\"\ndatabase = \"x\"\ntransport = \"tcp\"",
+                "transport",
+            ),
         ] {
             let e = parse(text, base).unwrap_err();
             assert_eq!(e.key, key, "{text:?}: {e}");
