@@ -167,7 +167,10 @@ pub fn parse(text: &str, base: &Path) -> Result<KdcSetup, ConfigError> {
 impl KdcFile {
     /// Checks the values and applies the default; `database` is relative to `base`.
     pub fn validate(self, base: &Path) -> Result<KdcSetup, ConfigError> {
-        let listen = self.listen.as_deref().ok_or_else(|| err("listen", "missing"))?;
+        let listen = self
+            .listen
+            .as_deref()
+            .ok_or_else(|| err("listen", "missing"))?;
         let listen = parse_addr("listen", listen)?;
         let database = match self.database.as_deref() {
             None => return Err(err("database", "missing")),
@@ -653,7 +656,9 @@ mod tests {
         let base = Path::new("/etc/cohort");
         let nats = "transport = \"nats\"\nnats = [\"nats://10.0.0.1:4222\"]\n";
         let ok = parse(
-            &format!("listen = \"10.0.0.1:7600\"\ndatabase = \"kdc.db\"\n{nats}nats_ca = \"ca.pem\"\n"),
+            &format!(
+                "listen = \"10.0.0.1:7600\"\ndatabase = \"kdc.db\"\n{nats}nats_ca = \"ca.pem\"\n"
+            ),
             base,
         )
         .unwrap();

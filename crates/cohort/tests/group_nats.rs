@@ -10,19 +10,19 @@
 
 mod support;
 
+use cohort::group::carriage::{encode_prefix, kdc_subject, Subjects};
 use cohort::group::{Channel, Error, Event, Events, Group, GroupConfig, MemberId};
 use cohort_channel::identity::Identity;
+use cohort_group::kdc_pair::KdcCredentials;
+use cohort_kdc::KeyFile;
 use futures_util::StreamExt;
 use rand_core::{OsRng, RngCore};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use cohort::group::carriage::{encode_prefix, kdc_subject, Subjects};
-use cohort_group::kdc_pair::KdcCredentials;
-use cohort_kdc::KeyFile;
-use std::path::{Path, PathBuf};
 use support::{
     arg, cohort, exits_2, free_port, identities, keygen, need, tempdir, wait_for_port, Guard,
     StderrWatch,
@@ -502,7 +502,13 @@ fn add_principals(dir: &Path, config: &Path, names: &[&str]) -> Vec<KeyFile> {
 
 /// A KDC-mode member over the broker at `url`, named `127.0.0.1:port`, whose KDC is
 /// named `kdc` on the same broker.
-fn kdc_member(key: &KeyFile, kdc: SocketAddr, url: &str, port: u16, peers: &[SocketAddr]) -> GroupConfig {
+fn kdc_member(
+    key: &KeyFile,
+    kdc: SocketAddr,
+    url: &str,
+    port: u16,
+    peers: &[SocketAddr],
+) -> GroupConfig {
     let mut b = GroupConfig::builder("nats kdc test")
         .kdc_credentials(KdcCredentials {
             name: key.name,
@@ -534,7 +540,9 @@ async fn one_view_and_key(members: &[(Group, Events)], n: usize, above: u64) -> 
                     }
                 }
             }
-            if keys.len() == members.len() && keys.iter().all(|k| *k == keys[0]) && keys[0].0 > above
+            if keys.len() == members.len()
+                && keys.iter().all(|k| *k == keys[0])
+                && keys[0].0 > above
             {
                 return keys.swap_remove(0);
             }
@@ -569,10 +577,20 @@ async fn a_kdc_mode_group_gets_its_keys_from_a_kdc_on_the_same_broker() {
     // over the broker.
     let mut members: Vec<(Group, Events)> = Vec::new();
     for (i, key) in keys.iter().enumerate() {
-        let peers: Vec<SocketAddr> = members.first().map(|(g, _)| g.local_addr()).into_iter().collect();
-        let started = Group::connect(kdc_member(key, kdc_addr, &server.url(), 45001 + i as u16, &peers))
-            .await
-            .unwrap();
+        let peers: Vec<SocketAddr> = members
+            .first()
+            .map(|(g, _)| g.local_addr())
+            .into_iter()
+            .collect();
+        let started = Group::connect(kdc_member(
+            key,
+            kdc_addr,
+            &server.url(),
+            45001 + i as u16,
+            &peers,
+        ))
+        .await
+        .unwrap();
         within("a view", started.0.join()).await.unwrap();
         members.push(started);
     }
@@ -590,7 +608,10 @@ async fn a_kdc_mode_group_gets_its_keys_from_a_kdc_on_the_same_broker() {
     for (_, events) in &mut members {
         orders.push(reliable_deliveries(events, 12).await);
     }
-    assert!(orders.iter().all(|o| o == &orders[0]), "one order at every member");
+    assert!(
+        orders.iter().all(|o| o == &orders[0]),
+        "one order at every member"
+    );
 
     // One leaves: the others agree on a view of three and a new key, and carry on.
     let (leaver, _) = members.pop().unwrap();
@@ -598,7 +619,11 @@ async fn a_kdc_mode_group_gets_its_keys_from_a_kdc_on_the_same_broker() {
     let (new_epoch, new_key) = one_view_and_key(&members, 3, epoch).await;
     assert_ne!(new_key, first_key);
     let p = random(64);
-    members[1].0.send(Channel::Reliable, p.clone()).await.unwrap();
+    members[1]
+        .0
+        .send(Channel::Reliable, p.clone())
+        .await
+        .unwrap();
     payloads.push(p.clone());
     for (_, events) in &mut members {
         let got = reliable_deliveries(events, 1).await;
@@ -614,7 +639,10 @@ async fn a_kdc_mode_group_gets_its_keys_from_a_kdc_on_the_same_broker() {
     encode_prefix(m0, &mut junk);
     junk.extend_from_slice(&[0xee; 60]); // no KDC request starts with 0xee
     let group_subjects = Subjects::new("nats kdc test");
-    intruder.publish(kdc_subj.clone(), junk.clone().into()).await.unwrap();
+    intruder
+        .publish(kdc_subj.clone(), junk.clone().into())
+        .await
+        .unwrap();
     intruder
         .publish_with_reply(kdc_subj.clone(), "_INBOX.elsewhere", junk.clone().into())
         .await
@@ -628,7 +656,11 @@ async fn a_kdc_mode_group_gets_its_keys_from_a_kdc_on_the_same_broker() {
         .await
         .unwrap();
     intruder
-        .publish_with_reply(kdc_subj.clone(), group_subjects.member(m0), junk.clone().into())
+        .publish_with_reply(
+            kdc_subj.clone(),
+            group_subjects.member(m0),
+            junk.clone().into(),
+        )
         .await
         .unwrap();
     intruder.flush().await.unwrap();
@@ -650,19 +682,33 @@ async fn a_kdc_mode_group_gets_its_keys_from_a_kdc_on_the_same_broker() {
     encode_prefix(kdc_addr, &mut kdc_prefix);
     let answers = seen
         .iter()
-        .filter(|(s, p)| s.starts_with(&format!("{}.m.", group_subjects.group().trim_end_matches(".all"))) && p.starts_with(&kdc_prefix))
+        .filter(|(s, p)| {
+            s.starts_with(&format!(
+                "{}.m.",
+                group_subjects.group().trim_end_matches(".all")
+            )) && p.starts_with(&kdc_prefix)
+        })
         .count();
-    assert!(answers >= 3, "{answers} answers from the KDC on member subjects");
+    assert!(
+        answers >= 3,
+        "{answers} answers from the KDC on member subjects"
+    );
     let mut secrets: Vec<(String, Vec<u8>)> = vec![
         (format!("group key epoch {epoch}"), first_key),
         (format!("group key epoch {new_epoch}"), new_key),
     ];
     for k in &keys {
-        secrets.push((format!("{}'s long-term key", k.name), k.key.expose().to_vec()));
+        secrets.push((
+            format!("{}'s long-term key", k.name),
+            k.key.expose().to_vec(),
+        ));
     }
     for (subject, payload) in &seen {
         for p in &payloads {
-            assert!(!leaks(payload, p, 16), "a payload in the clear on {subject}");
+            assert!(
+                !leaks(payload, p, 16),
+                "a payload in the clear on {subject}"
+            );
         }
         for (what, secret) in &secrets {
             assert!(!leaks(payload, secret, 16), "{what} on {subject}");
@@ -692,7 +738,10 @@ fn the_kdc_exits_2_with_one_line_when_the_broker_is_unreachable() {
     let out = cohort(&["kdc", "serve", "--config", arg(&config)]);
     let stderr = exits_2(&out);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("cannot connect") && stderr.contains(&url), "{stderr}");
+    assert!(
+        stderr.contains("cannot connect") && stderr.contains(&url),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -703,7 +752,11 @@ fn openssl(dir: &Path, args: &[&str]) {
         .args(args)
         .output()
         .expect("openssl runs");
-    assert!(out.status.success(), "openssl {args:?}: {}", support::text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        support::text(&out.stderr)
+    );
 }
 
 /// Makes a CA (`ca.pem`), a server certificate for 127.0.0.1 signed by it
@@ -715,22 +768,51 @@ fn tls_files(dir: &Path) -> [PathBuf; 4] {
         .stdout(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    assert!(found, "this test needs `openssl` on the PATH (Debian package openssl)");
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    assert!(
+        found,
+        "this test needs `openssl` on the PATH (Debian package openssl)"
+    );
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
     for ca in ["ca", "other-ca"] {
-        let (key, pem, subj) = (format!("{ca}.key"), format!("{ca}.pem"), format!("/CN=cohort test {ca}"));
+        let (key, pem, subj) = (
+            format!("{ca}.key"),
+            format!("{ca}.pem"),
+            format!("/CN=cohort test {ca}"),
+        );
         let mut args = vec!["req", "-x509"];
         args.extend(ec);
         args.extend([
-            "-keyout", &key, "-out", &pem, "-days", "1", "-subj", &subj,
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-days",
+            "1",
+            "-subj",
+            &subj,
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
         ]);
         openssl(dir, &args);
     }
     let mut args = vec!["req"];
     args.extend(ec);
-    args.extend(["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]);
+    args.extend([
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
     openssl(dir, &args);
     std::fs::write(
         dir.join("server.ext"),
@@ -740,8 +822,21 @@ fn tls_files(dir: &Path) -> [PathBuf; 4] {
     openssl(
         dir,
         &[
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "server.pem", "-days", "1", "-extfile", "server.ext",
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "1",
+            "-extfile",
+            "server.ext",
         ],
     );
     ["ca.pem", "server.pem", "server.key", "other-ca.pem"].map(|f| dir.join(f))
@@ -769,11 +864,18 @@ async fn members_with_a_ca_file_form_over_tls_and_a_wrong_ca_is_one_line() {
         }
         b.build().unwrap()
     };
-    let a = Group::connect(tls_member(ids.next().unwrap(), 46001, &[], &ca)).await.unwrap();
-    within("a view", a.0.join()).await.unwrap();
-    let mut b = Group::connect(tls_member(ids.next().unwrap(), 46002, &[a.0.local_addr()], &ca))
+    let a = Group::connect(tls_member(ids.next().unwrap(), 46001, &[], &ca))
         .await
         .unwrap();
+    within("a view", a.0.join()).await.unwrap();
+    let mut b = Group::connect(tls_member(
+        ids.next().unwrap(),
+        46002,
+        &[a.0.local_addr()],
+        &ca,
+    ))
+    .await
+    .unwrap();
     within("a view", b.0.join()).await.unwrap();
     let p = random(48);
     a.0.send(Channel::Reliable, p.clone()).await.unwrap();
@@ -788,7 +890,10 @@ async fn members_with_a_ca_file_form_over_tls_and_a_wrong_ca_is_one_line() {
     let text = e.to_string();
     assert!(matches!(e, Error::Transport(_)), "{text}");
     assert_eq!(text.lines().count(), 1, "{text}");
-    assert!(text.contains("cannot connect") && text.contains("certificate"), "{text}");
+    assert!(
+        text.contains("cannot connect") && text.contains("certificate"),
+        "{text}"
+    );
     let public = keygen(&dir, "carol");
     std::fs::write(
         dir.join("carol.toml"),
@@ -803,7 +908,9 @@ async fn members_with_a_ca_file_form_over_tls_and_a_wrong_ca_is_one_line() {
     let stderr = exits_2(&out);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.contains("cannot connect") && stderr.contains(&url) && stderr.contains("certificate"),
+        stderr.contains("cannot connect")
+            && stderr.contains(&url)
+            && stderr.contains("certificate"),
         "{stderr}"
     );
     a.0.leave().await.unwrap();

@@ -130,7 +130,10 @@ pub fn is_member_subject_of(subject: &str, from: SocketAddr) -> bool {
     else {
         return false;
     };
-    !group.is_empty() && group.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    !group.is_empty()
+        && group
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Appends the subject token of `addr`: its address bytes in hex, a dash, its port.
@@ -206,11 +209,11 @@ mod tests {
         let own = Subjects::new("ops").member(alice);
         assert!(is_member_subject_of(&own, alice));
         for (subject, from) in [
-            (own.as_str(), "127.0.0.1:7002"),   // another member
-            (own.as_str(), "[::1]:7001"),       // another family
-            ("cohort..m.7f000001-7001", "127.0.0.1:7001"), // no group token
+            (own.as_str(), "127.0.0.1:7002"),                  // another member
+            (own.as_str(), "[::1]:7001"),                      // another family
+            ("cohort..m.7f000001-7001", "127.0.0.1:7001"),     // no group token
             ("cohort.6f.x.m.7f000001-7001", "127.0.0.1:7001"), // two tokens
-            ("cohort.kdc.m.7f000001-7001", "127.0.0.1:7001"), // not hex
+            ("cohort.kdc.m.7f000001-7001", "127.0.0.1:7001"),  // not hex
             ("other.6f.m.7f000001-7001", "127.0.0.1:7001"),
             ("_INBOX.abc", "127.0.0.1:7001"),
             ("cohort.6f.all", "127.0.0.1:7001"),
