@@ -1,5 +1,5 @@
-//! `cohort kdc serve|add-principal`: LSGC's key distribution center over UDP, and the way
-//! principals get registered with it.
+//! `cohort kdc serve|add-principal`: LSGC's key distribution center over UDP or a NATS
+//! broker, and the way principals get registered with it.
 //!
 //! ```text
 //!   add-principal NAME ── fresh K_NAME ─┬─▶ DIR/NAME.key   (mode 0600, for the principal)
@@ -19,6 +19,19 @@
 //! database = "kdc.db"          # relative to this file; created by add-principal
 //! replay_cache = 16384         # optional: how many recent requests are remembered
 //! metrics = "127.0.0.1:9600"   # optional: serve Prometheus metrics here (TCP)
+//! ```
+//!
+//! Over NATS (issue 15; cargo feature `nats`) the KDC binds no socket: `listen` is its name,
+//! which members in KDC mode give as their `kdc`; it listens on its own subject and
+//! answers each request on the requesting member's subject (docs/wire.md, "KDC over
+//! NATS"). Its answers are sealed under each member's long-term key, as over UDP, so the
+//! broker carries no key:
+//!
+//! ```toml
+//! transport = "nats"                 # "udp" (the default) or "nats"
+//! nats = ["nats://10.0.0.1:4222"]    # the brokers, nearest first
+//! nats_credentials = "kdc.creds"     # optional: a NATS credentials file
+//! nats_ca = "ca.pem"                 # optional: a CA file (TLS is then required)
 //! ```
 //!
 //! Any other key is an error, and every error names its key.
@@ -41,8 +54,8 @@ use std::path::{Path, PathBuf};
 /// `cohort kdc ...`
 #[derive(Subcommand)]
 pub enum KdcCommand {
-    /// Run the key distribution center over UDP: answer pair-key requests from registered
-    /// principals (one stderr line per request).
+    /// Run the key distribution center over UDP or NATS: answer pair-key requests from
+    /// registered principals (one stderr line per request).
     Serve(ServeArgs),
     /// Register a principal: a fresh long-term key, added to the KDC's database and written
     /// to NAME.key for the principal (both owner-only).
@@ -98,6 +111,18 @@ pub struct KdcSetup {
     pub replay_cache: usize,
     /// Where to serve metrics, if anywhere.
     pub metrics: Option<SocketAddr>,
+    /// How requests and answers travel.
+    pub transport: KdcTransport,
+}
+
+/// How a KDC's requests and answers travel: the config's `transport` and its keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KdcTransport {
+    /// A UDP socket bound to `listen` (the default).
+    Udp,
+    /// A NATS connection; `listen` is the KDC's name on the broker.
+    #[cfg(feature = "nats")]
+    Nats(cohort::group::NatsSetup),
 }
 
 /// The KDC's config file as written, typed but not yet checked (see
@@ -114,6 +139,15 @@ pub struct KdcFile {
     pub replay_cache: Option<Whole>,
     /// Serve Prometheus metrics on this TCP `IP:PORT` (optional).
     pub metrics: Option<String>,
+    /// `"udp"` (the default) or `"nats"`.
+    pub transport: Option<String>,
+    /// The NATS server URLs, nearest first (`transport = "nats"`).
+    #[serde(default)]
+    pub nats: Vec<String>,
+    /// A NATS credentials file, relative to the config file.
+    pub nats_credentials: Option<String>,
+    /// A CA file for TLS to the NATS servers, relative to the config file.
+    pub nats_ca: Option<String>,
 }
 
 /// Largest replay cache accepted (about 64 MiB).
@@ -133,8 +167,11 @@ pub fn parse(text: &str, base: &Path) -> Result<KdcSetup, ConfigError> {
 impl KdcFile {
     /// Checks the values and applies the default; `database` is relative to `base`.
     pub fn validate(self, base: &Path) -> Result<KdcSetup, ConfigError> {
-        let listen = self.listen.ok_or_else(|| err("listen", "missing"))?;
-        let listen = parse_addr("listen", &listen)?;
+        let listen = self
+            .listen
+            .as_deref()
+            .ok_or_else(|| err("listen", "missing"))?;
+        let listen = parse_addr("listen", listen)?;
         let database = match self.database.as_deref() {
             None => return Err(err("database", "missing")),
             Some("") => return Err(err("database", "must not be empty")),
@@ -154,12 +191,68 @@ impl KdcFile {
             None => None,
             Some(text) => Some(parse_addr("metrics", text)?),
         };
+        let transport = self.transport(base, listen)?;
         Ok(KdcSetup {
             listen,
             database,
             replay_cache,
             metrics,
+            transport,
         })
+    }
+
+    /// Checks `transport` and the NATS keys.
+    fn transport(&self, base: &Path, listen: SocketAddr) -> Result<KdcTransport, ConfigError> {
+        match self.transport.as_deref() {
+            None | Some("udp") => {
+                for (key, present) in [
+                    ("nats", !self.nats.is_empty()),
+                    ("nats_credentials", self.nats_credentials.is_some()),
+                    ("nats_ca", self.nats_ca.is_some()),
+                ] {
+                    if present {
+                        return Err(err(key, "only with transport = \"nats\""));
+                    }
+                }
+                Ok(KdcTransport::Udp)
+            }
+            Some("nats") => self.nats_transport(base, listen),
+            Some(other) => Err(err(
+                "transport",
+                format!("unknown transport {other:?} (udp or nats)"),
+            )),
+        }
+    }
+
+    #[cfg(feature = "nats")]
+    fn nats_transport(&self, base: &Path, listen: SocketAddr) -> Result<KdcTransport, ConfigError> {
+        if listen.port() == 0 {
+            return Err(err(
+                "listen",
+                "over NATS the address names the KDC: give it a port other than 0",
+            ));
+        }
+        if self.nats.is_empty() {
+            return Err(err("nats", "missing: the broker URLs (nats://host:4222)"));
+        }
+        for (i, url) in self.nats.iter().enumerate() {
+            url.parse::<async_nats::ServerAddr>()
+                .map_err(|e| err(format!("nats[{i}]"), format!("not a NATS URL: {e}")))?;
+        }
+        let path = |p: &Option<String>| p.as_ref().map(|p| base.join(p));
+        Ok(KdcTransport::Nats(cohort::group::NatsSetup {
+            urls: self.nats.clone(),
+            credentials: path(&self.nats_credentials),
+            ca: path(&self.nats_ca),
+        }))
+    }
+
+    #[cfg(not(feature = "nats"))]
+    fn nats_transport(&self, _: &Path, _: SocketAddr) -> Result<KdcTransport, ConfigError> {
+        Err(err(
+            "transport",
+            "this build has no NATS transport (cargo feature `nats`)",
+        ))
     }
 }
 
@@ -287,7 +380,8 @@ type Label = [(&'static str, &'static str); 1];
 struct KdcMetrics {
     /// Requests answered, by outcome (answered, unknown_principal, unknown_requester).
     requests: Family<Label, Counter>,
-    /// Requests dropped without an answer, by reason (malformed, bad_mac, replayed).
+    /// Requests dropped without an answer, by reason (malformed, bad_mac, replayed; over
+    /// NATS also not_a_request: not carriage, or no acceptable reply subject).
     drops: Family<Label, Counter>,
     /// UDP payload bytes, received and sent.
     bytes: Family<Label, Counter>,
@@ -350,6 +444,117 @@ impl KdcMetrics {
     }
 }
 
+/// Where the KDC's requests come from and its answers go.
+enum Carrier {
+    /// A UDP socket bound to `listen`.
+    Udp(tokio::net::UdpSocket),
+    /// A NATS connection; `listen` is the KDC's name.
+    #[cfg(feature = "nats")]
+    Nats(Box<cohort::group::NatsKdc>),
+}
+
+/// Where an answer goes.
+enum ReplyTo {
+    Udp(SocketAddr),
+    #[cfg(feature = "nats")]
+    Nats(cohort::group::ReplySubject),
+}
+
+/// What [`Carrier::recv`] brings.
+enum Arrived {
+    /// A request of `len` bytes at the start of the buffer, from `from`.
+    Request {
+        from: SocketAddr,
+        len: usize,
+        reply: ReplyTo,
+    },
+    /// A change of the broker connection, for the log.
+    #[cfg_attr(not(feature = "nats"), allow(dead_code))]
+    // reason: only NATS has connection events
+    Event(String),
+    /// Nothing for the KDC (an ICMP error on the UDP socket).
+    Nothing,
+}
+
+impl Carrier {
+    /// Binds the socket or connects to the brokers; also returns where the KDC serves, for
+    /// the log.
+    async fn open(setup: &KdcSetup) -> Result<(Carrier, String), UsageError> {
+        let listen = setup.listen;
+        match &setup.transport {
+            KdcTransport::Udp => {
+                let socket = cohort_net::bind_udp(listen)
+                    .map_err(|e| UsageError(format!("cannot listen on {listen}: {e}")))?;
+                let local = socket
+                    .local_addr()
+                    .map_err(|e| UsageError(format!("cannot read the socket's address: {e}")))?;
+                Ok((Carrier::Udp(socket), format!("listening on {local}")))
+            }
+            #[cfg(feature = "nats")]
+            KdcTransport::Nats(nats) => {
+                let kdc = cohort::group::serve_kdc(nats, listen)
+                    .await
+                    .map_err(UsageError)?;
+                let at = format!(
+                    "serving {listen} on NATS subject {} via {}",
+                    kdc.subject(),
+                    nats.urls.join(", ")
+                );
+                Ok((Carrier::Nats(Box::new(kdc)), at))
+            }
+        }
+    }
+
+    /// The next request or event. Cancel-safe. An error ends the KDC.
+    async fn recv(&mut self, buf: &mut [u8]) -> Result<Arrived, UsageError> {
+        match self {
+            Carrier::Udp(socket) => match socket.recv_from(buf).await {
+                Ok((len, from)) => Ok(Arrived::Request {
+                    from,
+                    len,
+                    reply: ReplyTo::Udp(from),
+                }),
+                // ICMP errors (port unreachable) surface here; they are not fatal.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(Arrived::Nothing),
+                Err(e) => Err(UsageError(format!("the UDP socket failed: {e}"))),
+            },
+            #[cfg(feature = "nats")]
+            Carrier::Nats(kdc) => match kdc.recv(buf).await {
+                Ok(cohort::group::KdcCarried::Request { from, reply, len }) => {
+                    Ok(Arrived::Request {
+                        from,
+                        len,
+                        reply: ReplyTo::Nats(reply),
+                    })
+                }
+                Ok(cohort::group::KdcCarried::Event(e)) => Ok(Arrived::Event(e)),
+                Err(e) => Err(UsageError(format!("the NATS connection failed: {e}"))),
+            },
+        }
+    }
+
+    /// Sends an answer; returns the bytes handed to the socket or the broker.
+    async fn send(&mut self, to: ReplyTo, reply: &[u8]) -> io::Result<usize> {
+        match (self, to) {
+            (Carrier::Udp(socket), ReplyTo::Udp(addr)) => socket.send_to(reply, addr).await,
+            #[cfg(feature = "nats")]
+            (Carrier::Nats(kdc), ReplyTo::Nats(subject)) => kdc.reply(subject, reply).await,
+            #[cfg(feature = "nats")]
+            _ => Err(io::Error::other("an answer for another carrier")),
+        }
+    }
+
+    /// Messages the carrier dropped before the KDC saw them (NATS: not carriage, no reply
+    /// subject, or a reply subject that is not the sender's).
+    fn dropped(&self) -> u64 {
+        match self {
+            Carrier::Udp(_) => 0,
+            #[cfg(feature = "nats")]
+            Carrier::Nats(kdc) => kdc.dropped(),
+        }
+    }
+}
+
 async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageError> {
     use tokio::signal::unix::{signal, SignalKind};
     // Bound before anything else starts, so an address in use stops us cleanly.
@@ -358,12 +563,7 @@ async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageErro
         None => KdcMetrics::default(),
     };
     metrics.principals.set(registry.len() as i64);
-    let listen = setup.listen;
-    let socket = cohort_net::bind_udp(listen)
-        .map_err(|e| UsageError(format!("cannot listen on {listen}: {e}")))?;
-    let local = socket
-        .local_addr()
-        .map_err(|e| UsageError(format!("cannot read the socket's address: {e}")))?;
+    let (mut carrier, serving) = Carrier::open(&setup).await?;
     let watch = |kind: SignalKind, name: &str| {
         signal(kind).map_err(|e| UsageError(format!("cannot watch {name}: {e}")))
     };
@@ -374,22 +574,23 @@ async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageErro
     let principals = registry.len();
     let mut kdc = Kdc::with_replay_capacity(provider, registry, setup.replay_cache);
     eprintln!(
-        "cohort kdc: listening on {local} ({} from {})",
+        "cohort kdc: {serving} ({} from {})",
         count(principals),
         setup.database.display()
     );
     let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut carrier_dropped = 0;
     loop {
         tokio::select! {
-            received = socket.recv_from(&mut buf) => match received {
-                Ok((len, from)) => {
+            arrived = carrier.recv(&mut buf) => match arrived? {
+                Arrived::Request { from, len, reply: reply_to } => {
                     #[allow(clippy::disallowed_methods)] // reason: the binary is the I/O shell and owns the clock
                     let started = std::time::Instant::now();
                     let handled = kdc.handle(from, &buf[..len]);
                     metrics.count(&handled.outcome, len, started.elapsed());
                     eprintln!("cohort kdc: {from}: {}", handled.outcome);
                     if let Some(reply) = handled.reply {
-                        match socket.send_to(&reply, from).await {
+                        match carrier.send(reply_to, &reply).await {
                             Ok(n) => {
                                 metrics.bytes.get_or_create(&[("direction", "sent")]).inc_by(n as u64);
                             }
@@ -399,9 +600,8 @@ async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageErro
                         }
                     }
                 }
-                // ICMP errors (port unreachable) surface here; they are not fatal.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
-                Err(e) => return Err(UsageError(format!("the UDP socket failed: {e}"))),
+                Arrived::Event(e) => eprintln!("cohort kdc: broker connection: {e}"),
+                Arrived::Nothing => {}
             },
             _ = hangup.recv() => match read_database(&setup.database) {
                 Ok(registry) => {
@@ -422,12 +622,26 @@ async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageErro
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
         }
+        let dropped = carrier.dropped();
+        if dropped > carrier_dropped {
+            metrics
+                .drops
+                .get_or_create(&[("reason", "not_a_request")])
+                .inc_by(dropped - carrier_dropped);
+            carrier_dropped = dropped;
+        }
     }
     let c = kdc.counters();
     eprintln!(
         "cohort kdc: stopping: answered {}, unknown principal {}, unknown requester {}, \
-         malformed {}, bad MAC {}, replayed {}",
-        c.answered, c.unknown_principal, c.unknown_requester, c.malformed, c.bad_mac, c.replayed
+         malformed {}, bad MAC {}, replayed {}, not a request {}",
+        c.answered,
+        c.unknown_principal,
+        c.unknown_requester,
+        c.malformed,
+        c.bad_mac,
+        c.replayed,
+        carrier.dropped()
     );
     Ok(())
 }
@@ -435,6 +649,43 @@ async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "nats")]
+    #[test]
+    fn a_nats_config_parses_and_its_mistakes_name_their_key() {
+        let base = Path::new("/etc/cohort");
+        let nats = "transport = \"nats\"\nnats = [\"nats://10.0.0.1:4222\"]\n";
+        let ok = parse(
+            &format!(
+                "listen = \"10.0.0.1:7600\"\ndatabase = \"kdc.db\"\n{nats}nats_ca = \"ca.pem\"\n"
+            ),
+            base,
+        )
+        .unwrap();
+        assert_eq!(
+            ok.transport,
+            KdcTransport::Nats(cohort::group::NatsSetup {
+                urls: vec!["nats://10.0.0.1:4222".into()],
+                credentials: None,
+                ca: Some(PathBuf::from("/etc/cohort/ca.pem")),
+            })
+        );
+        for (text, key) in [
+            (format!("listen = \"127.0.0.1:0\"\ndatabase = \"x\"\n{nats}"), "listen"),
+            (
+                "listen = \"127.0.0.1:1\"\ndatabase = \"x\"\ntransport = \"nats\"\n".to_string(),
+                "nats",
+            ),
+            (
+                "listen = \"127.0.0.1:1\"\ndatabase = \"x\"\ntransport = \"nats\"\nnats = [\"http://10.0.0.1\"]\n"
+                    .to_string(),
+                "nats[0]",
+            ),
+        ] {
+            let e = parse(&text, base).unwrap_err();
+            assert_eq!(e.key, key, "{text:?}: {e}");
+        }
+    }
 
     #[test]
     fn configs_parse_and_errors_name_the_key() {
@@ -447,6 +698,7 @@ mod tests {
                 database: PathBuf::from("/etc/cohort/kdc.db"),
                 replay_cache: cohort_kdc::DEFAULT_REPLAY_CAPACITY,
                 metrics: None,
+                transport: KdcTransport::Udp,
             }
         );
         let with_cache = parse(
@@ -480,6 +732,18 @@ mod tests {
                 "metrics",
             ),
             ("listen = ", ""),
+            (
+                "listen = \"127.0.0.1:1\"\ndatabase = \"x\"\nnats = [\"nats://127.0.0.1:4222\"]",
+                "nats",
+            ),
+            (
+                "listen = \"127.0.0.1:1\"\ndatabase = \"x\"\nnats_ca = \"ca.pem\"",
+                "nats_ca",
+            ),
+            (
+                "listen = \"127.0.0.1:1\"\ndatabase = \"x\"\ntransport = \"tcp\"",
+                "transport",
+            ),
         ] {
             let e = parse(text, base).unwrap_err();
             assert_eq!(e.key, key, "{text:?}: {e}");

@@ -3,22 +3,29 @@
 //! by the broker; a subscriber to every subject finds no payload and no key in what the
 //! broker carried; what a non-member injects on the group's subjects is dropped and
 //! counted; start-up failures are one line (exit status 2 from the command); a broker that
-//! restarts gives events and the group carries on.
+//! restarts gives events and the group carries on; a KDC-mode group reaches a `cohort kdc
+//! serve` over the same broker; members reach a broker over TLS with a CA file, and a wrong
+//! CA is one line at start-up.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
 mod support;
 
+use cohort::group::carriage::{encode_prefix, kdc_subject, Subjects};
 use cohort::group::{Channel, Error, Event, Events, Group, GroupConfig, MemberId};
 use cohort_channel::identity::Identity;
+use cohort_group::kdc_pair::KdcCredentials;
+use cohort_kdc::KeyFile;
 use futures_util::StreamExt;
 use rand_core::{OsRng, RngCore};
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::{
-    cohort, exits_2, free_port, identities, keygen, need, tempdir, wait_for_port, Guard,
+    arg, cohort, exits_2, free_port, identities, keygen, need, tempdir, wait_for_port, Guard,
+    StderrWatch,
 };
 use tokio::time::timeout;
 
@@ -470,4 +477,443 @@ async fn a_broker_restart_gives_events_and_the_group_carries_on() {
     let got = reliable_deliveries(&mut members[0].1, 1).await;
     assert_eq!(got[0].1, p);
     assert_eq!(members[0].0.view().unwrap().members.len(), 2);
+}
+
+/// Registers `names` with the KDC whose config is `config`; returns their key files.
+fn add_principals(dir: &Path, config: &Path, names: &[&str]) -> Vec<KeyFile> {
+    names
+        .iter()
+        .map(|name| {
+            let out = cohort(&[
+                "kdc",
+                "add-principal",
+                name,
+                "--config",
+                arg(config),
+                "--out",
+                arg(dir),
+            ]);
+            assert!(out.status.success(), "{}", support::text(&out.stderr));
+            let text = std::fs::read_to_string(dir.join(format!("{name}.key"))).unwrap();
+            KeyFile::parse(&text).unwrap()
+        })
+        .collect()
+}
+
+/// A KDC-mode member over the broker at `url`, named `127.0.0.1:port`, whose KDC is
+/// named `kdc` on the same broker.
+fn kdc_member(
+    key: &KeyFile,
+    kdc: SocketAddr,
+    url: &str,
+    port: u16,
+    peers: &[SocketAddr],
+) -> GroupConfig {
+    let mut b = GroupConfig::builder("nats kdc test")
+        .kdc_credentials(KdcCredentials {
+            name: key.name,
+            key: key.key.clone(),
+            kdc,
+        })
+        .trust_any_registered(true)
+        .listen(addr(port))
+        .heartbeat(Duration::from_millis(50))
+        .suspect_timeout(Duration::from_millis(1500))
+        .flush_timeout(Duration::from_millis(500))
+        .nats([url]);
+    for p in peers {
+        b = b.peer(*p);
+    }
+    b.build().unwrap()
+}
+
+/// Waits until every member in `members` holds a view of `n` and the same key of an epoch
+/// above `above`; returns that epoch and key.
+async fn one_view_and_key(members: &[(Group, Events)], n: usize, above: u64) -> (u64, Vec<u8>) {
+    within("one view and one new key", async {
+        loop {
+            let mut keys = Vec::new();
+            for (g, _) in members {
+                if g.view().is_some_and(|v| v.members.len() == n) {
+                    if let Some((epoch, key)) = g.danger_group_key_for_tests().await.unwrap() {
+                        keys.push((epoch, key.to_vec()));
+                    }
+                }
+            }
+            if keys.len() == members.len()
+                && keys.iter().all(|k| *k == keys[0])
+                && keys[0].0 > above
+            {
+                return keys.swap_remove(0);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kdc_mode_group_gets_its_keys_from_a_kdc_on_the_same_broker() {
+    let server = NatsServer::start(&[]);
+    let spy = Spy::start(&server.url()).await;
+    let dir = tempdir("nats-kdc");
+    let kdc_addr = addr(45600);
+    let config = dir.join("kdc.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"{kdc_addr}\"\ndatabase = \"kdc.db\"\ntransport = \"nats\"\n\
+             nats = [\"{}\"]\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    let keys = add_principals(&dir, &config, &["m0", "m1", "m2", "m3"]);
+    let mut kdc = StderrWatch::start(&["kdc", "serve", "--config", arg(&config)]);
+    let line = tokio::task::block_in_place(|| kdc.wait_for("on NATS subject"));
+    assert!(line.contains(&kdc_subject(kdc_addr)), "{line}");
+
+    // Four members join one by one through the first: every pair key comes from the KDC,
+    // over the broker.
+    let mut members: Vec<(Group, Events)> = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let peers: Vec<SocketAddr> = members
+            .first()
+            .map(|(g, _)| g.local_addr())
+            .into_iter()
+            .collect();
+        let started = Group::connect(kdc_member(
+            key,
+            kdc_addr,
+            &server.url(),
+            45001 + i as u16,
+            &peers,
+        ))
+        .await
+        .unwrap();
+        within("a view", started.0.join()).await.unwrap();
+        members.push(started);
+    }
+    let (epoch, first_key) = one_view_and_key(&members, 4, 0).await;
+
+    let mut payloads = Vec::new();
+    for (g, _) in &members {
+        for _ in 0..3 {
+            let p = random(64);
+            g.send(Channel::Reliable, p.clone()).await.unwrap();
+            payloads.push(p);
+        }
+    }
+    let mut orders = Vec::new();
+    for (_, events) in &mut members {
+        orders.push(reliable_deliveries(events, 12).await);
+    }
+    assert!(
+        orders.iter().all(|o| o == &orders[0]),
+        "one order at every member"
+    );
+
+    // One leaves: the others agree on a view of three and a new key, and carry on.
+    let (leaver, _) = members.pop().unwrap();
+    leaver.leave().await.unwrap();
+    let (new_epoch, new_key) = one_view_and_key(&members, 3, epoch).await;
+    assert_ne!(new_key, first_key);
+    let p = random(64);
+    members[1]
+        .0
+        .send(Channel::Reliable, p.clone())
+        .await
+        .unwrap();
+    payloads.push(p.clone());
+    for (_, events) in &mut members {
+        let got = reliable_deliveries(events, 1).await;
+        assert_eq!(got[0].1, p);
+    }
+
+    // Junk on the KDC's subject: no reply subject, a reply subject that is not the
+    // sender's member subject, and a request that is carriage but not a KDC request.
+    let intruder = async_nats::connect(server.url()).await.unwrap();
+    let kdc_subj = kdc_subject(kdc_addr);
+    let m0 = members[0].0.local_addr();
+    let mut junk = Vec::new();
+    encode_prefix(m0, &mut junk);
+    junk.extend_from_slice(&[0xee; 60]); // no KDC request starts with 0xee
+    let group_subjects = Subjects::new("nats kdc test");
+    intruder
+        .publish(kdc_subj.clone(), junk.clone().into())
+        .await
+        .unwrap();
+    intruder
+        .publish_with_reply(kdc_subj.clone(), "_INBOX.elsewhere", junk.clone().into())
+        .await
+        .unwrap();
+    intruder
+        .publish_with_reply(
+            kdc_subj.clone(),
+            group_subjects.member(members[1].0.local_addr()),
+            junk.clone().into(),
+        )
+        .await
+        .unwrap();
+    intruder
+        .publish_with_reply(
+            kdc_subj.clone(),
+            group_subjects.member(m0),
+            junk.clone().into(),
+        )
+        .await
+        .unwrap();
+    intruder.flush().await.unwrap();
+    tokio::task::block_in_place(|| kdc.wait_for("malformed"));
+    kdc.process.signal("TERM");
+    let stopping = tokio::task::block_in_place(|| kdc.wait_for("stopping"));
+    assert!(stopping.contains("malformed 1,"), "{stopping}");
+    assert!(stopping.contains("not a request 3"), "{stopping}");
+    let answered = kdc.seen.iter().filter(|l| l.contains("answered")).count();
+    assert!(answered >= 3, "{answered} answers: {:#?}", kdc.seen);
+
+    // The broker carried the requests and the answers, and saw no payload, no group key
+    // and no principal's long-term key.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let seen = spy.seen();
+    let requests = seen.iter().filter(|(s, _)| *s == kdc_subj).count();
+    assert!(requests >= 3, "{requests} messages on {kdc_subj}");
+    let mut kdc_prefix = Vec::new();
+    encode_prefix(kdc_addr, &mut kdc_prefix);
+    let answers = seen
+        .iter()
+        .filter(|(s, p)| {
+            s.starts_with(&format!(
+                "{}.m.",
+                group_subjects.group().trim_end_matches(".all")
+            )) && p.starts_with(&kdc_prefix)
+        })
+        .count();
+    assert!(
+        answers >= 3,
+        "{answers} answers from the KDC on member subjects"
+    );
+    let mut secrets: Vec<(String, Vec<u8>)> = vec![
+        (format!("group key epoch {epoch}"), first_key),
+        (format!("group key epoch {new_epoch}"), new_key),
+    ];
+    for k in &keys {
+        secrets.push((
+            format!("{}'s long-term key", k.name),
+            k.key.expose().to_vec(),
+        ));
+    }
+    for (subject, payload) in &seen {
+        for p in &payloads {
+            assert!(
+                !leaks(payload, p, 16),
+                "a payload in the clear on {subject}"
+            );
+        }
+        for (what, secret) in &secrets {
+            assert!(!leaks(payload, secret, 16), "{what} on {subject}");
+        }
+    }
+    for (g, _) in &members {
+        g.leave().await.unwrap();
+    }
+    drop(spy.client);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_kdc_exits_2_with_one_line_when_the_broker_is_unreachable() {
+    let dir = tempdir("nats-kdc-cli");
+    let url = format!("nats://127.0.0.1:{}", free_port());
+    let config = dir.join("kdc.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:7600\"\ndatabase = \"kdc.db\"\ntransport = \"nats\"\n\
+             nats = [\"{url}\"]\n"
+        ),
+    )
+    .unwrap();
+    add_principals(&dir, &config, &["alice"]);
+    let out = cohort(&["kdc", "serve", "--config", arg(&config)]);
+    let stderr = exits_2(&out);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot connect") && stderr.contains(&url),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `openssl ARGS` in `dir`; it must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        support::text(&out.stderr)
+    );
+}
+
+/// Makes a CA (`ca.pem`), a server certificate for 127.0.0.1 signed by it
+/// (`server.pem`, `server.key`) and a second CA that signed nothing (`other-ca.pem`).
+fn tls_files(dir: &Path) -> [PathBuf; 4] {
+    // (`need` runs `TOOL --version`, which openssl does not know.)
+    let found = Command::new("openssl")
+        .arg("version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "this test needs `openssl` on the PATH (Debian package openssl)"
+    );
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    for ca in ["ca", "other-ca"] {
+        let (key, pem, subj) = (
+            format!("{ca}.key"),
+            format!("{ca}.pem"),
+            format!("/CN=cohort test {ca}"),
+        );
+        let mut args = vec!["req", "-x509"];
+        args.extend(ec);
+        args.extend([
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-days",
+            "1",
+            "-subj",
+            &subj,
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+        openssl(dir, &args);
+    }
+    let mut args = vec!["req"];
+    args.extend(ec);
+    args.extend([
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    openssl(dir, &args);
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "1",
+            "-extfile",
+            "server.ext",
+        ],
+    );
+    ["ca.pem", "server.pem", "server.key", "other-ca.pem"].map(|f| dir.join(f))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_with_a_ca_file_form_over_tls_and_a_wrong_ca_is_one_line() {
+    let dir = tempdir("nats-tls");
+    let [ca, cert, key, other_ca] = tls_files(&dir);
+    let server = NatsServer::start(&["--tls", "--tlscert", arg(&cert), "--tlskey", arg(&key)]);
+    let url = server.url();
+    let (ids, trust) = identities(3);
+    let mut ids = ids.into_iter();
+    let tls_member = |id: Identity, port: u16, peers: &[SocketAddr], ca: &Path| {
+        let mut b = GroupConfig::builder("nats tls test")
+            .identity(id)
+            .listen(addr(port))
+            .trust(trust.iter().copied())
+            .heartbeat(Duration::from_millis(50))
+            .suspect_timeout(Duration::from_millis(1500))
+            .nats([url.clone()])
+            .nats_ca(ca.display().to_string());
+        for p in peers {
+            b = b.peer(*p);
+        }
+        b.build().unwrap()
+    };
+    let a = Group::connect(tls_member(ids.next().unwrap(), 46001, &[], &ca))
+        .await
+        .unwrap();
+    within("a view", a.0.join()).await.unwrap();
+    let mut b = Group::connect(tls_member(
+        ids.next().unwrap(),
+        46002,
+        &[a.0.local_addr()],
+        &ca,
+    ))
+    .await
+    .unwrap();
+    within("a view", b.0.join()).await.unwrap();
+    let p = random(48);
+    a.0.send(Channel::Reliable, p.clone()).await.unwrap();
+    let got = reliable_deliveries(&mut b.1, 1).await;
+    assert_eq!(got[0].1, p);
+    assert_eq!(b.0.view().unwrap().members.len(), 2);
+
+    // The wrong CA: the library gives one line, the command exits 2 with it.
+    let e = Group::connect(tls_member(ids.next().unwrap(), 46003, &[], &other_ca))
+        .await
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, Error::Transport(_)), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.contains("cannot connect") && text.contains("certificate"),
+        "{text}"
+    );
+    let public = keygen(&dir, "carol");
+    std::fs::write(
+        dir.join("carol.toml"),
+        format!(
+            "identity = \"carol.key\"\ngroup = \"ops\"\nlisten = \"127.0.0.1:46004\"\n\
+             trust = [\"{public}\"]\ntransport = \"nats\"\nnats = [\"{url}\"]\n\
+             nats_ca = \"other-ca.pem\"\n"
+        ),
+    )
+    .unwrap();
+    let out = cohort(&["group", "run", "--config", arg(&dir.join("carol.toml"))]);
+    let stderr = exits_2(&out);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot connect")
+            && stderr.contains(&url)
+            && stderr.contains("certificate"),
+        "{stderr}"
+    );
+    a.0.leave().await.unwrap();
+    b.0.leave().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,6 +1,6 @@
 //! The NATS carriage of a group packet: a small versioned prefix that names the sender's
 //! address (its identity in views, as a UDP source address is), then the packet itself;
-//! and the subjects a group and its members use. Format in docs/wire.md, "NATS carriage".
+//! and the subjects a group, its members and a KDC use. Format in docs/wire.md, "NATS carriage".
 //!
 //! ```text
 //!   version 1 (u8) | family (u8: 4 or 6) | address (4 or 16 bytes) | port (u16 BE) | packet
@@ -103,17 +103,50 @@ impl Subjects {
     /// The subject of the member reached at `addr`.
     pub fn member(&self, addr: SocketAddr) -> String {
         let mut s = format!("{}.m.", self.prefix);
-        match addr.ip() {
-            IpAddr::V4(ip) => ip.octets().iter().for_each(|b| {
-                let _ = write!(s, "{b:02x}");
-            }),
-            IpAddr::V6(ip) => ip.octets().iter().for_each(|b| {
-                let _ = write!(s, "{b:02x}");
-            }),
-        }
-        let _ = write!(s, "-{}", addr.port());
+        push_addr_token(&mut s, addr);
         s
     }
+}
+
+/// The subject of the KDC named `addr` (its `listen`): `cohort.kdc.<address in hex>`. A
+/// KDC serves every group, so its subject names no group; `kdc` is not a hex token, so no
+/// group's subjects can collide with it.
+pub fn kdc_subject(addr: SocketAddr) -> String {
+    let mut s = String::from("cohort.kdc.");
+    push_addr_token(&mut s, addr);
+    s
+}
+
+/// Whether `subject` is the member subject of the member at `from` in some group
+/// (`cohort.<hex>.m.<from in hex>`): the only reply subject a KDC over NATS answers to, so
+/// that a request cannot make the KDC publish to any other subject, nor to a member other
+/// than the one its carriage prefix names.
+pub fn is_member_subject_of(subject: &str, from: SocketAddr) -> bool {
+    let mut own = String::from(".m.");
+    push_addr_token(&mut own, from);
+    let Some(group) = subject
+        .strip_prefix("cohort.")
+        .and_then(|rest| rest.strip_suffix(own.as_str()))
+    else {
+        return false;
+    };
+    !group.is_empty()
+        && group
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Appends the subject token of `addr`: its address bytes in hex, a dash, its port.
+fn push_addr_token(s: &mut String, addr: SocketAddr) {
+    match addr.ip() {
+        IpAddr::V4(ip) => ip.octets().iter().for_each(|b| {
+            let _ = write!(s, "{b:02x}");
+        }),
+        IpAddr::V6(ip) => ip.octets().iter().for_each(|b| {
+            let _ = write!(s, "{b:02x}");
+        }),
+    }
+    let _ = write!(s, "-{}", addr.port());
 }
 
 #[cfg(test)]
@@ -166,5 +199,29 @@ mod tests {
             s.member("127.0.0.1:7001".parse().unwrap()),
             s.member("127.0.0.1:7002".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn the_kdc_answers_only_on_the_member_subject_its_prefix_names() {
+        let alice: SocketAddr = "127.0.0.1:7001".parse().unwrap();
+        let kdc: SocketAddr = "10.0.0.1:7600".parse().unwrap();
+        assert_eq!(kdc_subject(kdc), "cohort.kdc.0a000001-7600");
+        let own = Subjects::new("ops").member(alice);
+        assert!(is_member_subject_of(&own, alice));
+        for (subject, from) in [
+            (own.as_str(), "127.0.0.1:7002"),                  // another member
+            (own.as_str(), "[::1]:7001"),                      // another family
+            ("cohort..m.7f000001-7001", "127.0.0.1:7001"),     // no group token
+            ("cohort.6f.x.m.7f000001-7001", "127.0.0.1:7001"), // two tokens
+            ("cohort.kdc.m.7f000001-7001", "127.0.0.1:7001"),  // not hex
+            ("other.6f.m.7f000001-7001", "127.0.0.1:7001"),
+            ("_INBOX.abc", "127.0.0.1:7001"),
+            ("cohort.6f.all", "127.0.0.1:7001"),
+        ] {
+            assert!(
+                !is_member_subject_of(subject, from.parse().unwrap()),
+                "{subject} for {from}"
+            );
+        }
     }
 }

@@ -31,7 +31,10 @@
 //! ```
 //!
 //! Over NATS `listen` is not bound: it is the member's name in views and on the broker
-//! (its port may not be 0), and `peers` are other members' such names.
+//! (its port may not be 0), and `peers` are other members' such names. In KDC mode over
+//! NATS, `kdc` is the KDC's name on the broker (the `listen` of a `cohort kdc serve` run
+//! with `transport = "nats"`): requests go to its subject, answers come back on the
+//! member's own.
 //!
 //! Optional keys: `auth` (`"identity"`, the default, or `"kdc"`), `rekey` (`"one-message"`,
 //! `"tree"` or `"lkh"`: a logical key hierarchy, identity or KDC mode), `tree_degree`, `lkh_degree`
@@ -375,7 +378,7 @@ impl GroupConfig {
         let group = required("group", &self.group)?;
 
         let listen = listen_addr(listen, self.listen.as_deref(), "peers", "member")?;
-        let transport = self.transport_setup(auth, listen)?;
+        let transport = self.transport_setup(listen)?;
         let peers = self
             .peers
             .iter()
@@ -518,11 +521,7 @@ impl GroupConfig {
     }
 
     /// Checks `transport` and the NATS keys.
-    fn transport_setup(
-        &self,
-        auth: AuthMode,
-        listen: SocketAddr,
-    ) -> Result<TransportSetup, ConfigError> {
+    fn transport_setup(&self, listen: SocketAddr) -> Result<TransportSetup, ConfigError> {
         let nats_keys = [
             ("nats", !self.nats.is_empty()),
             ("nats_credentials", self.nats_credentials.is_some()),
@@ -537,7 +536,7 @@ impl GroupConfig {
                 }
                 Ok(TransportSetup::Udp)
             }
-            Some("nats") => self.nats_setup(auth, listen),
+            Some("nats") => self.nats_setup(listen),
             Some(other) => Err(err(
                 "transport",
                 format!("unknown transport {other:?} (udp or nats)"),
@@ -546,7 +545,7 @@ impl GroupConfig {
     }
 
     #[cfg(not(feature = "nats"))]
-    fn nats_setup(&self, _: AuthMode, _: SocketAddr) -> Result<TransportSetup, ConfigError> {
+    fn nats_setup(&self, _: SocketAddr) -> Result<TransportSetup, ConfigError> {
         Err(err(
             "transport",
             "this build has no NATS transport (cargo feature `nats`)",
@@ -554,18 +553,7 @@ impl GroupConfig {
     }
 
     #[cfg(feature = "nats")]
-    fn nats_setup(
-        &self,
-        auth: AuthMode,
-        listen: SocketAddr,
-    ) -> Result<TransportSetup, ConfigError> {
-        if auth == AuthMode::Kdc {
-            // The KDC answers on UDP only; carrying its traffic needs a KDC on NATS too.
-            return Err(err(
-                "transport",
-                "KDC mode does not run over NATS yet (the KDC listens on UDP only)",
-            ));
-        }
+    fn nats_setup(&self, listen: SocketAddr) -> Result<TransportSetup, ConfigError> {
         if listen.port() == 0 {
             return Err(err(
                 "listen",

@@ -124,7 +124,7 @@ pub use config::{
 };
 pub use frag::{FragmentDrops, MAX_MESSAGE};
 #[cfg(feature = "nats")]
-pub use nats::NatsSetup;
+pub use nats::{serve_kdc, KdcCarried, NatsKdc, NatsSetup, ReplySubject};
 
 use cohort_crypto::CryptoProvider;
 use std::fmt;
@@ -401,7 +401,11 @@ impl Group {
             #[cfg(feature = "nats")]
             TransportSetup::Nats(nats) => {
                 let group = setup.config.group.clone();
-                let carrier = nats::connect(&nats, &group, setup.listen)
+                let kdc = match &setup.credentials {
+                    Credentials::Kdc(c) => Some(c.kdc),
+                    _ => None,
+                };
+                let carrier = nats::connect(&nats, &group, setup.listen, kdc)
                     .await
                     .map_err(Error::Transport)?;
                 let local_addr = setup.listen;
