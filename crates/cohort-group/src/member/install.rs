@@ -654,27 +654,7 @@ impl GroupMember {
             key: key.clone(),
             roster,
         };
-        let mut body = Zeroizing::new(Vec::new());
-        w.encode(&mut body);
-        if body.len() <= self.part_limit {
-            self.pairs.send(now, m.addr, Some(m.id), &body);
-            return;
-        }
-        let parts = split_parts(&body, self.part_limit);
-        if parts.len() > MAX_PARTS {
-            return;
-        }
-        let total = parts.len() as u16;
-        for (i, p) in parts.into_iter().enumerate() {
-            let part = PairMsg::Part {
-                view,
-                what: PART_WELCOME,
-                index: i as u16,
-                total,
-                data: p.to_vec(),
-            };
-            self.send_pair(now, m.addr, Some(m.id), &part);
-        }
+        self.send_pair_in_parts(now, m.addr, m.id, view, PART_WELCOME, &w);
     }
 
     /// Resends the announced Install (and Welcomes) to the members that have not

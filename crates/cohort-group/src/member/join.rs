@@ -7,13 +7,13 @@
 //! change (`view_change.joiners_wanted`).
 
 use super::flush::MAX_WAITING_JOINERS;
-use super::install::{install_copy_for, split_parts, ListFetch, Roster};
+use super::install::{install_copy_for, ListFetch, Roster};
 use super::{GroupMember, MAX_VIEW_MEMBERS};
 use crate::event::{Drop, RemovalReason};
 use crate::exchange::{self};
 use crate::id::{Member, MemberId, Members, View, ViewId};
 use crate::keys::{GroupKey, GROUP_KEY_LEN};
-use crate::wire::{Install, KeyDelivery, PairMsg, MAX_PARTS, PART_GRANT};
+use crate::wire::{Install, KeyDelivery, PairMsg, PART_GRANT};
 use cohort_core::Timestamp;
 use cohort_crypto::{ct_eq, Secret};
 use rand_core::RngCore;
@@ -473,27 +473,7 @@ impl GroupMember {
         // one pair record it goes in parts (`PART_GRANT`), as a Welcome does. Whole, it
         // outgrew a 64 KiB datagram at about 9,300 members and the last joiners of a cold
         // start at 10,000 never got in.
-        let mut body = Zeroizing::new(Vec::new());
-        grant.encode(&mut body);
-        if body.len() <= self.part_limit {
-            self.pairs.send(now, addr, Some(peer), &body);
-            return;
-        }
-        let parts = split_parts(&body, self.part_limit);
-        if parts.len() > MAX_PARTS {
-            return;
-        }
-        let total = parts.len() as u16;
-        for (i, p) in parts.into_iter().enumerate() {
-            let part = PairMsg::Part {
-                view: view.id,
-                what: PART_GRANT,
-                index: i as u16,
-                total,
-                data: p.to_vec(),
-            };
-            self.send_pair(now, addr, Some(peer), &part);
-        }
+        self.send_pair_in_parts(now, addr, peer, view.id, PART_GRANT, &grant);
     }
 
     /// Whether `token` is `member`'s for `view`, the current view or the one before.
@@ -562,11 +542,11 @@ impl GroupMember {
 
 #[cfg(test)]
 mod tests {
+    use super::super::install::split_parts;
     use super::*;
     use crate::config::{AuthMode, GroupConfig};
     use crate::event::Drop;
     use crate::kdc_pair::KdcCredentials;
-    use crate::wire::PART_GRANT;
     use cohort_crypto::CryptoProvider;
     use cohort_kdc::{PrincipalKey, PrincipalName};
     use std::net::{IpAddr, Ipv4Addr};

@@ -5,10 +5,11 @@
 //! whole group when the carrier fans out); it writes only `GroupMember::out` and the
 //! encoding scratch buffer. It may not decide what to send: every other concern calls it.
 
+use super::install::split_parts;
 use super::GroupMember;
 use crate::id::{MemberId, ViewId};
 use crate::keys::ViewKeys;
-use crate::wire::{Msg, PairMsg};
+use crate::wire::{Msg, PairMsg, MAX_PARTS};
 use cohort_core::Timestamp;
 use cohort_gears::GearId;
 use std::collections::VecDeque;
@@ -164,5 +165,41 @@ impl GroupMember {
         let mut body = Zeroizing::new(Vec::new());
         msg.encode(&mut body);
         self.pairs.send(now, to, expect, &body);
+    }
+
+    /// Sends `msg` (a Welcome or a Grant, which grow with the view) to `to` whole when it
+    /// fits one pair record (`part_limit`), else as [`PairMsg::Part`]s of kind `what`
+    /// labelled `view`, each in its own record; a message past `MAX_PARTS` parts is not
+    /// sent at all (the receiver could not take it).
+    pub(super) fn send_pair_in_parts(
+        &mut self,
+        now: Timestamp,
+        to: SocketAddr,
+        expect: MemberId,
+        view: ViewId,
+        what: u8,
+        msg: &PairMsg,
+    ) {
+        let mut body = Zeroizing::new(Vec::new());
+        msg.encode(&mut body);
+        if body.len() <= self.part_limit {
+            self.pairs.send(now, to, Some(expect), &body);
+            return;
+        }
+        let parts = split_parts(&body, self.part_limit);
+        if parts.len() > MAX_PARTS {
+            return;
+        }
+        let total = parts.len() as u16;
+        for (i, p) in parts.into_iter().enumerate() {
+            let part = PairMsg::Part {
+                view,
+                what,
+                index: i as u16,
+                total,
+                data: p.to_vec(),
+            };
+            self.send_pair(now, to, Some(expect), &part);
+        }
     }
 }
