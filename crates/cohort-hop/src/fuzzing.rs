@@ -244,15 +244,10 @@ impl HopPair {
         pairs[usize::from(relay) * 2 + usize::from(reports)].clone()
     }
 
-    /// As [`HopPair::new`] with a relay, handing it the datagrams of `inject[n]` (from the
-    /// same sender) just before the n-th real datagram it gets, counting from 0 (the
-    /// injections do not count). The real run is deterministic, so `n` names the same
-    /// packet as in [`captured`].
-    pub fn with_injections(
-        relay: bool,
-        reports: bool,
-        inject: BTreeMap<usize, Vec<Vec<u8>>>,
-    ) -> HopPair {
+    /// Two fresh endpoints (and the relay between them when `relay`), nothing sent yet,
+    /// with `inject` waiting for the relay: the start of [`HopPair::with_injections`] and
+    /// of its resumable copy.
+    fn unstarted(relay: bool, reports: bool, inject: BTreeMap<usize, Vec<Vec<u8>>>) -> HopPair {
         let endpoint = |i: u8, addr: SocketAddr| {
             let mut config = EndpointConfig::new(identity(i));
             config.delivery_reports = reports;
@@ -261,7 +256,7 @@ impl HopPair {
             config.chain_rounds = CHAIN_ROUNDS;
             Endpoint::new(config, provider(), addr, [0xa0 + i; 32])
         };
-        let mut p = HopPair {
+        HopPair {
             a: endpoint(0, ADDR_A),
             b: endpoint(1, ADDR_B),
             relay: relay.then(|| Relay::new(RelayConfig::new(), provider(), ADDR_R)),
@@ -276,7 +271,19 @@ impl HopPair {
             queue: VecDeque::new(),
             inject,
             relay_inputs: 0,
-        };
+        }
+    }
+
+    /// As [`HopPair::new`] with a relay, handing it the datagrams of `inject[n]` (from the
+    /// same sender) just before the n-th real datagram it gets, counting from 0 (the
+    /// injections do not count). The real run is deterministic, so `n` names the same
+    /// packet as in [`captured`].
+    pub fn with_injections(
+        relay: bool,
+        reports: bool,
+        inject: BTreeMap<usize, Vec<Vec<u8>>>,
+    ) -> HopPair {
+        let mut p = HopPair::unstarted(relay, reports, inject);
         // Injected datagrams may well stop the set-up (a mutated Challenge or S1 arriving
         // first wins: the handshake or a round fails), so only a clean run is checked.
         let clean = p.inject.is_empty();
@@ -611,33 +618,10 @@ struct Setup {
 impl Setup {
     /// The set-up before its first step.
     fn new(relay: bool, reports: bool, inject: BTreeMap<usize, Vec<Vec<u8>>>) -> Setup {
-        let endpoint = |i: u8, addr: SocketAddr| {
-            let mut config = EndpointConfig::new(identity(i));
-            config.delivery_reports = reports;
-            // Short chains: set-up is cheap, and the data associations renew their chains
-            // (signed packets) during it.
-            config.chain_rounds = CHAIN_ROUNDS;
-            Endpoint::new(config, provider(), addr, [0xa0 + i; 32])
-        };
         // Injected datagrams may well stop the set-up (a mutated Challenge or S1 arriving
         // first wins: the handshake or a round fails), so only a clean run is checked.
         let clean = inject.is_empty();
-        let p = HopPair {
-            a: endpoint(0, ADDR_A),
-            b: endpoint(1, ADDR_B),
-            relay: relay.then(|| Relay::new(RelayConfig::new(), provider(), ADDR_R)),
-            now: START,
-            assoc_m: 0,
-            assoc_c: 0,
-            sent: Vec::new(),
-            relay_steps: Vec::new(),
-            events_a: Vec::new(),
-            events_b: Vec::new(),
-            payloads: Vec::new(),
-            queue: VecDeque::new(),
-            inject,
-            relay_inputs: 0,
-        };
+        let p = HopPair::unstarted(relay, reports, inject);
         Setup {
             p,
             relay,

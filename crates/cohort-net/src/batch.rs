@@ -433,9 +433,7 @@ impl BatchUdp {
                 let socket = &self.socket;
                 socket
                     .async_io(Interest::READABLE, || {
-                        let mut bufs: Vec<IoSliceMut<'_>> =
-                            slots.chunks_mut(SLOT_BYTES).map(IoSliceMut::new).collect();
-                        state.recv(socket.into(), &mut bufs, meta)
+                        recv_slots(state, socket, slots, meta)
                     })
                     .await
                     .map(|n| (n, 1))
@@ -458,9 +456,7 @@ impl BatchUdp {
                 let socket = &self.socket;
                 socket
                     .try_io(Interest::READABLE, || {
-                        let mut bufs: Vec<IoSliceMut<'_>> =
-                            slots.chunks_mut(SLOT_BYTES).map(IoSliceMut::new).collect();
-                        state.recv(socket.into(), &mut bufs, meta)
+                        recv_slots(state, socket, slots, meta)
                     })
                     .map(|n| (n, 1))
             }
@@ -572,6 +568,19 @@ impl BatchUdp {
             .iter()
             .map(|&(from, start, len)| (from, &self.slots[start..start + len]))
     }
+}
+
+/// One batched receive into `slots` (one [`SLOT_BYTES`] slot per datagram) through
+/// quinn-udp, filling `meta`; what both the waiting and the non-waiting receive run once
+/// the socket is readable.
+fn recv_slots(
+    state: &quinn_udp::UdpSocketState,
+    socket: &UdpSocket,
+    slots: &mut [u8],
+    meta: &mut [quinn_udp::RecvMeta],
+) -> io::Result<usize> {
+    let mut bufs: Vec<IoSliceMut<'_>> = slots.chunks_mut(SLOT_BYTES).map(IoSliceMut::new).collect();
+    state.recv(socket.into(), &mut bufs, meta)
 }
 
 /// quinn-udp reports IPv4 senders on a dual-stack socket as IPv4-mapped IPv6; the drivers
