@@ -49,6 +49,18 @@ pub enum Malformed {
     Nested,
 }
 
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Malformed::Short => "shorter than its header",
+            Malformed::Version => "unknown bundle version",
+            Malformed::Record => "a record's length is zero or runs past the end",
+            Malformed::TooFew => "fewer than two packets",
+            Malformed::Nested => "a bundle inside a bundle",
+        })
+    }
+}
+
 /// The packets of `datagram`, a bundle, checked in full before any is returned: either
 /// every record is well formed or the whole bundle is refused.
 pub fn parse(datagram: &[u8]) -> Result<Records<'_>, Malformed> {

@@ -42,6 +42,7 @@ use crate::UsageError;
 use clap::{Args, Subcommand};
 use cohort_crypto::CryptoProvider;
 use cohort_kdc::{Kdc, KeyFile, Outcome, PrincipalKey, PrincipalName, Registry, RegistryError};
+use cohort_net::bundle;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -369,8 +370,9 @@ fn count(principals: usize) -> String {
     }
 }
 
-/// Largest datagram read (requests are at most 114 bytes; anything longer is malformed).
-const MAX_DATAGRAM: usize = 2048;
+/// Largest datagram read: a request is at most 114 bytes, but a member's UDP driver may pack
+/// several into one bundle of up to [`bundle::MAX_BUNDLE_BYTES`].
+const MAX_DATAGRAM: usize = bundle::MAX_BUNDLE_BYTES;
 
 /// Labels with one pair (`outcome`, `reason`, `direction`).
 type Label = [(&'static str, &'static str); 1];
@@ -555,6 +557,34 @@ impl Carrier {
     }
 }
 
+/// Handles one request (a datagram, or one packet of a bundle) from `from`: counts it, logs
+/// its outcome and sends the answer, if any, to `reply_to`.
+async fn answer(
+    kdc: &mut Kdc,
+    carrier: &mut Carrier,
+    metrics: &KdcMetrics,
+    from: SocketAddr,
+    request: &[u8],
+    reply_to: ReplyTo,
+) {
+    #[allow(clippy::disallowed_methods)] // reason: the binary is the I/O shell and owns the clock
+    let started = std::time::Instant::now();
+    let handled = kdc.handle(from, request);
+    metrics.count(&handled.outcome, request.len(), started.elapsed());
+    eprintln!("cohort kdc: {from}: {}", handled.outcome);
+    if let Some(reply) = handled.reply {
+        match carrier.send(reply_to, &reply).await {
+            Ok(n) => {
+                metrics
+                    .bytes
+                    .get_or_create(&[("direction", "sent")])
+                    .inc_by(n as u64);
+            }
+            Err(e) => eprintln!("cohort kdc: {from}: cannot send the response: {e}"),
+        }
+    }
+}
+
 async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageError> {
     use tokio::signal::unix::{signal, SignalKind};
     // Bound before anything else starts, so an address in use stops us cleanly.
@@ -580,24 +610,34 @@ async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageErro
     );
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut carrier_dropped = 0;
+    let mut bad_bundles = 0u64;
     loop {
         tokio::select! {
             arrived = carrier.recv(&mut buf) => match arrived? {
                 Arrived::Request { from, len, reply: reply_to } => {
-                    #[allow(clippy::disallowed_methods)] // reason: the binary is the I/O shell and owns the clock
-                    let started = std::time::Instant::now();
-                    let handled = kdc.handle(from, &buf[..len]);
-                    metrics.count(&handled.outcome, len, started.elapsed());
-                    eprintln!("cohort kdc: {from}: {}", handled.outcome);
-                    if let Some(reply) = handled.reply {
-                        match carrier.send(reply_to, &reply).await {
-                            Ok(n) => {
-                                metrics.bytes.get_or_create(&[("direction", "sent")]).inc_by(n as u64);
+                    let datagram = &buf[..len];
+                    if matches!(reply_to, ReplyTo::Udp(_)) && bundle::is_bundle(datagram) {
+                        // A member's UDP driver packs what one flush queues for the KDC
+                        // (pair-key requests for several members) into one bundle: each
+                        // request is answered on its own, as if it had come alone.
+                        match bundle::parse(datagram) {
+                            Ok(requests) => {
+                                let mut inside = 0;
+                                for request in requests {
+                                    inside += request.len();
+                                    answer(&mut kdc, &mut carrier, &metrics, from, request, ReplyTo::Udp(from)).await;
+                                }
+                                metrics.bytes.get_or_create(&[("direction", "received")]).inc_by((len - inside) as u64);
                             }
                             Err(e) => {
-                                eprintln!("cohort kdc: {from}: cannot send the response: {e}");
+                                bad_bundles += 1;
+                                metrics.drops.get_or_create(&[("reason", "malformed")]).inc();
+                                metrics.bytes.get_or_create(&[("direction", "received")]).inc_by(len as u64);
+                                eprintln!("cohort kdc: {from}: dropped, malformed bundle: {e}");
                             }
                         }
+                    } else {
+                        answer(&mut kdc, &mut carrier, &metrics, from, datagram, reply_to).await;
                     }
                 }
                 Arrived::Event(e) => eprintln!("cohort kdc: broker connection: {e}"),
@@ -638,7 +678,7 @@ async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageErro
         c.answered,
         c.unknown_principal,
         c.unknown_requester,
-        c.malformed,
+        c.malformed + bad_bundles,
         c.bad_mac,
         c.replayed,
         carrier.dropped()

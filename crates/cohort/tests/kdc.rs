@@ -201,6 +201,38 @@ fn add_principal_then_serve_pair_keys_over_udp() {
     let sigma = request.open_response(&exchange(addr, &request)).unwrap();
     assert_eq!(sigma, member_shared_key(&provider, &dave.key, &leader.name));
 
+    // Two requests in one UDP bundle (what a member's driver sends when one flush queues
+    // both): each is answered on its own, in its own datagram.
+    let for_alice =
+        PairKeyRequest::new(&provider, leader.name, &leader.key, alice.name, nonce()).unwrap();
+    let for_dave =
+        PairKeyRequest::new(&provider, leader.name, &leader.key, dave.name, nonce()).unwrap();
+    let mut both = Vec::new();
+    cohort_net::bundle::write(&mut both, [for_alice.bytes(), for_dave.bytes()]);
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_read_timeout(Some(WAIT)).unwrap();
+    socket.send_to(&both, addr).unwrap();
+    let mut buf = [0u8; 2048];
+    let mut sigmas = Vec::new();
+    for _ in 0..2 {
+        let (len, _) = socket
+            .recv_from(&mut buf)
+            .expect("an answer to each bundled request");
+        let response = &buf[..len];
+        // The answers may come in either order: each opens under its own request only.
+        let sigma = for_alice
+            .open_response(response)
+            .or_else(|_| for_dave.open_response(response))
+            .expect("an answer to one of the two requests");
+        sigmas.push(sigma);
+    }
+    let alice_sigma = member_shared_key(&provider, &alice.key, &leader.name);
+    let dave_sigma = member_shared_key(&provider, &dave.key, &leader.name);
+    assert!(sigmas.contains(&alice_sigma) && sigmas.contains(&dave_sigma));
+    // A bundle that does not parse is dropped whole, and the log says why.
+    socket.send_to(&both[..both.len() - 1], addr).unwrap();
+    server.wait_for("malformed bundle");
+
     // An unregistered requester: only a hint comes back.
     let eve = PrincipalName::new("eve").unwrap();
     let request = PairKeyRequest::new(
