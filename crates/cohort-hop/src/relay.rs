@@ -113,6 +113,9 @@ pub struct Relay {
     out: VecDeque<(SocketAddr, Vec<u8>)>,
     events: VecDeque<RelayEvent>,
     counters: HopCounters,
+    /// The sender of the datagram being handled (set by `handle_datagram`, read by
+    /// `forward`): a packet is never forwarded back to where it came from.
+    arrived_from: Option<SocketAddr>,
 }
 
 impl fmt::Debug for Relay {
@@ -137,6 +140,7 @@ impl Relay {
             out: VecDeque::new(),
             events: VecDeque::new(),
             counters: HopCounters::default(),
+            arrived_from: None,
         }
     }
 
@@ -171,10 +175,15 @@ impl Relay {
 
     fn forward(&mut self, to_endpoint: SocketAddr, data: &[u8]) {
         let next = self.config.next_hop(to_endpoint);
-        if next == self.local {
+        if next == self.local || Some(next) == self.arrived_from {
             // A packet whose endpoint address leads back to this relay would come straight
             // back and be forwarded again, forever: one forged Challenge naming the relay as
-            // its initiator kept it busy (found by the `hop_relay` fuzz target).
+            // its initiator kept it busy (found by the `hop_relay` fuzz target). A relay
+            // bound to a wildcard address (0.0.0.0:7000) does not know its own address, so
+            // the same packet reaches it once more, from itself: the second check stops it
+            // there, and also a packet bounced between two relays whose routes for an
+            // endpoint point at each other. A loop through three or more relays needs a hop
+            // limit in the wire format, which it does not have (docs/wire.md).
             self.counters.malformed += 1;
             return;
         }
@@ -539,7 +548,8 @@ impl Relay {
 impl Machine for Relay {
     type Event = RelayEvent;
 
-    fn handle_datagram(&mut self, now: Timestamp, _from: SocketAddr, data: &[u8]) {
+    fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
+        self.arrived_from = Some(from);
         let Ok(packet) = Packet::parse(data) else {
             self.counters.malformed += 1;
             return;
@@ -591,5 +601,89 @@ impl Machine for Relay {
 
     fn poll_event(&mut self) -> Option<RelayEvent> {
         self.events.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Challenge (kind, pair id, initiator `initiator`, responder 10.0.0.2:7000, the rest):
+    /// a relay forwards it without state to its initiator.
+    fn challenge(initiator: SocketAddr) -> Vec<u8> {
+        let SocketAddr::V4(v4) = initiator else {
+            unreachable!("the tests use IPv4")
+        };
+        let mut c = vec![
+            0x01, 0x02, 0x9b, 0x32, 0x58, 0x24, 0x7b, 0xaa, 0xf7, 0x21, 0x04,
+        ];
+        c.extend_from_slice(&v4.ip().octets());
+        c.extend_from_slice(&v4.port().to_be_bytes());
+        c.extend_from_slice(&[0x04, 0x0a, 0x00, 0x00, 0x02, 0x1b, 0x58]);
+        c.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0x03, 0xe8]);
+        c.extend_from_slice(&[0x5a; 16]);
+        c
+    }
+
+    fn relay(local: &str) -> Relay {
+        Relay::new(
+            RelayConfig::new(),
+            CryptoProvider::default_provider(),
+            local.parse().unwrap(),
+        )
+    }
+
+    fn sent(relay: &mut Relay) -> Vec<SocketAddr> {
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        while let Some(t) = relay.poll_transmit(Timestamp::ZERO, &mut buf) {
+            out.push(t.destination);
+            buf.clear();
+        }
+        out
+    }
+
+    #[test]
+    fn a_wildcard_bound_relay_stops_a_packet_that_comes_back_from_itself() {
+        // Bound to 0.0.0.0:7000, the relay cannot tell that 10.0.0.3:7000 is itself: it
+        // forwards the forged Challenge once ...
+        let me: SocketAddr = "10.0.0.3:7000".parse().unwrap();
+        let stranger: SocketAddr = "10.0.0.9:7000".parse().unwrap();
+        let mut r = relay("0.0.0.0:7000");
+        let c = challenge(me);
+        assert!(
+            matches!(Packet::parse(&c), Ok(Packet::Challenge { header, .. }) if header.initiator == me)
+        );
+        r.handle_datagram(Timestamp::ZERO, stranger, &c);
+        assert_eq!(sent(&mut r), vec![me]);
+        // ... and when it arrives from that address, it goes no further.
+        r.handle_datagram(Timestamp::ZERO, me, &c);
+        assert_eq!(sent(&mut r), Vec::<SocketAddr>::new());
+        assert_eq!((r.counters().forwarded, r.counters().malformed), (1, 1));
+    }
+
+    #[test]
+    fn a_relay_does_not_send_a_packet_back_to_its_sender() {
+        // Two relays whose routes for an endpoint point at each other: R2 sent this
+        // Challenge for 10.0.0.1:7000 to R1, whose route for it is R2.
+        let r2: SocketAddr = "10.0.0.4:7000".parse().unwrap();
+        let endpoint: SocketAddr = "10.0.0.1:7000".parse().unwrap();
+        let mut config = RelayConfig::new();
+        config.routes.push((endpoint, r2));
+        let mut r1 = Relay::new(
+            config,
+            CryptoProvider::default_provider(),
+            "10.0.0.3:7000".parse().unwrap(),
+        );
+        r1.handle_datagram(Timestamp::ZERO, r2, &challenge(endpoint));
+        assert_eq!(sent(&mut r1), Vec::<SocketAddr>::new());
+        assert_eq!(r1.counters().malformed, 1);
+        // From anyone else it goes to R2, as the route says.
+        r1.handle_datagram(
+            Timestamp::ZERO,
+            "10.0.0.2:7000".parse().unwrap(),
+            &challenge(endpoint),
+        );
+        assert_eq!(sent(&mut r1), vec![r2]);
     }
 }
