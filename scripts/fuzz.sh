@@ -13,7 +13,8 @@
 # after N executions (SECONDS still bounds it). New inputs the fuzzer finds go to a scratch
 # corpus, deleted at the end unless FUZZ_WORK=DIR names a directory to keep it in
 # (DIR/<target>, reused by the next run); fuzz/corpus/<target> is read as seeds and never
-# written (scripts/fuzz-corpus.sh refreshes it). RUSTC_BOOTSTRAP is set for the cargo-fuzz commands
+# written (scripts/fuzz-corpus.sh refreshes it). Each target's libFuzzer output goes to
+# <scratch>/<target>.<UTC time>.log. RUSTC_BOOTSTRAP is set for the cargo-fuzz commands
 # only, never for the rest of the build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,7 +56,9 @@ for target in "${targets[@]}"; do
   mkdir -p "$scratch/$target"
   seeds=()
   [ -d "fuzz/corpus/$target" ] && seeds=("$PWD/fuzz/corpus/$target")
-  log="$scratch/$target.log"
+  # One log per run (a kept FUZZ_WORK directory collects them; a second run does not
+  # overwrite the first's).
+  log="$scratch/$target.$(date -u +%Y%m%dT%H%M%SZ).log"
   if fuzz run -O -s "$sanitizer" "${target_dir[@]}" "$target" "$scratch/$target" "${seeds[@]}" -- \
       -max_total_time="$seconds" "${runs[@]}" -print_final_stats=1 >"$log" 2>&1; then
     result=ok
