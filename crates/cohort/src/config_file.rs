@@ -21,11 +21,18 @@ pub struct ConfigError {
     pub key: String,
     /// What is wrong.
     pub problem: String,
+    /// The file the key is in, when the error came from reading one ([`read_config`]) and
+    /// `key` is not already the file's path.
+    pub file: Option<String>,
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "config error: {}: {}", self.key, self.problem)
+        write!(f, "config error: {}: {}", self.key, self.problem)?;
+        match &self.file {
+            Some(file) => write!(f, " (in {file})"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -34,6 +41,7 @@ pub fn err(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
     ConfigError {
         key: key.into(),
         problem: problem.into(),
+        file: None,
     }
 }
 
@@ -240,7 +248,10 @@ pub fn read_config<T>(
         if e.key.is_empty() {
             err(shown, e.problem)
         } else {
-            e
+            ConfigError {
+                file: Some(shown),
+                ..e
+            }
         }
     })
 }

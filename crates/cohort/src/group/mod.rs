@@ -376,10 +376,10 @@ impl Group {
         let provider = CryptoProvider::default_provider();
         let setup = config.setup(&provider)?;
         if setup.transport != TransportSetup::Udp {
-            return Err(Error::Config(ConfigError {
-                key: "transport".into(),
-                problem: "this transport connects asynchronously: use Group::connect".into(),
-            }));
+            return Err(Error::Config(crate::config_file::err(
+                "transport",
+                "this transport connects asynchronously: use Group::connect",
+            )));
         }
         Self::spawn_udp(&config, setup, provider)
     }

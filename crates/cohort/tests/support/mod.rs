@@ -137,10 +137,12 @@ pub fn assert_refused(dir: &Path, cmd: &[&str], config: &str, says: &str) -> Str
 
 /// The rule every daemon's config reader keeps: `cohort CMD` refuses `config` (written to
 /// `bad.toml` in `dir`) with exit status 2 and one line of stderr that says `config error:
-/// KEY...`.
+/// KEY...` and names the file (`(in .../bad.toml)`).
 pub fn assert_config_error(dir: &Path, cmd: &[&str], config: &str, key: &str) {
     let stderr = assert_refused(dir, cmd, config, &format!("config error: {key}"));
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    let file = format!("(in {})", dir.join("bad.toml").display());
+    assert!(stderr.contains(&file), "names the file, {file}: {stderr}");
 }
 
 /// The rule for a config file that is not there: `cohort CMD --config <dir>/nowhere.toml`
