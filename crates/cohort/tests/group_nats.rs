@@ -762,16 +762,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// Makes a CA (`ca.pem`), a server certificate for 127.0.0.1 signed by it
 /// (`server.pem`, `server.key`) and a second CA that signed nothing (`other-ca.pem`).
 fn tls_files(dir: &Path) -> [PathBuf; 4] {
-    // (`need` runs `TOOL --version`, which openssl does not know.)
-    let found = Command::new("openssl")
-        .arg("version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        found,
-        "this test needs `openssl` on the PATH (Debian package openssl)"
-    );
+    need("openssl");
     let ec = [
         "-newkey",
         "ec",
