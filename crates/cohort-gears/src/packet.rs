@@ -39,7 +39,11 @@ pub const fn prefix_len(ntags: usize) -> usize {
 /// Keys for a set of gears, all derived from one association secret. Cloning shares them.
 #[derive(Clone)]
 pub struct GearKeys {
-    keys: std::sync::Arc<Vec<Option<GearKey>>>,
+    /// One key per gear of `gears`, in the set's order: a handful at most, so a scan finds
+    /// one as fast as an index would, and deriving keys for a new sender allocates only
+    /// what it uses (a 256-slot table per sender was most of a group leader's CPU in a
+    /// view change at 10,000 members).
+    keys: std::sync::Arc<[(GearId, GearKey)]>,
     gears: GearSet,
 }
 
@@ -58,15 +62,11 @@ impl GearKeys {
         association_secret: &[u8],
         gears: GearSet,
     ) -> Result<GearKeys, CryptoError> {
-        let mut keys: Vec<Option<GearKey>> = (0..256).map(|_| None).collect();
-        for gear in gears.iter() {
-            keys[usize::from(gear.to_u8())] =
-                Some(GearKey::derive(provider, association_secret, gear)?);
-        }
-        Ok(GearKeys {
-            keys: std::sync::Arc::new(keys),
-            gears,
-        })
+        let keys = gears
+            .iter()
+            .map(|gear| Ok((gear, GearKey::derive(provider, association_secret, gear)?)))
+            .collect::<Result<std::sync::Arc<[_]>, CryptoError>>()?;
+        Ok(GearKeys { keys, gears })
     }
 
     /// The gears these keys cover.
@@ -76,7 +76,9 @@ impl GearKeys {
 
     /// The key for `gear`, if derived.
     pub fn get(&self, gear: GearId) -> Option<&GearKey> {
-        self.keys[usize::from(gear.to_u8())].as_ref()
+        self.keys
+            .iter()
+            .find_map(|(g, key)| (*g == gear).then_some(key))
     }
 }
 
