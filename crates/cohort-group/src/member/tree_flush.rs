@@ -392,6 +392,42 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             return;
         }
+        if let Some(c) = self.view_change.coordinator.as_mut() {
+            if self.rank != 0 {
+                self.counters.count(Drop::Unexpected);
+                return;
+            }
+            if c.proposal != proposal || c.phase != Phase::Collect {
+                // Late, or for a flush given up: as with a direct answer, nothing to do.
+                return;
+            }
+            c.note_delivered(delivered, holder);
+            // The answers go straight to the coordinator's record, rank by rank: a map of
+            // every rank of the runs (a subtree of thousands at the leader of 10,000) was
+            // built and dropped for each message. Numbers and pending messages are few (only
+            // members that sent something) and looked up; as below, those of ranks the
+            // message does not mark answered are ignored, and a later number for a rank
+            // replaces an earlier one.
+            let seqs: BTreeMap<u16, u64> = next_seqs.into_iter().collect();
+            let mut pend: BTreeMap<u16, Vec<(u64, Vec<u8>)>> = BTreeMap::new();
+            for (r, seq, data) in pending {
+                pend.entry(r).or_default().push((seq, data));
+            }
+            for r in runs_to_ranks(&answered) {
+                if c.survivors.binary_search(&r).is_ok() {
+                    c.record_answer(
+                        r,
+                        FlushAnswer {
+                            delivered,
+                            next_seq: seqs.get(&r).copied().unwrap_or(0),
+                            pending: pend.remove(&r).unwrap_or_default(),
+                        },
+                    );
+                }
+            }
+            self.progress_flush(now);
+            return;
+        }
         let mut folded: BTreeMap<u16, Folded> = runs_to_ranks(&answered)
             .map(|r| {
                 (
@@ -416,31 +452,6 @@ impl GroupMember {
             if let Some(f) = folded.get_mut(&r) {
                 f.pending.push((seq, data));
             }
-        }
-        if let Some(c) = self.view_change.coordinator.as_mut() {
-            if self.rank != 0 {
-                self.counters.count(Drop::Unexpected);
-                return;
-            }
-            if c.proposal != proposal || c.phase != Phase::Collect {
-                // Late, or for a flush given up: as with a direct answer, nothing to do.
-                return;
-            }
-            c.note_delivered(delivered, holder);
-            for (r, f) in folded {
-                if c.survivors.binary_search(&r).is_ok() {
-                    c.record_answer(
-                        r,
-                        FlushAnswer {
-                            delivered: f.delivered,
-                            next_seq: f.next_seq,
-                            pending: f.pending,
-                        },
-                    );
-                }
-            }
-            self.progress_flush(now);
-            return;
         }
         let view_id = self.view.as_ref().map(|v| v.id);
         let Some(t) = self.view_change.tree.as_mut() else {
