@@ -1627,3 +1627,45 @@ fn intern_incarnations(key: &[u8; 32], incarnations: Vec<u64>) -> Arc<[u64]> {
     map.insert(*key, Arc::downgrade(&arc));
     arc
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
+    fn member(i: u8) -> Member {
+        Member {
+            id: MemberId::from_bytes([i; 32]),
+            addr: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7000 + u16::from(i))),
+        }
+    }
+
+    #[test]
+    fn unacked_members_leave_by_rank_and_only_the_member_at_that_rank() {
+        let list: Vec<Member> = (0..6).map(member).collect();
+        let members = Members::new(list.clone());
+        // Member 0 is the coordinator; ranks 4 and 5 are joiners.
+        let mut u = Unacked::new(&members, &list[0].id, |r, _| r >= 4);
+        assert_eq!(u.iter().count(), 5);
+        assert!(u
+            .iter()
+            .all(|(m, j)| *j == (m.id == list[4].id || m.id == list[5].id)));
+        // A rank that holds another member, a rank out of range and the coordinator's own
+        // rank change nothing.
+        u.acked_at(2, &list[3].id);
+        u.acked_at(17, &list[3].id);
+        u.acked_at(0, &list[0].id);
+        assert_eq!(u.iter().count(), 5);
+        for r in [1, 2, 3, 4] {
+            u.acked_at(r, &list[r].id);
+            // Twice: counted once.
+            u.acked_at(r, &list[r].id);
+            assert!(!u.is_empty());
+        }
+        let left: Vec<(usize, Member)> = u.ranked().map(|(r, (m, _))| (r, *m)).collect();
+        assert_eq!(left, vec![(5, list[5])]);
+        u.acked_at(5, &list[5].id);
+        assert!(u.is_empty());
+        assert_eq!(u.iter().count(), 0);
+    }
+}

@@ -609,7 +609,11 @@ impl GroupMember {
                 continue;
             };
             match a.install.survivor_rank(r) {
-                Some(new) if a.members.get(usize::from(new)).is_some_and(|n| n.id == m.id) => {
+                Some(new)
+                    if a.members
+                        .get(usize::from(new))
+                        .is_some_and(|n| n.id == m.id) =>
+                {
                     a.unacked.acked_at(usize::from(new), &m.id);
                 }
                 // Not where the change puts it (an order a merge set): looked up.
