@@ -42,6 +42,11 @@ pub(super) struct ViewChange {
     pub(super) assembly: Option<Assembly>,
     /// This member's part in a view change that travels on the overlay (`tree_flush.rs`).
     pub(super) tree: Option<TreeFlush>,
+    /// The view this member installed as its coordinator, every member of which its trust
+    /// policy accepted then (survivors checked, joiners checked): the next change it
+    /// coordinates from that view checks only joiners. Cleared when the policy changes
+    /// (`set_trust`), which also asks for the removal of members no longer trusted.
+    pub(super) trusted_view: Option<ViewId>,
 }
 
 /// Fewest joiners one view change lets in when that many wait (see [`join_batch`]).
@@ -401,7 +406,11 @@ impl GroupMember {
         }
         // Ensemble 6.1: the coordinator keeps only members it trusts, and a view that loses
         // one for that reason gets a fresh key.
-        if let Some(view) = self.view.as_ref() {
+        let view_checked = self
+            .view
+            .as_ref()
+            .is_some_and(|v| self.view_change.trusted_view == Some(v.id));
+        if let Some(view) = self.view.as_ref().filter(|_| !view_checked) {
             let before = survivors.len();
             let mut out = Vec::new();
             survivors.retain(|r| match view.members.get(usize::from(*r)) {

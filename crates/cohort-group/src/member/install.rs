@@ -39,12 +39,64 @@ pub(super) struct Announce {
     /// The new view's members (to find a member's rank for its copy).
     pub(super) members: Members,
     pub(super) welcome_key: Option<Zeroizing<Vec<u8>>>,
-    /// (member, is a joiner) not yet acknowledged.
-    pub(super) unacked: Vec<(Member, bool)>,
+    /// The members (and whether each is a joiner) that have not acknowledged it.
+    pub(super) unacked: Unacked,
     pub(super) resend_at: Timestamp,
     pub(super) until: Timestamp,
     /// When the Install first went out.
     pub(super) sent: Timestamp,
+}
+
+/// The members of an announced view that have not acknowledged its Install, by their rank
+/// in it: an acknowledgement takes its member out in O(1) once its rank is known (the
+/// leader of 10,000 took every folded acknowledgement out with a scan of all members).
+pub(super) struct Unacked {
+    /// By new rank: (member, is a joiner) while unacknowledged; `None` once acknowledged
+    /// (and for the coordinator itself).
+    slots: Vec<Option<(Member, bool)>>,
+    left: usize,
+}
+
+impl Unacked {
+    /// Every member of `members` but `me` unacknowledged; `joiner` tells which are joiners.
+    /// `joiner` is asked with each member's rank.
+    fn new(members: &Members, me: &MemberId, joiner: impl Fn(usize, &MemberId) -> bool) -> Self {
+        let slots: Vec<Option<(Member, bool)>> = members
+            .iter()
+            .enumerate()
+            .map(|(r, m)| (m.id != *me).then(|| (*m, joiner(r, &m.id))))
+            .collect();
+        let left = slots.iter().filter(|s| s.is_some()).count();
+        Unacked { slots, left }
+    }
+
+    /// Whether every member acknowledged.
+    pub(super) fn is_empty(&self) -> bool {
+        self.left == 0
+    }
+
+    /// The members still unacknowledged, by rank, with whether each is a joiner.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &(Member, bool)> {
+        self.slots.iter().flatten()
+    }
+
+    /// As [`iter`](Self::iter), with each member's rank.
+    pub(super) fn ranked(&self) -> impl Iterator<Item = (usize, &(Member, bool))> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(r, s)| s.as_ref().map(|s| (r, s)))
+    }
+
+    /// The member at `rank` acknowledged (if it is `id`: a rank of another list is ignored).
+    pub(super) fn acked_at(&mut self, rank: usize, id: &MemberId) {
+        if let Some(slot) = self.slots.get_mut(rank) {
+            if slot.as_ref().is_some_and(|(m, _)| m.id == *id) {
+                *slot = None;
+                self.left -= 1;
+            }
+        }
+    }
 }
 
 /// A view's member list and each member's incarnation, by rank: what an Install's delta
@@ -144,16 +196,7 @@ const INLINE_ROSTER: usize = 4096;
 /// The Install a member receives: the Install with only that member's wrapped key (the
 /// one-message rekey's wraps are per member; nobody needs another's).
 pub(super) fn install_copy_for(install: &Install, rank: Option<u16>) -> Box<Install> {
-    let key = match &install.key {
-        KeyDelivery::Wrapped(wraps) => KeyDelivery::Wrapped(own_wraps(wraps, rank)),
-        // An LKH Install's wraps go to everyone; a sealed path only to its member.
-        KeyDelivery::Lkh(d) => {
-            let mut d = d.clone();
-            d.paths.retain(|(r, _)| Some(*r) == rank);
-            KeyDelivery::Lkh(d)
-        }
-        other => other.clone(),
-    };
+    let key = key_for(install, rank);
     Box::new(Install {
         view: install.view,
         base: install.base,
@@ -169,6 +212,20 @@ pub(super) fn install_copy_for(install: &Install, rank: Option<u16>) -> Box<Inst
         removed: install.removed.clone(),
         signature: install.signature.clone(),
     })
+}
+
+/// The key field of the copy of `install` for the member at `rank` (`None`: no member).
+fn key_for(install: &Install, rank: Option<u16>) -> KeyDelivery {
+    match &install.key {
+        KeyDelivery::Wrapped(wraps) => KeyDelivery::Wrapped(own_wraps(wraps, rank)),
+        // An LKH Install's wraps go to everyone; a sealed path only to its member.
+        KeyDelivery::Lkh(d) => {
+            let mut d = d.clone();
+            d.paths.retain(|(r, _)| Some(*r) == rank);
+            KeyDelivery::Lkh(d)
+        }
+        other => other.clone(),
+    }
 }
 
 /// The wraps of `wraps` for `rank`. The coordinator builds them in rank order, so a binary
@@ -375,15 +432,12 @@ impl GroupMember {
             },
         };
         let welcome_key = Zeroizing::new(new_key.expose().to_vec());
-        let mut unacked = Vec::new();
+        // Joiners are the last ranks (`Members::changed` appends them).
+        let first_joiner = members.len().saturating_sub(install.joined.len());
+        let unacked = Unacked::new(&members, &self.id, |r, id| {
+            r >= first_joiner && install.joiner_rank(id).is_some()
+        });
         let mut told = Vec::new();
-        for m in members.iter() {
-            if m.id == self.id {
-                continue;
-            }
-            let joiner = install.joiner_rank(&m.id).is_some();
-            unacked.push((*m, joiner));
-        }
         for r in &install.left {
             let m = base.members[usize::from(*r)];
             // Removed members hear of it (under the old key they hold; the new key is
@@ -405,17 +459,27 @@ impl GroupMember {
         // Copies only for those that get one of their own: with the Install down the tree,
         // the joiners (building a copy per survivor too cost the leader of 10,000 an Install
         // clone per member for nothing).
-        for (m, joiner) in &unacked {
+        // A survivor's copy is sealed for its rank in the current view (`survivors[r]`:
+        // survivors keep their order and come first).
+        let mut copies: Vec<(u16, u16, SocketAddr)> = Vec::new();
+        for (r, (m, joiner)) in unacked.ranked() {
             if down_tree && !*joiner {
                 continue;
             }
-            let copy = install_copy_for(&install, members.rank_of(&m.id).map(|r| r as u16));
             if *joiner {
+                let copy = install_copy_for(&install, Some(r as u16));
                 self.send_welcome(now, m, copy, &welcome_key);
             } else {
-                self.send_install_msg(m.addr, &copy, None);
+                match survivors.get(r) {
+                    Some(old) => copies.push((r as u16, *old, m.addr)),
+                    None => {
+                        let copy = install_copy_for(&install, Some(r as u16));
+                        self.send_install_msg(m.addr, &copy, None);
+                    }
+                }
             }
         }
+        self.send_install_copies(&install, &copies);
         // In KDC mode the members left out could not authenticate the Install (they hold no
         // wrap): they hear of it over their pair channel. With identity keys so does a
         // member that asked to leave, when its pair channel is up: it needs only to know
@@ -503,6 +567,9 @@ impl GroupMember {
             self.leave_now(RemovalReason::Left);
             return;
         }
+        // Every member of the new view passed this coordinator's trust check (survivors in
+        // `start_coordinating`, or in the change before; joiners when let in).
+        self.view_change.trusted_view = Some(install.view);
         // The coordinator delivers what every survivor delivers before the new view.
         self.deliver_up_to(install.final_order);
         self.install_view(
@@ -593,6 +660,44 @@ impl GroupMember {
         true
     }
 
+    /// Sends each of `to` (rank in the new view, rank in the current view, address) its own
+    /// copy of `install` (only its own wrap or path) under the current view's keys. One copy
+    /// is kept and only its key field replaced per member, and each is encoded once and
+    /// sealed for the known rank: the one-message leader of 10,000 cloned the Install twice,
+    /// encoded it twice and looked the rank up by address for every member. A copy longer
+    /// than a part goes through [`send_install_msg`](Self::send_install_msg) in chunks.
+    fn send_install_copies(&mut self, install: &Install, to: &[(u16, u16, SocketAddr)]) {
+        if to.is_empty() {
+            return;
+        }
+        let gears = self.send_gears();
+        let mut msg = Msg::Install(install_copy_for(install, None));
+        let mut body = std::mem::take(&mut self.scratch);
+        for &(rank, dest, addr) in to {
+            if let Msg::Install(copy) = &mut msg {
+                copy.key = key_for(install, Some(rank));
+            }
+            body.clear();
+            body.extend_from_slice(&dest.to_be_bytes());
+            msg.encode(&mut body);
+            if body.len() - 2 > self.part_limit {
+                if let Msg::Install(copy) = &msg {
+                    let copy = copy.clone();
+                    self.send_install_msg(addr, &copy, None);
+                }
+                continue;
+            }
+            let Some(keys) = self.keys.as_mut() else {
+                break;
+            };
+            let mut packet = Vec::with_capacity(body.len() + 48);
+            if keys.seal(&gears, &body, &mut packet).is_ok() {
+                self.out.push_back((addr, packet));
+            }
+        }
+        self.scratch = body;
+    }
+
     /// Sends `install` to the member at `to` under the current view's keys (or the kept
     /// view `old`'s): whole when it fits one part, otherwise in [`Msg::InstallChunk`]s.
     pub(super) fn send_install_msg(
@@ -665,7 +770,8 @@ impl GroupMember {
         };
         a.resend_at = now.saturating_add(interval::flush_resend(&self.config));
         let old = self.old_views.last().map(|o| o.view.id);
-        for (m, joiner) in a.unacked.clone() {
+        let waiting: Vec<(Member, bool)> = a.unacked.iter().copied().collect();
+        for (m, joiner) in waiting {
             let copy = install_copy_for(&a.install, a.members.rank_of(&m.id).map(|r| r as u16));
             if joiner {
                 let key = a.welcome_key.clone().unwrap_or_default();
@@ -681,7 +787,9 @@ impl GroupMember {
     /// its component, the merge Install): it is not resent there.
     pub(super) fn on_install_ack(&mut self, now: Timestamp, member: MemberId) {
         if let Some(a) = self.view_change.announce.as_mut() {
-            a.unacked.retain(|(m, _)| m.id != member);
+            if let Some(r) = a.members.rank_of(&member) {
+                a.unacked.acked_at(r, &member);
+            }
             if a.unacked.is_empty() {
                 // A change held back for the last confirmation can start now.
                 self.maybe_start_change(now);
@@ -1518,4 +1626,46 @@ fn intern_incarnations(key: &[u8; 32], incarnations: Vec<u64>) -> Arc<[u64]> {
     }
     map.insert(*key, Arc::downgrade(&arc));
     arc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, SocketAddrV4};
+
+    fn member(i: u8) -> Member {
+        Member {
+            id: MemberId::from_bytes([i; 32]),
+            addr: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 7000 + u16::from(i))),
+        }
+    }
+
+    #[test]
+    fn unacked_members_leave_by_rank_and_only_the_member_at_that_rank() {
+        let list: Vec<Member> = (0..6).map(member).collect();
+        let members = Members::new(list.clone());
+        // Member 0 is the coordinator; ranks 4 and 5 are joiners.
+        let mut u = Unacked::new(&members, &list[0].id, |r, _| r >= 4);
+        assert_eq!(u.iter().count(), 5);
+        assert!(u
+            .iter()
+            .all(|(m, j)| *j == (m.id == list[4].id || m.id == list[5].id)));
+        // A rank that holds another member, a rank out of range and the coordinator's own
+        // rank change nothing.
+        u.acked_at(2, &list[3].id);
+        u.acked_at(17, &list[3].id);
+        u.acked_at(0, &list[0].id);
+        assert_eq!(u.iter().count(), 5);
+        for r in [1, 2, 3, 4] {
+            u.acked_at(r, &list[r].id);
+            // Twice: counted once.
+            u.acked_at(r, &list[r].id);
+            assert!(!u.is_empty());
+        }
+        let left: Vec<(usize, Member)> = u.ranked().map(|(r, (m, _))| (r, *m)).collect();
+        assert_eq!(left, vec![(5, list[5])]);
+        u.acked_at(5, &list[5].id);
+        assert!(u.is_empty());
+        assert_eq!(u.iter().count(), 0);
+    }
 }

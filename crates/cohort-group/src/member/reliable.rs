@@ -102,6 +102,12 @@ pub(super) struct Sequencer {
     pub(super) tokens: Vec<(u16, u64)>,
 }
 
+/// Empties `v` and fills it with `n` copies of `value`, keeping its allocation.
+fn refill<T: Clone>(v: &mut Vec<T>, n: usize, value: T) {
+    v.clear();
+    v.resize(n, value);
+}
+
 /// The answers to a NAK for positions `lo..to` from `log`: at most [`NAK_BATCH`] of them.
 pub(super) fn nak_answers(log: &BTreeMap<u64, OrderedMsg>, lo: u64, to: u64) -> Vec<Msg> {
     let end = to.min(lo.saturating_add(NAK_BATCH));
@@ -137,22 +143,46 @@ impl Reliable {
             p.sent_at = None;
         }
         self.next_reliable = self.next_reliable.max(next_own);
-        self.sequencer = (rank == 0).then(|| Sequencer {
-            next_order: 0,
-            expected: next_seqs.to_vec(),
-            early: (0..n).map(|_| BTreeMap::new()).collect(),
-            acked: vec![0; n],
-            heard: vec![now; n],
-            loads: vec![(0, 0); n],
-            holder: (0..n).map(|r| r as u16).collect(),
-            direct: (0..n)
-                .map(|r| !super::overlay::active(n) || super::overlay::parent(r as u16) == Some(0))
-                .collect(),
-            orphans: Vec::new(),
-            last_heartbeat: None,
-            turn: 0,
-            stalled_since: None,
-            tokens: Vec::new(),
+        // The leader keeps its per-rank vectors from the view before and refills them: a
+        // view change at the leader of 10,000 otherwise freed and allocated six vectors of n
+        // (and each large allocation made the allocator consolidate its free lists).
+        let old = self.sequencer.take();
+        self.sequencer = (rank == 0).then(|| {
+            let mut s = old.unwrap_or_else(|| Sequencer {
+                next_order: 0,
+                expected: Vec::new(),
+                early: Vec::new(),
+                acked: Vec::new(),
+                heard: Vec::new(),
+                loads: Vec::new(),
+                holder: Vec::new(),
+                direct: Vec::new(),
+                orphans: Vec::new(),
+                last_heartbeat: None,
+                turn: 0,
+                stalled_since: None,
+                tokens: Vec::new(),
+            });
+            s.next_order = 0;
+            s.expected.clear();
+            s.expected.extend_from_slice(next_seqs);
+            s.early.clear();
+            s.early.resize_with(n, BTreeMap::new);
+            refill(&mut s.acked, n, 0);
+            refill(&mut s.heard, n, now);
+            refill(&mut s.loads, n, (0, 0));
+            s.holder.clear();
+            s.holder.extend((0..n).map(|r| r as u16));
+            s.direct.clear();
+            s.direct.extend((0..n).map(|r| {
+                !super::overlay::active(n) || super::overlay::parent(r as u16) == Some(0)
+            }));
+            s.orphans.clear();
+            s.last_heartbeat = None;
+            s.turn = 0;
+            s.stalled_since = None;
+            s.tokens.clear();
+            s
         });
     }
 

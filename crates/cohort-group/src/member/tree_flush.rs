@@ -39,7 +39,7 @@ use super::overlay::{active, children, in_subtree, parent};
 use super::timers::interval;
 use super::GroupMember;
 use crate::event::Drop;
-use crate::id::{MemberId, ViewId};
+use crate::id::{Members, ViewId};
 use crate::wire::{ranks_to_runs, runs_to_ranks, Msg, MAX_PENDING, MAX_RUNS};
 use cohort_core::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
@@ -392,6 +392,42 @@ impl GroupMember {
             self.counters.count(Drop::Unexpected);
             return;
         }
+        if let Some(c) = self.view_change.coordinator.as_mut() {
+            if self.rank != 0 {
+                self.counters.count(Drop::Unexpected);
+                return;
+            }
+            if c.proposal != proposal || c.phase != Phase::Collect {
+                // Late, or for a flush given up: as with a direct answer, nothing to do.
+                return;
+            }
+            c.note_delivered(delivered, holder);
+            // The answers go straight to the coordinator's record, rank by rank: a map of
+            // every rank of the runs (a subtree of thousands at the leader of 10,000) was
+            // built and dropped for each message. Numbers and pending messages are few (only
+            // members that sent something) and looked up; as below, those of ranks the
+            // message does not mark answered are ignored, and a later number for a rank
+            // replaces an earlier one.
+            let seqs: BTreeMap<u16, u64> = next_seqs.into_iter().collect();
+            let mut pend: BTreeMap<u16, Vec<(u64, Vec<u8>)>> = BTreeMap::new();
+            for (r, seq, data) in pending {
+                pend.entry(r).or_default().push((seq, data));
+            }
+            for r in runs_to_ranks(&answered) {
+                if c.survivors.binary_search(&r).is_ok() {
+                    c.record_answer(
+                        r,
+                        FlushAnswer {
+                            delivered,
+                            next_seq: seqs.get(&r).copied().unwrap_or(0),
+                            pending: pend.remove(&r).unwrap_or_default(),
+                        },
+                    );
+                }
+            }
+            self.progress_flush(now);
+            return;
+        }
         let mut folded: BTreeMap<u16, Folded> = runs_to_ranks(&answered)
             .map(|r| {
                 (
@@ -416,31 +452,6 @@ impl GroupMember {
             if let Some(f) = folded.get_mut(&r) {
                 f.pending.push((seq, data));
             }
-        }
-        if let Some(c) = self.view_change.coordinator.as_mut() {
-            if self.rank != 0 {
-                self.counters.count(Drop::Unexpected);
-                return;
-            }
-            if c.proposal != proposal || c.phase != Phase::Collect {
-                // Late, or for a flush given up: as with a direct answer, nothing to do.
-                return;
-            }
-            c.note_delivered(delivered, holder);
-            for (r, f) in folded {
-                if c.survivors.binary_search(&r).is_ok() {
-                    c.record_answer(
-                        r,
-                        FlushAnswer {
-                            delivered: f.delivered,
-                            next_seq: f.next_seq,
-                            pending: f.pending,
-                        },
-                    );
-                }
-            }
-            self.progress_flush(now);
-            return;
         }
         let view_id = self.view.as_ref().map(|v| v.id);
         let Some(t) = self.view_change.tree.as_mut() else {
@@ -556,10 +567,7 @@ impl GroupMember {
             .as_ref()
             .is_some_and(|a| a.view == view && a.install.base == base);
         if announced {
-            let ids: BTreeSet<MemberId> = runs_to_ranks(&acked)
-                .map(|r| members[usize::from(r)].id)
-                .collect();
-            self.on_install_acks_at_coordinator(now, &ids);
+            self.on_install_acks_at_coordinator(now, &members, &acked);
             return;
         }
         let Some(t) = self.view_change.tree.as_mut() else {
@@ -583,12 +591,39 @@ impl GroupMember {
         }
     }
 
-    /// The coordinator: the members `ids` acknowledged the announced Install.
-    fn on_install_acks_at_coordinator(&mut self, now: Timestamp, ids: &BTreeSet<MemberId>) {
+    /// The coordinator: the members at the ranks `acked` of the base view (`base_members`)
+    /// acknowledged the announced Install. A survivor's new rank follows from its old one
+    /// and the Install's `left` (a binary search over the change), so taking out a folded
+    /// run costs O(run × log change), not a scan of every unacknowledged member.
+    fn on_install_acks_at_coordinator(
+        &mut self,
+        now: Timestamp,
+        base_members: &Members,
+        acked: &[(u16, u16)],
+    ) {
         let Some(a) = self.view_change.announce.as_mut() else {
             return;
         };
-        a.unacked.retain(|(m, _)| !ids.contains(&m.id));
+        for r in runs_to_ranks(acked) {
+            let Some(m) = base_members.get(usize::from(r)) else {
+                continue;
+            };
+            match a.install.survivor_rank(r) {
+                Some(new)
+                    if a.members
+                        .get(usize::from(new))
+                        .is_some_and(|n| n.id == m.id) =>
+                {
+                    a.unacked.acked_at(usize::from(new), &m.id);
+                }
+                // Not where the change puts it (an order a merge set): looked up.
+                _ => {
+                    if let Some(new) = a.members.rank_of(&m.id) {
+                        a.unacked.acked_at(new, &m.id);
+                    }
+                }
+            }
+        }
         if a.unacked.is_empty() {
             self.maybe_start_change(now);
         }
@@ -668,6 +703,7 @@ fn silent_within(c: &Coordinator, round: u32) -> Vec<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::id::MemberId;
 
     #[test]
     fn the_flush_tree_skips_members_that_do_not_survive() {

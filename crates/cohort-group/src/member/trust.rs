@@ -31,6 +31,8 @@ impl GroupMember {
     /// leader, which st-trust allows.
     pub fn set_trust(&mut self, now: Timestamp, trust: Vec<MemberId>) {
         self.config.trust = trust.into();
+        // Members checked under the old policy are checked again at the next change.
+        self.view_change.trusted_view = None;
         self.pairs.set_trust(self.config.trust.clone());
         self.drain_pairs(now);
         let mut untrusted_members = Vec::new();
