@@ -455,7 +455,11 @@ fn message_5_goes_to_the_leader_and_two_witnesses_not_to_every_member() {
     let m = g.member(wi);
     assert_eq!(m.tokens_checked(), checked + 1, "one token, checked once");
     assert_eq!(m.counters().get(Drop::Replayed), replayed + 1, "the copy");
-    assert_eq!(m.counters().get(Drop::AuthFailed), failed + 1, "the forgery");
+    assert_eq!(
+        m.counters().get(Drop::AuthFailed),
+        failed + 1,
+        "the forgery"
+    );
     let everyone: Vec<usize> = (0..n).collect();
     g.wait(&everyone, BOUND * 2).expect("all 40");
 }
