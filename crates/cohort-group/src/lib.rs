@@ -11,7 +11,7 @@ pub mod kdc_pair;
 pub mod keys;
 pub mod lkh;
 mod member;
-pub use member::MAX_VIEW_MEMBERS;
+pub use member::{MAX_VIEW_MEMBERS, PRESENT_WITNESSES};
 pub mod pair;
 pub mod wire;
 

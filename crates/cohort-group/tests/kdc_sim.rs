@@ -10,7 +10,8 @@ use cohort_core::{Machine, Timestamp, Transmit};
 use cohort_crypto::{CryptoError, CryptoProvider, KemFactory, Secret, SignatureScheme};
 use cohort_group::kdc_pair::KdcCredentials;
 use cohort_group::{
-    AuthMode, Channel, GroupConfig, GroupEvent, GroupMember, MemberId, RemovalReason,
+    AuthMode, Channel, Drop, GroupConfig, GroupEvent, GroupMember, MemberId, RemovalReason,
+    PRESENT_WITNESSES,
 };
 use cohort_kdc::Registry;
 use cohort_sim::{split_prefix, sweep, NodeId, Sim, SimFailure, StandardFaults};
@@ -61,11 +62,17 @@ fn symmetric_only() -> CryptoProvider {
 }
 
 /// A member or the KDC, with a tap on what it sends (every 5th datagram, up to 300) for
-/// the replaying adversary.
+/// the replaying adversary, and every gossip Present (LSGC message 5) it sent.
 struct Peer {
     inner: MemberOrKdc,
     tap: Vec<(SocketAddr, Vec<u8>)>,
     sent: u64,
+    presents: Vec<(SocketAddr, Vec<u8>)>,
+}
+
+/// Whether `d` is a gossip packet (0xC2, version 1) of kind 5, a Present.
+fn is_gossip_present(d: &[u8]) -> bool {
+    d.len() > 2 && d[0] == 0xC2 && d[1] == 0x01 && d[2] == 5
 }
 
 impl Machine for Peer {
@@ -80,6 +87,10 @@ impl Machine for Peer {
         let start = buf.len();
         let t = self.inner.poll_transmit(now, buf)?;
         self.sent += 1;
+        if is_gossip_present(&buf[start..start + t.size]) {
+            self.presents
+                .push((t.destination, buf[start..start + t.size].to_vec()));
+        }
         if self.sent.is_multiple_of(5) && self.tap.len() < 300 {
             self.tap
                 .push((t.destination, buf[start..start + t.size].to_vec()));
@@ -99,6 +110,7 @@ fn peer(inner: MemberOrKdc) -> Peer {
         inner,
         tap: Vec::new(),
         sent: 0,
+        presents: Vec::new(),
     }
 }
 
@@ -347,6 +359,109 @@ fn a_principal_the_kdc_does_not_know_is_refused_with_a_clear_event() {
     assert!(refused_at_joiner, "no event at the joiner: {e2:?}");
     let key = g.member(0).key_fingerprint().expect("key");
     assert!(!g.ledger(2).contains(&key));
+}
+
+/// Every gossip Present sent so far, by sender index: (destination, bytes).
+fn presents_sent(g: &KdcGroup) -> Vec<(usize, SocketAddr, Vec<u8>)> {
+    (0..g.nodes.len())
+        .flat_map(|i| {
+            g.sim
+                .node(g.nodes[i])
+                .presents
+                .iter()
+                .map(move |(to, d)| (i, *to, d.clone()))
+        })
+        .collect()
+}
+
+#[test]
+fn message_5_goes_to_the_leader_and_two_witnesses_not_to_every_member() {
+    // 20 members form, then 19 join at once: with message 5 to every member each joiner
+    // sent a gossip Present to each of the 19 members besides the leader (361 in all);
+    // now each sends at most PRESENT_WITNESSES per Grant it gets.
+    let (first, then) = (20, 19);
+    let n = first + then + 1;
+    let mut g = KdcGroup::new(43, n, &[]);
+    g.start(0, &[]);
+    g.run_for(Duration::from_millis(100)).expect("run");
+    for i in 1..first {
+        g.start(i, &[0]);
+    }
+    let formed: Vec<usize> = (0..first).collect();
+    g.wait(&formed, BOUND * 2).expect("the first 20");
+    let before = presents_sent(&g).len();
+    let checked_before: u64 = (0..first).map(|i| g.member(i).tokens_checked()).sum();
+    for i in first..first + then {
+        g.start(i, &[0]);
+    }
+    let all: Vec<usize> = (0..first + then).collect();
+    g.wait(&all, BOUND * 2).expect("all 39");
+    let sent = presents_sent(&g);
+    let new = &sent[before..];
+    assert!(
+        new.len() >= then,
+        "each joiner presents to at least one witness: {} Presents",
+        new.len()
+    );
+    assert!(
+        new.len() <= 2 * PRESENT_WITNESSES * then,
+        "{} Presents for {then} joiners: message 5 goes to every member again",
+        new.len()
+    );
+    // Only the leader's first successors are witnesses.
+    let witnesses: BTreeSet<SocketAddr> = new.iter().map(|(_, to, _)| *to).collect();
+    assert!(
+        witnesses.len() <= PRESENT_WITNESSES,
+        "Presents went to {} members",
+        witnesses.len()
+    );
+    let checked: u64 = (0..first).map(|i| g.member(i).tokens_checked()).sum();
+    assert!(
+        checked - checked_before >= then as u64,
+        "the witnesses did not check the tokens"
+    );
+
+    // One more joiner: its Present replayed, and forged, at a witness is dropped and
+    // counted, and checked once.
+    let last = n - 1;
+    let sent_before = g.sim.node(g.nodes[last]).presents.len();
+    g.start(last, &[0]);
+    let start = g.sim.now();
+    while g.sim.node(g.nodes[last]).presents.len() == sent_before {
+        assert!(
+            g.sim.now().saturating_duration_since(start) < BOUND,
+            "the last joiner presented no token"
+        );
+        assert!(g.sim.step(), "nothing scheduled");
+    }
+    let (to, bytes) = g.sim.node(g.nodes[last]).presents[sent_before].clone();
+    let from = g.sim.addr(g.nodes[last]);
+    let w = g.sim.node_by_addr(to).expect("a witness");
+    let wi = g.nodes.iter().position(|x| *x == w).expect("a member");
+    let (checked, replayed, failed) = {
+        let m = g.member(wi);
+        (
+            m.tokens_checked(),
+            m.counters().get(Drop::Replayed),
+            m.counters().get(Drop::AuthFailed),
+        )
+    };
+    let mut forged = bytes.clone();
+    let end = forged.len() - 1;
+    forged[end] ^= 1; // the token's tag
+    g.sim.inject(from, w, bytes, Duration::from_millis(1));
+    g.sim.inject(from, w, forged, Duration::from_millis(2));
+    g.run_for(Duration::from_millis(50)).expect("run");
+    let m = g.member(wi);
+    assert_eq!(m.tokens_checked(), checked + 1, "one token, checked once");
+    assert_eq!(m.counters().get(Drop::Replayed), replayed + 1, "the copy");
+    assert_eq!(
+        m.counters().get(Drop::AuthFailed),
+        failed + 1,
+        "the forgery"
+    );
+    let everyone: Vec<usize> = (0..n).collect();
+    g.wait(&everyone, BOUND * 2).expect("all 40");
 }
 
 /// A run of joins, leaves, crashes, partitions, loss, duplication, reordering and replays

@@ -231,18 +231,7 @@ impl GroupMember {
                 member,
                 view,
                 token,
-            } => {
-                // LSGC message 5 at a member: it checks the token under the view's key (only
-                // members of the view hold it). The leader decides; this is what LSGC's
-                // members do with it.
-                if self.identity.is_some() {
-                    self.counters.count(Drop::Unexpected);
-                } else if self.token_valid(&member, view, &token) {
-                    self.admission.tokens_checked += 1;
-                } else {
-                    self.counters.count(Drop::AuthFailed);
-                }
-            }
+            } => self.on_gossip_present(member, view, &token), // LSGC message 5: join.rs
         }
     }
 

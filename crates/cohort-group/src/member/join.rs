@@ -33,7 +33,25 @@ pub(super) struct Admission {
     pub(super) presented: BTreeSet<(MemberId, u64)>,
     /// KDC mode: valid tokens presented to this member.
     pub(super) tokens_checked: u64,
+    /// KDC mode: the gossip Presents this member took (view, joiner, the token's nonce),
+    /// so that a copy of one is dropped as replayed; at most [`MAX_PRESENTS_SEEN`].
+    pub(super) presents_seen: BTreeSet<(ViewId, MemberId, [u8; 12])>,
 }
+
+/// KDC mode: how many members besides the leader a joiner presents its token to (LSGC
+/// message 5, the gossip `Present`): the leader names its first successors in the Grant
+/// (ranks 1 and 2), and a joiner sends to at most this many of the addresses a Grant lists.
+/// LSGC sends message 5 to the whole group; here the leader alone decides (it gets the
+/// token over the pair channel) and the members' check only counts, so sending it to every
+/// member cost n²/2 datagrams over a cold start and bought nothing (crate README, "KDC
+/// mode").
+pub const PRESENT_WITNESSES: usize = 2;
+
+/// KDC mode: how many gossip Presents a member remembers to drop copies of. Tokens are
+/// valid for the current view and the one before, so entries of older views are forgotten
+/// first; a Present that finds the set full of the two latest views' tokens is dropped
+/// (`unexpected`): only members of the view can make valid tokens.
+pub(super) const MAX_PRESENTS_SEEN: usize = 4096;
 
 /// Joining: asking contacts until a Welcome arrives.
 pub(super) struct Joining {
@@ -464,15 +482,23 @@ impl GroupMember {
         self.admission
             .granted
             .insert(peer, (addr, next_seq, incarnation));
+        // The witnesses of message 5: the leader's first successors, not every member
+        // (that made a cold start cost n²/2 Presents, and a Grant grow with the view).
+        let witnesses = view
+            .members
+            .iter()
+            .map(|m| m.addr)
+            .filter(|a| *a != self.addr && *a != addr)
+            .take(PRESENT_WITNESSES)
+            .collect();
         let grant = PairMsg::Grant {
             view: view.id,
             token,
-            members: view.members.iter().map(|m| m.addr).collect(),
+            members: witnesses,
         };
-        // The member addresses make a Grant grow with the view (7 bytes each for IPv4): past
-        // one pair record it goes in parts (`PART_GRANT`), as a Welcome does. Whole, it
-        // outgrew a 64 KiB datagram at about 9,300 members and the last joiners of a cold
-        // start at 10,000 never got in.
+        // A Grant longer than one pair record goes in parts (`PART_GRANT`), as a Welcome
+        // does. With the witnesses bounded this one never is; a joiner still takes parts
+        // from a leader of an earlier build, whose Grants listed every member.
         self.send_pair_in_parts(now, addr, peer, view.id, PART_GRANT, &grant);
     }
 
@@ -515,8 +541,50 @@ impl GroupMember {
         self.on_join_request(now, peer, addr, incarnation, next_seq, None);
     }
 
+    /// KDC mode, LSGC message 5 reaching a member as gossip: it checks the token under the
+    /// view's key (only members of the view hold it) and counts it; a copy of one it took
+    /// is `replayed`, a token that fails `auth_failed`. It decides nothing: the leader
+    /// admits on the copy it gets over the pair channel.
+    pub(super) fn on_gossip_present(&mut self, member: MemberId, view: ViewId, token: &[u8]) {
+        if self.identity.is_some() {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        if !self.token_valid(&member, view, token) {
+            self.counters.count(Drop::AuthFailed);
+            return;
+        }
+        // A valid token is 97 bytes, its nonce first.
+        let Some(nonce) = token.get(..12).and_then(|n| <[u8; 12]>::try_from(n).ok()) else {
+            self.counters.count(Drop::Malformed);
+            return;
+        };
+        let seen = &mut self.admission.presents_seen;
+        if seen.contains(&(view, member, nonce)) {
+            self.counters.count(Drop::Replayed);
+            return;
+        }
+        if seen.len() >= MAX_PRESENTS_SEEN {
+            // Forget the tokens of views no longer valid (neither current nor previous).
+            let live: BTreeSet<ViewId> = self
+                .keys
+                .iter()
+                .map(|k| k.view)
+                .chain(self.old_views.iter().map(|o| o.keys.view))
+                .collect();
+            seen.retain(|(v, _, _)| live.contains(v));
+            if seen.len() >= MAX_PRESENTS_SEEN {
+                self.counters.count(Drop::Unexpected);
+                return;
+            }
+        }
+        seen.insert((view, member, nonce));
+        self.admission.tokens_checked += 1;
+    }
+
     /// KDC mode, at the joiner: message 4 arrived; present the token to the leader over the
-    /// pair channel and to every member of the view (message 5).
+    /// pair channel and, as gossip, to at most [`PRESENT_WITNESSES`] other members the Grant
+    /// lists (message 5).
     pub(super) fn on_grant(
         &mut self,
         now: Timestamp,
@@ -531,10 +599,14 @@ impl GroupMember {
             return;
         }
         let present = exchange::encode_present(&self.config.group, &self.id, &view, &token);
-        for m in members.into_iter().take(MAX_VIEW_MEMBERS) {
-            if m != addr && m != self.addr {
-                self.out.push_back((m, present.clone()));
-            }
+        // At most PRESENT_WITNESSES, whatever the Grant lists: a leader of an earlier build
+        // listed every member.
+        let witnesses = members
+            .into_iter()
+            .filter(|m| *m != addr && *m != self.addr)
+            .take(PRESENT_WITNESSES);
+        for m in witnesses {
+            self.out.push_back((m, present.clone()));
         }
         self.send_pair(now, addr, Some(peer), &PairMsg::Present { view, token });
     }
@@ -675,11 +747,12 @@ mod tests {
         assert_eq!(m.counters.get(Drop::Malformed), malformed + 3);
         assert_eq!(drain(&mut m), 0);
 
-        // The whole Grant: the joiner presents its token to every member listed but the
-        // leader (which gets it over the pair channel) and itself.
+        // The whole Grant (as a leader of an earlier build sent it, listing every member):
+        // the joiner presents its token as gossip to PRESENT_WITNESSES of the 40 members
+        // listed besides the leader (which gets it over the pair channel) and itself.
         feed(&mut m, view(5), &bytes, None);
         assert_eq!(m.counters.get(Drop::Malformed), malformed + 3);
-        assert_eq!(drain(&mut m), 40);
+        assert_eq!(drain(&mut m), PRESENT_WITNESSES);
 
         // Once it is not joining, a Grant part is unexpected.
         m.joining = None;

@@ -58,6 +58,7 @@ mod heal;
 mod heartbeat;
 mod install;
 mod join;
+pub use join::PRESENT_WITNESSES;
 mod key_tree;
 mod lkh;
 mod output;
