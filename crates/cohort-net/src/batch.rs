@@ -999,7 +999,14 @@ mod tests {
         let a: SocketAddr = "127.0.0.1:9".parse().unwrap();
         let b: SocketAddr = "127.0.0.1:3".parse().unwrap();
         let c: SocketAddr = "[::1]:1".parse().unwrap();
-        let queued = [(a, 0, 1), (b, 1, 2), (a, 3, 4), (c, 7, 1), (b, 8, 5), (a, 13, 2)];
+        let queued = [
+            (a, 0, 1),
+            (b, 1, 2),
+            (a, 3, 4),
+            (c, 7, 1),
+            (b, 8, 5),
+            (a, 13, 2),
+        ];
         let mut g = ByDestination::default();
         // Twice: the second grouping reuses the first one's buffers and must not see them.
         for _ in 0..2 {

@@ -486,7 +486,9 @@ async fn measure(
         send(commands, move |s, now| s.member_mut().start(now, &contacts)).await?;
         if args.join == Forming::Founder && i == 0 {
             watch
-                .until("the founder's view", |v| v.first().is_some_and(Option::is_some))
+                .until("the founder's view", |v| {
+                    v.first().is_some_and(Option::is_some)
+                })
                 .await?;
         }
     }
@@ -1055,7 +1057,10 @@ fn report(
     }
     for (name, run) in [("", Some(m)), ("baseline, ", baseline)] {
         if let Some(udp) = run.and_then(|r| r.udp.as_ref()) {
-            println!("  {name}UDP over the counted seconds, all members: {}", udp_text(udp));
+            println!(
+                "  {name}UDP over the counted seconds, all members: {}",
+                udp_text(udp)
+            );
         }
     }
     if let (Some(b), Some(ratio)) = (baseline, ratio) {
