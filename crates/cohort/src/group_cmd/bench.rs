@@ -19,7 +19,7 @@
 //! members through the library's `cohort::group` facade instead of the protocol core (no
 //! packet probe then).
 
-use super::bench_check::{agree, process_cpu, OrderCheck};
+use super::bench_check::{agree, process_cpu, scheduler_times, OrderCheck};
 use super::bench_shards::Shards;
 use super::os_seed;
 use super::shell::{Shell, ShellEvent};
@@ -276,6 +276,10 @@ struct Measurement {
     rekey_ms: Vec<f64>,
     /// The leader's own `Rekeyed.took`, per rekey.
     rekey_took_ms: Vec<f64>,
+    /// Per rekey, the time the process's threads spent on CPU and waiting in a run queue
+    /// while it ran (ms, every thread summed; empty where /proc has no schedstat).
+    rekey_cpu_ms: Vec<f64>,
+    rekey_runq_ms: Vec<f64>,
     /// Process CPU time (user + system, every thread) over the counted seconds, if known.
     cpu_s: Option<f64>,
     /// Every member delivered one total order with no gap, repeat or reordering (`None`:
@@ -539,6 +543,8 @@ async fn measure(
     // Rekeys.
     let mut rekey_ms = Vec::new();
     let mut rekey_took_ms = Vec::new();
+    let mut rekey_cpu_ms = Vec::new();
+    let mut rekey_runq_ms = Vec::new();
     for _ in 0..args.rekeys {
         let epoch = watch
             .views
@@ -547,6 +553,7 @@ async fn measure(
             .map(|v| v.key_epoch)
             .max()
             .unwrap_or(0);
+        let sched_before = scheduler_times();
         let t0 = Instant::now();
         let took_before = watch.took.len();
         send(&drivers[leader].0, |s, now| s.member_mut().rekey(now)).await?;
@@ -559,6 +566,10 @@ async fn measure(
             })
             .await?;
         rekey_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        if let (Some((cpu0, wait0)), Some((cpu1, wait1))) = (sched_before, scheduler_times()) {
+            rekey_cpu_ms.push(cpu1.saturating_sub(cpu0).as_secs_f64() * 1e3);
+            rekey_runq_ms.push(wait1.saturating_sub(wait0).as_secs_f64() * 1e3);
+        }
         if let Some(took) = watch.took[took_before..].iter().find_map(|(_, t)| *t) {
             rekey_took_ms.push(took.as_secs_f64() * 1e3);
         }
@@ -625,6 +636,8 @@ async fn measure(
         overhead_submit: overheads.get(2).copied().flatten(),
         rekey_ms,
         rekey_took_ms,
+        rekey_cpu_ms,
+        rekey_runq_ms,
         cpu_s,
         order_ok,
         view_held,
@@ -836,6 +849,8 @@ async fn measure_facade(
         overhead_submit: None,
         rekey_ms,
         rekey_took_ms,
+        rekey_cpu_ms: Vec::new(),
+        rekey_runq_ms: Vec::new(),
         cpu_s,
         order_ok: None,
         view_held: view_before.is_some() && view_before == view_after,
@@ -957,6 +972,10 @@ fn report(
             out["rekey_ms_p90"] = json!(percentile(&rekeys, 90.0));
             out["rekey_ms_max"] = json!(rekeys.last());
             out["rekey_took_ms_median"] = json!(percentile(&took, 50.0));
+            out["rekey_cpu_ms_median"] = json!(percentile(&sorted(&m.rekey_cpu_ms), 50.0));
+            out["rekey_runq_wait_ms_median"] = json!(percentile(&sorted(&m.rekey_runq_ms), 50.0));
+            out["rekey_ms_each"] = json!(m.rekey_ms);
+            out["rekey_runq_wait_ms_each"] = json!(m.rekey_runq_ms);
         }
         if let (Some(b), Some(ratio)) = (baseline, ratio) {
             out["baseline_msgs_per_sec"] = json!(b.msgs_per_sec);
@@ -1053,6 +1072,11 @@ fn report(
         println!(
             "  rekey, the leader's own measure (took): median {}",
             ms(percentile(&took, 50.0))
+        );
+        println!(
+            "  rekey, the process's threads summed: on CPU median {}, waiting in a run queue median {}",
+            ms(percentile(&sorted(&m.rekey_cpu_ms), 50.0)),
+            ms(percentile(&sorted(&m.rekey_runq_ms), 50.0))
         );
     }
     for (name, run) in [("", Some(m)), ("baseline, ", baseline)] {
