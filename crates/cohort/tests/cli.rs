@@ -189,8 +189,10 @@ fn group_bench_json_counts_bundles_and_rekeys() {
     assert!(n("packets_in_bundles_sent") >= 2 * n("bundles_sent"), "{v}");
     assert_eq!(n("malformed_bundles"), 0, "{v}");
     assert!(v["rekey_ms_median"].as_f64().unwrap() > 0.0, "{v}");
+    // The scheduler's times are updated at switches and ticks: a short rekey may read 0.
     if std::path::Path::new("/proc/self/schedstat").exists() {
-        assert!(v["rekey_cpu_ms_median"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(v["rekey_cpu_ms_median"].as_f64().unwrap() >= 0.0, "{v}");
+        assert!(v["rekey_runq_wait_ms_median"].is_f64(), "{v}");
     }
 }
 

@@ -103,8 +103,10 @@ pub fn process_cpu() -> Option<Duration> {
 
 /// Time this process's threads have spent so far on CPU and waiting in a run queue for a
 /// CPU, summed over every thread alive now, from /proc/self/task/*/schedstat (Linux, with
-/// schedstats; `None` elsewhere): (on CPU, waiting). Over a short phase, a wait much larger
-/// than the CPU time says the phase was waiting for the scheduler, not working.
+/// schedstats; `None` elsewhere): (on CPU, waiting). The kernel updates a thread's figures
+/// when it is switched out and at scheduler ticks (4 ms at 250 Hz), so over a phase of a
+/// few milliseconds they come in whole ticks for a thread that keeps running: coarse, not
+/// exact, but a wait far above the CPU time still says the phase waited for a CPU.
 pub fn scheduler_times() -> Option<(Duration, Duration)> {
     let mut on_cpu = 0u64;
     let mut waiting = 0u64;
