@@ -21,6 +21,8 @@
 # the measured seconds) per wall second, and msgs per CPU-second: on a machine shared with
 # other work, wall msgs/s also measure how much CPU the scheduler gave each side (a JVM
 # with dozens of threads gets more than a process with two).
+# cohort's checks column ends with the packets per datagram its members sent over the
+# counted seconds (aes-128-gcm/none; the bench's JSON "udp" has the bundle counts).
 # Counting on both sides: a message counts once every member has delivered it (the smallest
 # per-member delivery count over the measured period), with its total-order position and
 # per-sender order checked at every member; a run whose view did not hold is flagged.
@@ -98,11 +100,13 @@ cohort() {
   python3 -c '
 import json, sys
 r = json.loads(sys.argv[1])
-print("%.0f %.0f %.2f %.2f view-held=%s/%s,order-checked=%s/%s" % (
+per = lambda u: "%.1f" % u["packets_per_datagram_sent"] if u and u.get("packets_per_datagram_sent") else "-"
+print("%.0f %.0f %.2f %.2f view-held=%s/%s,order-checked=%s/%s,packets-per-datagram=%s/%s" % (
     r["msgs_per_sec"], r["baseline_msgs_per_sec"], r.get("cpu_per_wall") or 0,
     (r.get("baseline_cpu_seconds") or 0) / r["seconds"],
     str(r["view_held"]).lower(), str(r["baseline_view_held"]).lower(),
-    str(r.get("order_ok")).lower(), str(r.get("baseline_order_ok")).lower()))' "$out"
+    str(r.get("order_ok")).lower(), str(r.get("baseline_order_ok")).lower(),
+    per(r.get("udp")), per(r.get("baseline_udp"))))' "$out"
 }
 
 echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores;" \

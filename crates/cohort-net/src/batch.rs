@@ -28,6 +28,7 @@ use crate::bundle;
 use std::collections::HashMap;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
@@ -91,6 +92,58 @@ pub struct BatchUdp {
     /// Bundle bound in bytes, if bundling (see [`BatchUdp::set_bundling`]).
     bundle: Option<usize>,
     bundles: BundleCounts,
+    /// Scratch of [`BatchUdp::flush`], kept so a flush allocates nothing once warm.
+    groups: ByDestination,
+    /// Scratch of [`BatchUdp::flush`]: one destination's datagrams after bundling.
+    packed: Vec<(usize, usize)>,
+}
+
+/// The queued datagrams grouped by destination, destinations in the order they first
+/// appear, each destination's datagrams in the order queued (a stable counting sort: the
+/// same order a map of lists gives, with buffers reused from flush to flush).
+#[derive(Default)]
+struct ByDestination {
+    /// Destination -> its index in `dests`; cleared each time, capacity kept.
+    index: HashMap<SocketAddr, usize>,
+    /// Each destination and its datagrams' range in `grouped`.
+    dests: Vec<(SocketAddr, std::ops::Range<usize>)>,
+    /// Each queued datagram's destination index, in queue order.
+    of: Vec<usize>,
+    /// (start, length) of every datagram, grouped.
+    grouped: Vec<(usize, usize)>,
+}
+
+impl ByDestination {
+    /// Groups `queued` ((destination, start, length) in queue order).
+    fn group(&mut self, queued: &[(SocketAddr, usize, usize)]) {
+        self.index.clear();
+        self.dests.clear();
+        self.of.clear();
+        // Count per destination (the ranges' ends hold the counts for now).
+        for &(to, _, _) in queued {
+            let dests = &mut self.dests;
+            let k = *self.index.entry(to).or_insert_with(|| {
+                dests.push((to, 0..0));
+                dests.len() - 1
+            });
+            self.dests[k].1.end += 1;
+            self.of.push(k);
+        }
+        // Counts to ranges; `start` then serves as each destination's cursor.
+        let mut at = 0;
+        for (_, range) in &mut self.dests {
+            let count = range.end;
+            *range = at..at;
+            at += count;
+        }
+        self.grouped.clear();
+        self.grouped.resize(queued.len(), (0, 0));
+        for (&(_, start, len), &k) in queued.iter().zip(&self.of) {
+            let range = &mut self.dests[k].1;
+            self.grouped[range.end] = (start, len);
+            range.end += 1;
+        }
+    }
 }
 
 /// Counters of [bundles](crate::bundle) sent and received by one [`BatchUdp`].
@@ -106,6 +159,87 @@ pub struct BundleCounts {
     pub packets_received: u64,
     /// Malformed bundles received and dropped whole.
     pub malformed: u64,
+    /// Datagrams the kernel took from this socket, bundles and lone packets alike (what a
+    /// bundle saves shows as fewer datagrams than packets).
+    pub datagrams_sent: u64,
+    /// Datagrams received, bundles and lone packets alike (a GRO buffer counts as the
+    /// datagrams it holds).
+    pub datagrams_received: u64,
+}
+
+impl BundleCounts {
+    /// Packets sent, in bundles or alone.
+    pub fn packets_sent_total(&self) -> u64 {
+        (self.datagrams_sent + self.packets_sent).saturating_sub(self.sent)
+    }
+
+    /// Packets received, in well-formed bundles or alone.
+    pub fn packets_received_total(&self) -> u64 {
+        (self.datagrams_received + self.packets_received)
+            .saturating_sub(self.received + self.malformed)
+    }
+
+    /// What was counted after `before` (every counter only grows).
+    pub fn since(&self, before: &BundleCounts) -> BundleCounts {
+        self.zip(before, u64::saturating_sub)
+    }
+
+    /// Both counts together (several sockets).
+    pub fn plus(&self, other: &BundleCounts) -> BundleCounts {
+        self.zip(other, u64::saturating_add)
+    }
+
+    fn zip(&self, other: &BundleCounts, f: fn(u64, u64) -> u64) -> BundleCounts {
+        BundleCounts {
+            sent: f(self.sent, other.sent),
+            packets_sent: f(self.packets_sent, other.packets_sent),
+            received: f(self.received, other.received),
+            packets_received: f(self.packets_received, other.packets_received),
+            malformed: f(self.malformed, other.malformed),
+            datagrams_sent: f(self.datagrams_sent, other.datagrams_sent),
+            datagrams_received: f(self.datagrams_received, other.datagrams_received),
+        }
+    }
+}
+
+/// A [`BundleCounts`] another task can read while the socket's owner runs: the owner
+/// [stores](SharedBundleCounts::store) its socket's counts after each turn, a benchmark
+/// [loads](SharedBundleCounts::load) them (each counter on its own; a load racing a store
+/// may mix two turns, which a benchmark reading over seconds does not notice).
+#[derive(Debug, Default)]
+pub struct SharedBundleCounts([AtomicU64; 7]);
+
+impl SharedBundleCounts {
+    /// Publishes `counts`.
+    pub fn store(&self, counts: &BundleCounts) {
+        let values = [
+            counts.sent,
+            counts.packets_sent,
+            counts.received,
+            counts.packets_received,
+            counts.malformed,
+            counts.datagrams_sent,
+            counts.datagrams_received,
+        ];
+        for (slot, value) in self.0.iter().zip(values) {
+            slot.store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// The last published counts.
+    pub fn load(&self) -> BundleCounts {
+        let [sent, packets_sent, received, packets_received, malformed, datagrams_sent, datagrams_received] =
+            self.0.each_ref().map(|a| a.load(Ordering::Relaxed));
+        BundleCounts {
+            sent,
+            packets_sent,
+            received,
+            packets_received,
+            malformed,
+            datagrams_sent,
+            datagrams_received,
+        }
+    }
 }
 
 impl std::fmt::Debug for BatchUdp {
@@ -147,6 +281,8 @@ impl BatchUdp {
             packets: Vec::new(),
             bundle: None,
             bundles: BundleCounts::default(),
+            groups: ByDestination::default(),
+            packed: Vec::new(),
         }
     }
 
@@ -159,7 +295,7 @@ impl BatchUdp {
         self.bundle = bound.map(|b| b.min(bundle::MAX_BUNDLE_BYTES));
     }
 
-    /// Bundles sent, received and refused so far.
+    /// Bundles sent, received and refused so far, and the datagrams sent and received.
     pub fn bundle_counts(&self) -> BundleCounts {
         self.bundles
     }
@@ -215,30 +351,23 @@ impl BatchUdp {
             }
         } else {
             // Destinations in order of first appearance, each with its datagrams in order.
-            let mut order: Vec<SocketAddr> = Vec::new();
-            let mut by_dest: HashMap<SocketAddr, Vec<(usize, usize)>> = HashMap::new();
-            for &(to, start, len) in &queued {
-                by_dest
-                    .entry(to)
-                    .or_insert_with(|| {
-                        order.push(to);
-                        Vec::new()
-                    })
-                    .push((start, len));
-            }
+            let mut groups = std::mem::take(&mut self.groups);
+            groups.group(&queued);
             let mut bytes = bytes;
-            let mut packed = Vec::new();
-            for to in order {
-                let list = by_dest.remove(&to).unwrap_or_default();
+            let mut packed = std::mem::take(&mut self.packed);
+            for (to, range) in &groups.dests {
+                let list = &groups.grouped[range.clone()];
                 let list = match self.bundle {
                     Some(bound) if list.len() > 1 => {
-                        self.pack(bound, &mut bytes, &list, &mut packed);
-                        &packed
+                        self.pack(bound, &mut bytes, list, &mut packed);
+                        &packed[..]
                     }
-                    _ => &list,
+                    _ => list,
                 };
-                self.send_runs(to, &bytes, list, &mut done).await;
+                self.send_runs(*to, &bytes, list, &mut done).await;
             }
+            self.groups = groups;
+            self.packed = packed;
             return self.keep(queued, bytes, done);
         }
         self.keep(queued, bytes, done)
@@ -251,6 +380,7 @@ impl BatchUdp {
         bytes: Vec<u8>,
         done: Flushed,
     ) -> Flushed {
+        self.bundles.datagrams_sent += done.datagrams;
         self.queued = queued;
         self.queued.clear();
         self.queued_bytes = bytes;
@@ -501,6 +631,7 @@ impl BatchUdp {
             let from = normalise(meta.addr);
             // An empty datagram is one datagram too.
             let count = len.div_ceil(stride).max(1);
+            self.bundles.datagrams_received += count as u64;
             for i in 0..count {
                 let end = ((i + 1) * stride).min(len);
                 let start = (i * stride).min(end);
@@ -783,6 +914,18 @@ mod tests {
         assert_eq!(got, sent);
         assert_eq!(b.bundle_counts().received, counts.sent);
         assert_eq!(b.bundle_counts().packets_received, counts.packets_sent);
+        // Every packet is counted once, in a bundle or alone, on both sides.
+        let got = b.bundle_counts();
+        assert_eq!(counts.datagrams_sent, flushed.datagrams);
+        assert_eq!(counts.packets_sent_total(), sent.len() as u64);
+        assert_eq!(got.datagrams_received, flushed.datagrams);
+        assert_eq!(got.packets_received_total(), sent.len() as u64);
+        // What another task reads is what the socket counted.
+        let shared = SharedBundleCounts::default();
+        shared.store(&got);
+        assert_eq!(shared.load(), got);
+        assert_eq!(got.since(&got), BundleCounts::default());
+        assert_eq!(got.plus(&counts).since(&counts), got);
     }
 
     #[tokio::test]
@@ -840,12 +983,51 @@ mod tests {
         let got = take(&mut b, 1).await;
         assert_eq!(got, vec![vec![9, 9]]);
         assert_eq!(b.bundle_counts().malformed, 1);
+        // Two datagrams arrived; only the lone packet counts as received.
+        assert_eq!(b.bundle_counts().datagrams_received, 2);
+        assert_eq!(b.bundle_counts().packets_received_total(), 1);
         // Without bundling a socket passes the same bytes on untouched (the ALPHA sockets).
         let (mut c, mut d) = pair(Batching::On);
         let to = d.socket().local_addr().unwrap();
         c.queue(to, &bad);
         c.flush().await;
         assert_eq!(take(&mut d, 1).await, vec![bad]);
+    }
+
+    #[test]
+    fn grouping_keeps_first_appearance_and_queue_order() {
+        let a: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:3".parse().unwrap();
+        let c: SocketAddr = "[::1]:1".parse().unwrap();
+        let queued = [
+            (a, 0, 1),
+            (b, 1, 2),
+            (a, 3, 4),
+            (c, 7, 1),
+            (b, 8, 5),
+            (a, 13, 2),
+        ];
+        let mut g = ByDestination::default();
+        // Twice: the second grouping reuses the first one's buffers and must not see them.
+        for _ in 0..2 {
+            g.group(&queued);
+            let got: Vec<(SocketAddr, Vec<(usize, usize)>)> = g
+                .dests
+                .iter()
+                .map(|(to, r)| (*to, g.grouped[r.clone()].to_vec()))
+                .collect();
+            assert_eq!(
+                got,
+                vec![
+                    (a, vec![(0, 1), (3, 4), (13, 2)]),
+                    (b, vec![(1, 2), (8, 5)]),
+                    (c, vec![(7, 1)]),
+                ]
+            );
+        }
+        g.group(&queued[3..4]);
+        assert_eq!(g.dests, vec![(c, 0..1)]);
+        assert_eq!(g.grouped, vec![(7, 1)]);
     }
 
     #[test]

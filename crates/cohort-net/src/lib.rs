@@ -39,12 +39,15 @@ pub const MAX_DATAGRAM: usize = 65_536;
 pub const RECV_SLOTS: usize = 8;
 
 /// How [`run_with`] uses its socket.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct UdpOptions {
     /// Pack the packets one drain sends to a destination into [bundles](bundle) of at most
     /// this many bytes, and unpack received bundles (`None`: neither, as [`run`]).
     /// [`bundle::DEFAULT_BUNDLE_BYTES`] avoids IP fragmentation on a 1500-byte path.
     pub bundle: Option<usize>,
+    /// Where the driver publishes its socket's bundle and datagram counts after every
+    /// flush (`None`: nowhere), for a benchmark to read while it runs.
+    pub counts: Option<std::sync::Arc<batch::SharedBundleCounts>>,
 }
 
 /// Most further receive batches and commands [`run_with`] takes without waiting after a
@@ -93,6 +96,9 @@ pub async fn run_with<M: Machine>(
         // A full socket buffer or an unreachable peer loses the datagram, as a network
         // would; the protocols above recover.
         let _ = udp.flush().await;
+        if let Some(counts) = &options.counts {
+            counts.store(&udp.bundle_counts());
+        }
         while let Some(event) = machine.poll_event() {
             let _ = events.send(event).await;
         }

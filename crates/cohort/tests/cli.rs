@@ -159,6 +159,43 @@ fn bench_json_has_the_promised_fields() {
     std::fs::remove_file(svg).unwrap();
 }
 
+/// `cohort group bench --json` says how much was bundled (every member's sockets over the
+/// counted seconds) and what each rekey cost the scheduler.
+#[test]
+fn group_bench_json_counts_bundles_and_rekeys() {
+    let out = cohort(&[
+        "group",
+        "bench",
+        "--members",
+        "3",
+        "--size",
+        "256",
+        "--seconds",
+        "0.5",
+        "--rekeys",
+        "2",
+        "--bundle",
+        "65507",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["join"], "founder", "{v}");
+    let udp = &v["udp"];
+    let n = |k: &str| udp[k].as_u64().unwrap_or_else(|| panic!("no {k}: {v}"));
+    assert!(n("datagrams_sent") > 0, "{v}");
+    assert!(n("packets_sent") >= n("datagrams_sent"), "{v}");
+    assert!(n("packets_in_bundles_sent") >= 2 * n("bundles_sent"), "{v}");
+    assert_eq!(n("malformed_bundles"), 0, "{v}");
+    assert!(v["rekey_ms_median"].as_f64().unwrap() > 0.0, "{v}");
+    // The scheduler's times are updated at switches and ticks: a short rekey may read 0.
+    if std::path::Path::new("/proc/self/schedstat").exists() {
+        assert!(v["rekey_cpu_ms_median"].as_f64().unwrap() >= 0.0, "{v}");
+        assert!(v["rekey_runq_wait_ms_median"].is_f64(), "{v}");
+    }
+}
+
 #[test]
 fn demo_tells_the_story_and_no_forgery_gets_through() {
     let out = cohort(&["demo"]);

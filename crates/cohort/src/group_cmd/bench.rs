@@ -19,7 +19,7 @@
 //! members through the library's `cohort::group` facade instead of the protocol core (no
 //! packet probe then).
 
-use super::bench_check::{agree, process_cpu, OrderCheck};
+use super::bench_check::{agree, process_cpu, scheduler_times, OrderCheck};
 use super::bench_shards::Shards;
 use super::os_seed;
 use super::shell::{Shell, ShellEvent};
@@ -30,6 +30,7 @@ use cohort_channel::identity::Identity;
 use cohort_crypto::CryptoProvider;
 use cohort_group::config::DEFAULT_MAX_MESSAGE_LEN;
 use cohort_group::{Channel, GroupConfig, GroupEvent, GroupMember, MemberId, Protection, View};
+use cohort_net::batch::{BundleCounts, SharedBundleCounts};
 use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,6 +101,15 @@ pub struct BenchArgs {
     /// `COHORT_UDP_BATCH=off` (the path before batching sends no bundles).
     #[arg(long, default_value_t = cohort_net::bundle::DEFAULT_BUNDLE_BYTES)]
     bundle: usize,
+    /// How the view of N forms: `founder` (the default) starts the first member alone, and
+    /// once it has founded the group starts the rest with it as their only contact (N - 1
+    /// pair handshakes, joins in the leader's batches); `all` starts every member at once
+    /// with every other as a contact (N x (N - 1) handshakes; on a loaded 2-core machine 64
+    /// members started so split into components of 4 to 14 that did not merge within the
+    /// bench's 30 s). Through the protocol core only (`--facade` starts members one after
+    /// another).
+    #[arg(long, value_enum, default_value_t = Forming::Founder)]
+    join: Forming,
     /// With `--transport nats`: the broker's URL (default: start a nats-server on a free
     /// loopback port, and stop it after).
     #[arg(long)]
@@ -113,6 +123,15 @@ pub enum BenchTransport {
     Udp,
     /// NATS, against UDP fan-out in the same run.
     Nats,
+}
+
+/// How `cohort group bench` forms its view (see `--join`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Forming {
+    /// Every member at once, every other as a contact.
+    All,
+    /// The first member alone, then the rest through it.
+    Founder,
 }
 
 /// Which tokio runtime runs the members.
@@ -257,6 +276,10 @@ struct Measurement {
     rekey_ms: Vec<f64>,
     /// The leader's own `Rekeyed.took`, per rekey.
     rekey_took_ms: Vec<f64>,
+    /// Per rekey, the time the process's threads spent on CPU and waiting in a run queue
+    /// while it ran (ms, every thread summed; empty where /proc has no schedstat).
+    rekey_cpu_ms: Vec<f64>,
+    rekey_runq_ms: Vec<f64>,
     /// Process CPU time (user + system, every thread) over the counted seconds, if known.
     cpu_s: Option<f64>,
     /// Every member delivered one total order with no gap, repeat or reordering (`None`:
@@ -266,6 +289,9 @@ struct Measurement {
     view_held: bool,
     /// The fewest members any member's view had at the end of the sending phase.
     smallest_view: usize,
+    /// Datagrams and bundles of every member's socket together over the counted seconds
+    /// (`None` through the facade, whose sockets the bench does not see).
+    udp: Option<BundleCounts>,
 }
 
 /// The members' shared view of what happened, updated from their event streams.
@@ -389,6 +415,7 @@ async fn measure(
     let delivered: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
     let checks: Arc<Vec<Mutex<OrderCheck>>> =
         Arc::new((0..n).map(|_| Mutex::new(OrderCheck::default())).collect());
+    let udp_counts: Vec<Arc<SharedBundleCounts>> = (0..n).map(|_| Arc::default()).collect();
     let mut drivers = Vec::with_capacity(n);
     let mut pumps = Vec::with_capacity(n);
     for (index, (identity, socket)) in identities.into_iter().zip(sockets).enumerate() {
@@ -407,6 +434,7 @@ async fn measure(
             socket,
             cohort_net::UdpOptions {
                 bundle: (args.bundle > 0).then_some(args.bundle),
+                counts: Some(udp_counts[index].clone()),
             },
         );
         let (tx, counter, checks) = (event_tx.clone(), delivered.clone(), checks.clone());
@@ -448,13 +476,25 @@ async fn measure(
 
     let started = Instant::now();
     for (i, (commands, _)) in drivers.iter().enumerate() {
-        let contacts: Vec<SocketAddr> = addrs
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(_, a)| *a)
-            .collect();
+        let contacts: Vec<SocketAddr> = match args.join {
+            Forming::All => addrs
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, a)| *a)
+                .collect(),
+            // The founder starts with no contact and founds at once.
+            Forming::Founder if i == 0 => Vec::new(),
+            Forming::Founder => addrs[..1].to_vec(),
+        };
         send(commands, move |s, now| s.member_mut().start(now, &contacts)).await?;
+        if args.join == Forming::Founder && i == 0 {
+            watch
+                .until("the founder's view", |v| {
+                    v.first().is_some_and(Option::is_some)
+                })
+                .await?;
+        }
     }
     watch
         .until(&format!("one view of {n}"), |v| {
@@ -503,6 +543,8 @@ async fn measure(
     // Rekeys.
     let mut rekey_ms = Vec::new();
     let mut rekey_took_ms = Vec::new();
+    let mut rekey_cpu_ms = Vec::new();
+    let mut rekey_runq_ms = Vec::new();
     for _ in 0..args.rekeys {
         let epoch = watch
             .views
@@ -511,6 +553,7 @@ async fn measure(
             .map(|v| v.key_epoch)
             .max()
             .unwrap_or(0);
+        let sched_before = scheduler_times();
         let t0 = Instant::now();
         let took_before = watch.took.len();
         send(&drivers[leader].0, |s, now| s.member_mut().rekey(now)).await?;
@@ -523,6 +566,10 @@ async fn measure(
             })
             .await?;
         rekey_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        if let (Some((cpu0, wait0)), Some((cpu1, wait1))) = (sched_before, scheduler_times()) {
+            rekey_cpu_ms.push(cpu1.saturating_sub(cpu0).as_secs_f64() * 1e3);
+            rekey_runq_ms.push(wait1.saturating_sub(wait0).as_secs_f64() * 1e3);
+        }
         if let Some(took) = watch.took[took_before..].iter().find_map(|(_, t)| *t) {
             rekey_took_ms.push(took.as_secs_f64() * 1e3);
         }
@@ -545,6 +592,7 @@ async fn measure(
     }
     let before = counts(&delivered);
     let view_before = Watch::common(&watch.views, n).map(|v| v.id);
+    let udp_before = total_udp(&udp_counts);
     let cpu_before = process_cpu();
     let t0 = Instant::now();
     watch.watch_for(args.seconds).await;
@@ -552,6 +600,7 @@ async fn measure(
         .zip(cpu_before)
         .map(|(after, before)| after.saturating_sub(before).as_secs_f64());
     let count = smallest_gain(&before, &counts(&delivered));
+    let udp = total_udp(&udp_counts).since(&udp_before);
     let view_after = Watch::common(&watch.views, n).map(|v| v.id);
     let view_held = view_before.is_some() && view_before == view_after;
     let smallest_view = watch
@@ -587,11 +636,21 @@ async fn measure(
         overhead_submit: overheads.get(2).copied().flatten(),
         rekey_ms,
         rekey_took_ms,
+        rekey_cpu_ms,
+        rekey_runq_ms,
         cpu_s,
         order_ok,
         view_held,
         smallest_view,
+        udp: Some(udp),
     })
+}
+
+/// Every member's socket counts together.
+fn total_udp(shared: &[Arc<SharedBundleCounts>]) -> BundleCounts {
+    shared
+        .iter()
+        .fold(BundleCounts::default(), |sum, c| sum.plus(&c.load()))
 }
 
 fn counts(delivered: &[AtomicU64]) -> Vec<u64> {
@@ -790,10 +849,13 @@ async fn measure_facade(
         overhead_submit: None,
         rekey_ms,
         rekey_took_ms,
+        rekey_cpu_ms: Vec::new(),
+        rekey_runq_ms: Vec::new(),
         cpu_s,
         order_ok: None,
         view_held: view_before.is_some() && view_before == view_after,
         smallest_view,
+        udp: None,
     })
 }
 
@@ -887,6 +949,7 @@ fn report(
             "shards": shards,
             "via": if args.facade { "facade" } else { "core" },
             "bundle_bytes": args.bundle,
+            "join": format!("{:?}", args.join).to_lowercase(),
             "udp_batching": format!("{:?}", cohort_net::batch::Batching::from_env()),
             "view_ms": m.view_ms,
             "msgs_per_sec": m.msgs_per_sec,
@@ -901,6 +964,7 @@ fn report(
             "overhead_bytes": m.overhead_ordered,
             "overhead_submit_bytes": m.overhead_submit,
             "overhead_unreliable_bytes": m.overhead_unreliable,
+            "udp": m.udp.as_ref().map(udp_json),
         });
         if args.rekeys > 0 {
             out["rekeys"] = json!(args.rekeys);
@@ -908,6 +972,10 @@ fn report(
             out["rekey_ms_p90"] = json!(percentile(&rekeys, 90.0));
             out["rekey_ms_max"] = json!(rekeys.last());
             out["rekey_took_ms_median"] = json!(percentile(&took, 50.0));
+            out["rekey_cpu_ms_median"] = json!(percentile(&sorted(&m.rekey_cpu_ms), 50.0));
+            out["rekey_runq_wait_ms_median"] = json!(percentile(&sorted(&m.rekey_runq_ms), 50.0));
+            out["rekey_ms_each"] = json!(m.rekey_ms);
+            out["rekey_runq_wait_ms_each"] = json!(m.rekey_runq_ms);
         }
         if let (Some(b), Some(ratio)) = (baseline, ratio) {
             out["baseline_msgs_per_sec"] = json!(b.msgs_per_sec);
@@ -916,6 +984,7 @@ fn report(
             out["baseline_view_held"] = json!(b.view_held);
             out["baseline_order_ok"] = json!(b.order_ok);
             out["baseline_cpu_seconds"] = json!(b.cpu_s);
+            out["baseline_udp"] = json!(b.udp.as_ref().map(udp_json));
             out["ratio"] = json!(ratio);
         }
         println!("{out}");
@@ -951,8 +1020,13 @@ fn report(
         }
     );
     println!(
-        "  one view of {} after     {:.0} ms",
-        args.members, m.view_ms
+        "  one view of {} after     {:.0} ms ({})",
+        args.members,
+        m.view_ms,
+        match args.join {
+            Forming::All => "every member started at once, every other as a contact",
+            Forming::Founder => "the first member founded, the rest joined through it",
+        }
     );
     let cpu = |r: &Measurement| {
         r.cpu_s.map_or("CPU time not known".to_string(), |c| {
@@ -999,6 +1073,19 @@ fn report(
             "  rekey, the leader's own measure (took): median {}",
             ms(percentile(&took, 50.0))
         );
+        println!(
+            "  rekey, the process's threads summed: on CPU median {}, waiting in a run queue median {}",
+            ms(percentile(&sorted(&m.rekey_cpu_ms), 50.0)),
+            ms(percentile(&sorted(&m.rekey_runq_ms), 50.0))
+        );
+    }
+    for (name, run) in [("", Some(m)), ("baseline, ", baseline)] {
+        if let Some(udp) = run.and_then(|r| r.udp.as_ref()) {
+            println!(
+                "  {name}UDP over the counted seconds, all members: {}",
+                udp_text(udp)
+            );
+        }
     }
     if let (Some(b), Some(ratio)) = (baseline, ratio) {
         println!(
@@ -1009,6 +1096,45 @@ fn report(
             order(b)
         );
     }
+}
+
+/// Packets per datagram, if any datagram was counted.
+fn per_datagram(packets: u64, datagrams: u64) -> Option<f64> {
+    (datagrams > 0).then(|| packets as f64 / datagrams as f64)
+}
+
+/// The counts as the bench's JSON gives them (every member's socket together).
+fn udp_json(c: &BundleCounts) -> serde_json::Value {
+    json!({
+        "datagrams_sent": c.datagrams_sent,
+        "packets_sent": c.packets_sent_total(),
+        "bundles_sent": c.sent,
+        "packets_in_bundles_sent": c.packets_sent,
+        "packets_per_datagram_sent": per_datagram(c.packets_sent_total(), c.datagrams_sent),
+        "datagrams_received": c.datagrams_received,
+        "packets_received": c.packets_received_total(),
+        "bundles_received": c.received,
+        "packets_in_bundles_received": c.packets_received,
+        "malformed_bundles": c.malformed,
+    })
+}
+
+/// The counts in one line of text.
+fn udp_text(c: &BundleCounts) -> String {
+    let ratio = |p, d| per_datagram(p, d).map_or("-".to_string(), |r| format!("{r:.2}"));
+    format!(
+        "sent {} packets in {} datagrams ({} per datagram; {} bundles carried {}), received {} packets in {} datagrams ({} bundles carried {}), {} malformed bundles",
+        c.packets_sent_total(),
+        c.datagrams_sent,
+        ratio(c.packets_sent_total(), c.datagrams_sent),
+        c.sent,
+        c.packets_sent,
+        c.packets_received_total(),
+        c.datagrams_received,
+        c.received,
+        c.packets_received,
+        c.malformed
+    )
 }
 
 #[cfg(test)]
