@@ -610,7 +610,7 @@ impl Driven {
             // Every other piece goes in the way a stream driver reads: into the
             // connection's own input space (which may offer less than asked), in place.
             self.pieces += 1;
-            let r = if self.pieces % 2 == 0 {
+            let r = if self.pieces.is_multiple_of(2) {
                 feed_in_place(&mut self.conn, piece)
             } else {
                 self.conn.handle_input(NOW, piece)
