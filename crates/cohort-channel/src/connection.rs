@@ -38,6 +38,8 @@ use std::sync::Arc;
 
 pub use crate::outcome::{AuthResult, ChannelError};
 
+/// The first space [`Connection::input_space`] offers (see there).
+const FIRST_INPUT_SPACE: usize = 4 * 1024;
 const CLIENT_ROLE: &[u8] = b"client";
 const SERVER_ROLE: &[u8] = b"server";
 
@@ -123,15 +125,24 @@ pub struct Connection {
     state: State,
     now: Timestamp,
     /// Transport bytes: `in_start..in_end` are received and not yet processed; the rest is
-    /// space for the next read (zeroed once, reused).
+    /// space for the next read (zeroed once, reused). Records are opened in place, and their
+    /// plaintext stays here (in `plain`'s ranges, all before `in_start`) until read.
     inbuf: Vec<u8>,
     in_start: usize,
     in_end: usize,
+    /// Most bytes [`input_space`](Connection::input_space) offers now: it starts at
+    /// [`FIRST_INPUT_SPACE`] and doubles each time a read fills the space, so a connection
+    /// that carries little never zeroes (and faults in) a driver's full read size.
+    in_space: usize,
+    /// The space offered by the last `input_space` call (0 after a copying `handle_input`).
+    in_offered: usize,
     /// Output not yet written starts at `out_start`.
     out_start: usize,
     outbuf: Vec<u8>,
-    plain: Vec<u8>,
-    plain_start: usize,
+    /// Ranges of `inbuf` holding received plaintext not yet read, oldest first.
+    plain: VecDeque<std::ops::Range<usize>>,
+    /// Bytes in `plain`'s ranges.
+    plain_len: usize,
     events: VecDeque<Event>,
     info: Option<SessionInfo>,
     sender: Option<RecordSender>,
@@ -166,10 +177,12 @@ impl Connection {
             inbuf: Vec::new(),
             in_start: 0,
             in_end: 0,
+            in_space: FIRST_INPUT_SPACE,
+            in_offered: 0,
             out_start: 0,
             outbuf: Vec::new(),
-            plain: Vec::new(),
-            plain_start: 0,
+            plain: VecDeque::new(),
+            plain_len: 0,
             events: VecDeque::new(),
             info: None,
             sender: None,
@@ -371,19 +384,25 @@ impl Connection {
 
     /// Plaintext received and not yet read.
     pub fn readable(&self) -> usize {
-        self.plain.len() - self.plain_start
+        self.plain_len
     }
 
     /// Copies received plaintext into `buf`; returns how many bytes (0 if none is waiting).
     pub fn recv(&mut self, buf: &mut [u8]) -> usize {
-        let avail = &self.plain[self.plain_start..];
-        let n = avail.len().min(buf.len());
-        buf[..n].copy_from_slice(&avail[..n]);
-        self.plain_start += n;
-        if self.plain_start == self.plain.len() {
-            self.plain.clear();
-            self.plain_start = 0;
+        let mut n = 0;
+        while n < buf.len() {
+            let Some(range) = self.plain.front_mut() else {
+                break;
+            };
+            let take = range.len().min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&self.inbuf[range.start..range.start + take]);
+            range.start += take;
+            n += take;
+            if range.start == range.end {
+                self.plain.pop_front();
+            }
         }
+        self.plain_len -= n;
         n
     }
 
@@ -532,21 +551,40 @@ impl Connection {
         if let State::Failed(e) = self.state {
             return Err(e);
         }
-        self.input_space(data.len()).copy_from_slice(data);
+        self.in_offered = 0;
+        self.reserve_input(data.len()).copy_from_slice(data);
         self.commit_input(now, data.len())
     }
 
     /// Space at the end of the input buffer for up to `len` transport bytes, so that a
     /// driver can read into it directly (one copy fewer than [`handle_input`](Self::handle_input)); then call
     /// [`handle_input_in_place`](Self::handle_input_in_place) with how many it filled.
+    ///
+    /// The space may be shorter than `len`: it starts at 4 KiB and doubles (up to `len`)
+    /// each time a read fills it, so a connection that moves a few hundred bytes does not
+    /// zero and fault in a bulk transfer's buffer, and one that moves megabytes reaches
+    /// `len` after a few reads.
     pub fn input_space(&mut self, len: usize) -> &mut [u8] {
-        if self.in_start == self.in_end {
+        let offer = len.min(self.in_space);
+        self.in_offered = offer;
+        self.reserve_input(offer)
+    }
+
+    /// Exactly `len` bytes of space after the unprocessed input, moving that input to the
+    /// front of the buffer or growing the buffer if needed.
+    fn reserve_input(&mut self, len: usize) -> &mut [u8] {
+        // Keep the unread plaintext and the unprocessed input.
+        let keep = self.plain.front().map_or(self.in_start, |r| r.start);
+        if keep == self.in_end {
             self.in_start = 0;
             self.in_end = 0;
-        } else if self.in_start > 0 && self.inbuf.len() - self.in_end < len {
-            self.inbuf.copy_within(self.in_start..self.in_end, 0);
-            self.in_end -= self.in_start;
-            self.in_start = 0;
+        } else if keep > 0 && self.inbuf.len() - self.in_end < len {
+            self.inbuf.copy_within(keep..self.in_end, 0);
+            self.in_end -= keep;
+            self.in_start -= keep;
+            for range in &mut self.plain {
+                *range = range.start - keep..range.end - keep;
+            }
         }
         if self.inbuf.len() - self.in_end < len {
             self.inbuf.resize(self.in_end + len, 0);
@@ -563,6 +601,10 @@ impl Connection {
     ) -> Result<(), ChannelError> {
         if let State::Failed(e) = self.state {
             return Err(e);
+        }
+        if filled >= self.in_offered && self.in_offered == self.in_space {
+            // The read filled all it was offered: more is probably waiting.
+            self.in_space = self.in_space.saturating_mul(2);
         }
         self.commit_input(now, filled)
     }
@@ -658,15 +700,17 @@ impl Connection {
         let frame = &mut self.inbuf[start..start + len];
         let (ty, _gear, range) = receiver.open(frame)?;
         match ty {
-            FrameType::Data => {
-                let plain = &self.inbuf[start + range.start..start + range.end];
-                self.plain.extend_from_slice(plain);
+            FrameType::Data if !range.is_empty() => {
+                // Read in place by `recv`, with no copy here.
+                self.plain_len += range.len();
+                self.plain.push_back(start + range.start..start + range.end);
             }
             FrameType::Close => {
                 self.peer_closed = true;
                 self.events.push_back(Event::PeerClosed);
             }
-            _ => {} // KeyUpdate: the receiver already moved to the next keys.
+            // KeyUpdate (the receiver already moved to the next keys), or empty data.
+            _ => {}
         }
         Ok(())
     }

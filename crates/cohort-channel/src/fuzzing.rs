@@ -568,6 +568,21 @@ struct Driven {
     error: Option<ChannelError>,
     established_events: usize,
     received: Vec<u8>,
+    /// Pieces fed so far.
+    pieces: usize,
+}
+
+/// Feeds `bytes` through [`Connection::input_space`] and
+/// [`Connection::handle_input_in_place`], in as many reads as the offered space needs.
+fn feed_in_place(conn: &mut Connection, mut bytes: &[u8]) -> Result<(), ChannelError> {
+    while !bytes.is_empty() {
+        let space = conn.input_space(bytes.len());
+        let n = space.len().min(bytes.len());
+        space[..n].copy_from_slice(&bytes[..n]);
+        conn.handle_input_in_place(NOW, n)?;
+        bytes = &bytes[n..];
+    }
+    Ok(())
 }
 
 impl Driven {
@@ -580,6 +595,7 @@ impl Driven {
             error: None,
             established_events: 0,
             received: Vec::new(),
+            pieces: 0,
         }
     }
 
@@ -591,7 +607,14 @@ impl Driven {
         };
         for piece in bytes.chunks(size) {
             self.fed.extend_from_slice(piece);
-            let r = self.conn.handle_input(NOW, piece);
+            // Every other piece goes in the way a stream driver reads: into the
+            // connection's own input space (which may offer less than asked), in place.
+            self.pieces += 1;
+            let r = if self.pieces.is_multiple_of(2) {
+                feed_in_place(&mut self.conn, piece)
+            } else {
+                self.conn.handle_input(NOW, piece)
+            };
             match (self.error, r) {
                 (Some(e), r) => assert_eq!(r, Err(e), "a failed connection took more input"),
                 (None, Err(e)) => {

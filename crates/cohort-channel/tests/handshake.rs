@@ -604,6 +604,98 @@ fn truncation_is_told_apart_from_a_clean_close() {
 }
 
 #[test]
+fn in_place_input_space_starts_small_and_doubles_while_reads_fill_it() {
+    let mut w = World::with_auth(AuthMode::None);
+    let (mut c, mut s) = w.connect();
+    w.pump(&mut c, &mut s);
+    let data: Vec<u8> = (0..200_000).map(|i| (i * 7 % 253) as u8).collect();
+    c.send(&data).unwrap();
+    let mut wire = Vec::new();
+    c.take_output(&mut wire);
+    // A driver that asks for 64 KiB each time and always gets all it is offered.
+    let mut offers = Vec::new();
+    let mut at = 0;
+    let mut got = Vec::new();
+    while at < wire.len() {
+        let space = s.input_space(64 * 1024);
+        offers.push(space.len());
+        let n = space.len().min(wire.len() - at);
+        space[..n].copy_from_slice(&wire[at..at + n]);
+        at += n;
+        s.handle_input_in_place(w.now, n).unwrap();
+        let mut buf = vec![0u8; s.readable()];
+        let read = s.recv(&mut buf);
+        got.extend_from_slice(&buf[..read]);
+    }
+    assert_eq!(got, data);
+    assert_eq!(&offers[..5], &[4096, 8192, 16384, 32768, 65536]);
+    assert!(offers[5..].iter().all(|&o| o == 65536), "{offers:?}");
+
+    // A short read does not grow the space; a copying handle_input leaves it alone.
+    let (mut c, mut s) = w.connect();
+    w.pump(&mut c, &mut s);
+    c.send(b"hello").unwrap();
+    let mut wire = Vec::new();
+    c.take_output(&mut wire);
+    let space = s.input_space(64 * 1024);
+    assert_eq!(space.len(), 4096);
+    space[..wire.len()].copy_from_slice(&wire);
+    s.handle_input_in_place(w.now, wire.len()).unwrap();
+    assert_eq!(s.input_space(64 * 1024).len(), 4096);
+    s.handle_input_in_place(w.now, 0).unwrap();
+    assert_eq!(s.input_space(100).len(), 100);
+    let mut buf = [0u8; 5];
+    assert_eq!(s.recv(&mut buf), 5);
+    assert_eq!(&buf, b"hello");
+}
+
+#[test]
+fn records_read_in_place_survive_partial_reads_and_the_buffer_moving() {
+    use rand_core::RngCore;
+    let mut rng = ChaCha20Rng::seed_from_u64(18);
+    let mut w = World::with_auth(AuthMode::None);
+    let (mut c, mut s) = w.connect();
+    w.pump(&mut c, &mut s);
+    let data: Vec<u8> = (0..300_000).map(|i| (i * 11 % 241) as u8).collect();
+    // Records of many sizes, some empty.
+    let mut at = 0;
+    while at < data.len() {
+        let n = (rng.next_u32() as usize % 40_000).min(data.len() - at);
+        c.send(&data[at..at + n]).unwrap();
+        at += n;
+    }
+    let mut wire = Vec::new();
+    c.take_output(&mut wire);
+    // Transport reads of random sizes, and reads of the plaintext that leave some behind
+    // while more input arrives (so unread plaintext is moved with the buffer).
+    let (mut fed, mut got) = (0, Vec::new());
+    while got.len() < data.len() {
+        if fed < wire.len() {
+            let ask = 1 + rng.next_u32() as usize % 70_000;
+            let space = s.input_space(ask);
+            let n = (1 + rng.next_u32() as usize % space.len()).min(wire.len() - fed);
+            space[..n].copy_from_slice(&wire[fed..fed + n]);
+            fed += n;
+            s.handle_input_in_place(w.now, n).unwrap();
+        }
+        let want = if fed == wire.len() {
+            s.readable()
+        } else {
+            rng.next_u32() as usize % 20_000
+        };
+        let avail = s.readable();
+        let mut buf = vec![0u8; want];
+        let read = s.recv(&mut buf);
+        assert_eq!(read, want.min(avail));
+        assert_eq!(s.readable(), avail - read);
+        got.extend_from_slice(&buf[..read]);
+        assert_eq!(&got[..], &data[..got.len()]);
+    }
+    assert_eq!(got, data);
+    assert_eq!(s.readable(), 0);
+}
+
+#[test]
 fn replayed_and_reordered_records_are_rejected() {
     /// A fresh established pair (kept alive for the caller), and the client's records of
     /// "one" then "two", not yet delivered.

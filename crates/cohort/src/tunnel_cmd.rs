@@ -25,6 +25,8 @@ macro_rules! log_line {
     }};
 }
 
+mod copy;
+
 use crate::UsageError;
 use clap::{Args, Subcommand};
 use cohort::channel::{
@@ -43,7 +45,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Bytes moved per read in each direction: large enough for four full records per write.
+/// The most bytes moved per read in each direction (large enough for four full records per
+/// write); each direction's buffer starts at 4 KiB and grows to this while reads fill it.
 const COPY_BUFFER: usize = 64 * 1024;
 
 /// Most connections the tunnel client serves at once; more wait in the kernel's accept
@@ -156,9 +159,10 @@ Limits against floods (defaults; see docs/reliability.md):
   File descriptors: at most max-pending + 2 x max-established + 64 (3136 by default); the
   server warns at start if `ulimit -n` is lower.
   Memory: about 11 KiB per pending connection and 13 KiB per idle tunnel (measured with
-  10,000 and 5,000 of them), up to about 210 KiB per tunnel that has moved data (its two
-  64 KiB copy buffers and the channel's 64 KiB read buffer), on top of about 16 MiB for the
-  process: at most about 240 MiB with the defaults.
+  10,000 and 5,000 of them), up to about 210 KiB per tunnel that has moved bulk data (its
+  two copy buffers and the channel's read buffer start at 4 KiB and grow to 64 KiB while
+  reads fill them), on top of about 16 MiB for the process: at most about 240 MiB with the
+  defaults.
   Counters of closed, timed-out and evicted connections are printed every 10 s.";
 
 /// `cohort tunnel client`.
@@ -584,7 +588,8 @@ async fn serve(
     };
     let _ = target.set_nodelay(true);
     let session = secure.session_id();
-    // An idle tunnel waits here without the copy loop's buffers (128 KiB).
+    // An idle tunnel waits here before the copy loop starts (its buffers come on its first
+    // read).
     let ready = tokio::select! {
         r = secure.wait_readable() => Some(r),
         r = target.readable() => Some(r),
@@ -601,7 +606,7 @@ async fn serve(
             let mut channel = Active::new(&mut secure, &active, Some(&received));
             let mut plain = Active::new(&mut target, &active, Some(&sent));
             tokio::select! {
-                r = tokio::io::copy_bidirectional_with_sizes(&mut channel, &mut plain, COPY_BUFFER, COPY_BUFFER) => Some(r),
+                r = copy::copy_both_ways(&mut channel, &mut plain, COPY_BUFFER, COPY_BUFFER) => Some(r),
                 _ = &mut evicted => None,
             }
         }
@@ -1138,13 +1143,7 @@ async fn run_client(args: ClientArgs, metrics: TunnelMetrics) -> Result<(), Usag
             let copied = {
                 let mut plain = Active::new(&mut local, &never, Some(&sent));
                 let mut channel = Active::new(&mut secure, &never, Some(&received));
-                tokio::io::copy_bidirectional_with_sizes(
-                    &mut plain,
-                    &mut channel,
-                    COPY_BUFFER,
-                    COPY_BUFFER,
-                )
-                .await
+                copy::copy_both_ways(&mut plain, &mut channel, COPY_BUFFER, COPY_BUFFER).await
             };
             match copied {
                 Ok((up, down)) => log_line!(
