@@ -24,19 +24,8 @@ NEW=$2
 SECS=${3:-4}
 ROUNDS=${4:-3}
 CLIENT=${CLIENT:-$NEW}
-mkdir -p target/peers
-cc -O2 -Wall -pthread -o target/peers/tunnel_rr scripts/peers/tunnel_rr.c
-RR=target/peers/tunnel_rr
-
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# shellcheck source=lib/tunnel-peers.sh
+. scripts/lib/tunnel-peers.sh
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 

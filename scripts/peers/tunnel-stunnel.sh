@@ -46,22 +46,11 @@ if [ ${#need[@]} -gt 0 ]; then
   sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
   $sudo apt-get update -qq && $sudo apt-get install -y -qq "${need[@]}"
 fi
-mkdir -p target/peers
-cc -O2 -Wall -pthread -o target/peers/tunnel_rr scripts/peers/tunnel_rr.c
 COHORT=${COHORT:-target/release/cohort}
 [ -n "${SKIP_BUILD:-}" ] || cargo build --quiet --release --locked -p cohort
-RR=target/peers/tunnel_rr
+# shellcheck source=../lib/tunnel-peers.sh
+. scripts/lib/tunnel-peers.sh
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ticks() { # pid -> utime + stime + cutime + cstime (clock ticks)
   awk '{ print $14 + $15 + $16 + $17 }' "/proc/$1/stat"
 }
