@@ -557,6 +557,51 @@ impl Carrier {
     }
 }
 
+/// Handles one datagram from `from`: a request, or (over UDP) a bundle of requests, which
+/// a member's UDP driver makes of what one flush queues for the KDC (pair-key requests for
+/// several members); each request in it is answered on its own, as if it had come alone.
+/// False if it was a bundle that does not parse (dropped whole, counted as malformed).
+async fn answer_datagram(
+    kdc: &mut Kdc,
+    carrier: &mut Carrier,
+    metrics: &KdcMetrics,
+    from: SocketAddr,
+    datagram: &[u8],
+    reply_to: ReplyTo,
+) -> bool {
+    if !(matches!(reply_to, ReplyTo::Udp(_)) && bundle::is_bundle(datagram)) {
+        answer(kdc, carrier, metrics, from, datagram, reply_to).await;
+        return true;
+    }
+    let received = |n: usize| {
+        metrics
+            .bytes
+            .get_or_create(&[("direction", "received")])
+            .inc_by(n as u64);
+    };
+    match bundle::parse(datagram) {
+        Ok(requests) => {
+            let mut inside = 0;
+            for request in requests {
+                inside += request.len();
+                answer(kdc, carrier, metrics, from, request, ReplyTo::Udp(from)).await;
+            }
+            // The bundle's own header bytes (each request counted its own).
+            received(datagram.len() - inside);
+            true
+        }
+        Err(e) => {
+            metrics
+                .drops
+                .get_or_create(&[("reason", "malformed")])
+                .inc();
+            received(datagram.len());
+            eprintln!("cohort kdc: {from}: dropped, malformed bundle: {e}");
+            false
+        }
+    }
+}
+
 /// Handles one request (a datagram, or one packet of a bundle) from `from`: counts it, logs
 /// its outcome and sends the answer, if any, to `reply_to`.
 async fn answer(
@@ -616,28 +661,8 @@ async fn serve_loop(setup: KdcSetup, registry: Registry) -> Result<(), UsageErro
             arrived = carrier.recv(&mut buf) => match arrived? {
                 Arrived::Request { from, len, reply: reply_to } => {
                     let datagram = &buf[..len];
-                    if matches!(reply_to, ReplyTo::Udp(_)) && bundle::is_bundle(datagram) {
-                        // A member's UDP driver packs what one flush queues for the KDC
-                        // (pair-key requests for several members) into one bundle: each
-                        // request is answered on its own, as if it had come alone.
-                        match bundle::parse(datagram) {
-                            Ok(requests) => {
-                                let mut inside = 0;
-                                for request in requests {
-                                    inside += request.len();
-                                    answer(&mut kdc, &mut carrier, &metrics, from, request, ReplyTo::Udp(from)).await;
-                                }
-                                metrics.bytes.get_or_create(&[("direction", "received")]).inc_by((len - inside) as u64);
-                            }
-                            Err(e) => {
-                                bad_bundles += 1;
-                                metrics.drops.get_or_create(&[("reason", "malformed")]).inc();
-                                metrics.bytes.get_or_create(&[("direction", "received")]).inc_by(len as u64);
-                                eprintln!("cohort kdc: {from}: dropped, malformed bundle: {e}");
-                            }
-                        }
-                    } else {
-                        answer(&mut kdc, &mut carrier, &metrics, from, datagram, reply_to).await;
+                    if !answer_datagram(&mut kdc, &mut carrier, &metrics, from, datagram, reply_to).await {
+                        bad_bundles += 1;
                     }
                 }
                 Arrived::Event(e) => eprintln!("cohort kdc: broker connection: {e}"),
