@@ -21,7 +21,7 @@ pub struct ConfigError {
     pub key: String,
     /// What is wrong.
     pub problem: String,
-    /// The file the key is in, when the error came from reading one ([`read_config`]) and
+    /// The file the key is in, when the error came from reading one (`read_config`) and
     /// `key` is not already the file's path.
     pub file: Option<String>,
 }
