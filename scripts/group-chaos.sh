@@ -38,7 +38,9 @@
 # kinds, targets and durations (the leader a kill_leader hits is whoever leads then, and
 # timings differ from run to run). --keep DIR copies the logs there on exit. Needs root, ip
 # (iproute2) with netns support, iptables and python3. Prints a summary and PASS or FAIL;
-# exits 1 on FAIL, 2 on a usage error. Everything it made is removed on exit.
+# exits 1 on FAIL, 2 on a usage error. Everything it made is removed on exit, except the
+# logs of a FAIL: they are copied to /tmp/group-chaos-fail-SEED-TIME (path printed) unless
+# --keep is given, and the tail of each member the failure names is printed.
 set -euo pipefail
 DIR="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=lib/netns.sh
@@ -123,12 +125,25 @@ python3 "$DIR/group_chaos.py" --work "$WORK" --cohort "$COHORT" --minutes "$MINU
   --seed "$SEED" --mode "$MODE" --ns "$(IFS=,; echo "${NSS[*]}")" \
   --addr "$(IFS=,; echo "${ADDRS[*]}")" --kdc-addr "$KDC_ADDR" &
 DRIVER=$!
-wait "$DRIVER" || die "the driver failed"
+# On FAIL the logs outlive the run without --keep: copied to /tmp/group-chaos-fail-SEED-TIME
+# (or kept in the --keep directory), and the tail of every member the problems or failed
+# checks name is printed (scripts/group_chaos_fail.py).
+failed() {
+  local where=$KEEP
+  if [ -z "$where" ]; then
+    where=/tmp/group-chaos-fail-$SEED-$(date -u +%Y%m%dT%H%M%SZ)
+    mkdir -p "$where" && cp -r "$WORK"/. "$where"/ || true
+  fi
+  python3 "$DIR/group_chaos_fail.py" "$WORK" || true
+  echo "logs kept in $where"
+}
+wait "$DRIVER" || { failed; die "the driver failed"; }
 DRIVER=""
-[ -f "$WORK/run.json" ] || die "the driver wrote no run.json"
+[ -f "$WORK/run.json" ] || { failed; die "the driver wrote no run.json"; }
 if [ "$MODE" = kdc ]; then alive; stop_process "$KDC"; fi
 status=0
-python3 "$DIR/group_chaos_check.py" "$WORK" || status=$?
+python3 "$DIR/group_chaos_check.py" "$WORK" >"$WORK/check.txt" || status=$?
+cat "$WORK/check.txt"
 echo "ran for $((SECONDS - T0)) s"
-[ $status -eq 0 ] || { echo "FAIL: group-chaos ($MODE mode, seed $SEED)"; exit 1; }
+[ $status -eq 0 ] || { failed; echo "FAIL: group-chaos ($MODE mode, seed $SEED)"; exit 1; }
 echo "PASS: group-chaos ($MODE mode, seed $SEED)"

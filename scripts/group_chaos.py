@@ -231,11 +231,14 @@ class Chaos:
     def status_all(self, timeout=2.0):
         """Asks every live member for its status: {i: status line}."""
         starts, asked = {}, []
+        self.unasked = set()  # live members whose status request was not written
         for m in self.members:
             if m.proc is not None:
                 starts[m.i] = (m.out, os.path.getsize(m.out))
                 if m.write({"cmd": "status"}):
                     asked.append(m.i)
+                else:
+                    self.unasked.add(m.i)
         got, end = {}, time.time() + timeout
         while len(got) < len(asked) and time.time() < end:
             for i in asked:
@@ -260,7 +263,11 @@ class Chaos:
             s = st.get(i)
             v = s and s.get("view")
             if not v:
-                bad.append(f"m{i}: no view")
+                # Three different failures, told apart: a member that answers without a
+                # view, one that does not answer, one whose stdin pipe is full.
+                why = ("no view" if s else "no status: stdin pipe full" if i in self.unasked
+                       else "no status within 2 s")
+                bad.append(f"m{i}: {why}")
                 continue
             key = (v["view_id"], s.get("key_fingerprint"), v["key_epoch"])
             if len(v["members"]) != N or s.get("changing_view") or not s.get("key_fingerprint"):
