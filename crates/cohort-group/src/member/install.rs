@@ -930,10 +930,12 @@ impl GroupMember {
                 .map(|(_, r)| *r);
             match why {
                 _ if self.leaving.is_some() => self.leave_now(RemovalReason::Left),
-                Some(RemovalReason::Lagged) => self.leave_now(RemovalReason::Lagged),
                 _ => {
-                    // Suspected while alive: go on at once in a component of those left
-                    // out (whoever of them answers), which probing merges back later.
+                    // Suspected, untrusted or lagged while alive: go on at once in a
+                    // component of those left out (whoever of them answers), which probing
+                    // merges back later. A lagged member used to leave for good here (no
+                    // view, no join, no timer) although alive and reachable: issue 17 §2,
+                    // tests/lagged_rejoin.rs.
                     if self.view_change.coordinator.is_some() {
                         return;
                     }

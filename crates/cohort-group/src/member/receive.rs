@@ -380,7 +380,7 @@ impl GroupMember {
                 members,
             } => self.on_grant(now, peer, addr, view, token, members),
             PairMsg::Present { view, token } => self.on_present(now, peer, view, &token),
-            PairMsg::Removed { view, reason } => {
+            PairMsg::Removed { view, .. } => {
                 // From the coordinator of a newer view than ours: it left us out. With
                 // identity keys only a member that asked to leave takes it (the others learn
                 // of a removal from the signed Install).
@@ -392,12 +392,11 @@ impl GroupMember {
                     self.counters.count(Drop::Unexpected);
                     return;
                 }
-                match reason {
-                    _ if self.leaving.is_some() => self.leave_now(RemovalReason::Left),
-                    RemovalReason::Lagged => self.leave_now(RemovalReason::Lagged),
-                    // Suspected or untrusted while alive: our own suspicion timeout moves us
-                    // on.
-                    _ => {}
+                // Whatever the reason (suspected, untrusted or lagged), a member that did
+                // not ask to leave is alive: its own suspicion timeout moves it on. A lagged
+                // member used to leave for good here (issue 17 §2).
+                if self.leaving.is_some() {
+                    self.leave_now(RemovalReason::Left);
                 }
             }
         }
