@@ -71,8 +71,9 @@ need_tool iptables "iptables not found (the link cuts are iptables DROP rules)"
 [ -n "$SEED" ] || SEED=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 
 TAG=$$
-HUB=gch-h-$TAG
-NSS=(gch-a-$TAG gch-b-$TAG gch-c-$TAG)
+P=${GROUP_CHAOS_NS_PREFIX:-gch}  # namespace names: PREFIX-h-PID, PREFIX-a-PID, ...
+HUB=$P-h-$TAG
+NSS=($P-a-$TAG $P-b-$TAG $P-c-$TAG)
 ADDRS=(10.98.0.1 10.98.0.2 10.98.0.3)
 KDC_ADDR=10.98.0.1:7600
 DRIVER=""

@@ -43,7 +43,9 @@ def named(work, run):
             text += "\n" + "\n".join(l for l in f if l.startswith("    "))
     except OSError:
         pass
-    return sorted({int(x) for x in re.findall(r"\bm(\d)\b(?![.\d])", text)}
+    # "m1: no view" (a heal), "m3 (incarnation 2) exited by itself", "m5.2.out" (a check);
+    # not the members a fault's description lists ("namespace B (m4-m6) cut off").
+    return sorted({int(x) for x in re.findall(r"\bm(\d)(?:: | \(incarnation )", text)}
                   | {int(x) for x in re.findall(r"\bm(\d)\.\d+\.out\b", text)})
 
 
