@@ -41,6 +41,7 @@
 # exits 1 on FAIL, 2 on a usage error. Everything it made is removed on exit, except the
 # logs of a FAIL: they are copied to /tmp/group-chaos-fail-SEED-TIME (path printed) unless
 # --keep is given, and the tail of each member the failure names is printed.
+# GROUP_CHAOS_NS_PREFIX (default gch) prefixes the names of the namespaces it makes.
 set -euo pipefail
 DIR="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=lib/netns.sh
