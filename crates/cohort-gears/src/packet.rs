@@ -537,7 +537,12 @@ pub struct Unprotector {
     policy: ReceivePolicy,
     window: ReplayWindow,
     counters: DropCounters,
-    failures: [u64; 256],
+    /// Failed verifications by gear id, allocated at the first failure: a 2 KiB table in
+    /// every receiver made each one a large allocation (a group leader creates one for every
+    /// sender whose first packet of a new view it opens, and each such `malloc` of more than
+    /// 1 KiB consolidated glibc's fast bins: about a quarter of the leader's CPU in an lkh
+    /// leave at 2,500 members).
+    failures: Option<Box<[u64; 256]>>,
     retired: GearSet,
 }
 
@@ -549,7 +554,7 @@ impl Unprotector {
             policy,
             window: ReplayWindow::new(),
             counters: DropCounters::default(),
-            failures: [0; 256],
+            failures: None,
             retired: GearSet::empty(),
         }
     }
@@ -571,7 +576,9 @@ impl Unprotector {
 
     /// Failed verifications under `gear` so far.
     pub fn failures(&self, gear: GearId) -> u64 {
-        self.failures[usize::from(gear.to_u8())]
+        self.failures
+            .as_ref()
+            .map_or(0, |f| f[usize::from(gear.to_u8())])
     }
 
     /// Gears retired because they reached their integrity limit; the association needs a
@@ -616,7 +623,8 @@ impl Unprotector {
             )
         };
         if !ok {
-            let f = &mut self.failures[usize::from(gear.to_u8())];
+            let table = self.failures.get_or_insert_with(|| Box::new([0; 256]));
+            let f = &mut table[usize::from(gear.to_u8())];
             *f += 1;
             if *f >= gear.info().integrity_limit {
                 self.retired.insert(gear);

@@ -13,7 +13,7 @@ use zeroize::Zeroizing;
 /// Protected group packets carry the gears packet version in their first byte and bind this
 /// one into their key derivation (`keys.rs`): a member of another version derives other keys,
 /// so its packets fail authentication instead of being misread.
-pub const GROUP_VERSION: u8 = 3;
+pub const GROUP_VERSION: u8 = 4;
 /// Most members a view may list (keeps every list bounded when parsing): ranks are `u16`
 /// and `u16::MAX` is the broadcast destination, so ranks run 0..=65,534.
 pub const MAX_MEMBERS: usize = u16::MAX as usize;
@@ -328,9 +328,20 @@ pub fn decode_roster(bytes: &[u8]) -> Option<(Vec<Member>, Vec<u64>)> {
     r.is_empty().then_some((members, incarnations))
 }
 
-/// SHA-256 of a label and [`encode_roster`]'s bytes: what an Install's `digest` holds.
-pub fn roster_digest(sha256: &dyn cohort_crypto::Digest, roster: &[u8]) -> [u8; 32] {
-    sha256.sha256(&[b"cohort group roster v1", roster])
+/// The BLAKE3 key of [`roster_digest`]: a fixed, public domain key (keyed BLAKE3 with a
+/// domain key per use, as elsewhere in cohort), not a secret.
+pub const ROSTER_DIGEST_KEY: [u8; 32] = *b"cohort group roster digest v2\0\0\0";
+
+/// BLAKE3, keyed with [`ROSTER_DIGEST_KEY`], of [`encode_roster`]'s bytes (32 bytes): what an
+/// Install's `digest` holds. It was SHA-256 (`GROUP_VERSION` 3 and before), which cost a
+/// group leader about 1.5 ms of CPU per view change at 10,000 members (600 KB a view, on a
+/// CPU without SHA extensions); BLAKE3 hashes the same bytes several times faster (its
+/// chunks are compressed in parallel SIMD lanes) with the same 256-bit output and 128-bit
+/// collision resistance.
+pub fn roster_digest(hash: &dyn cohort_crypto::KeyedHash, roster: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    hash.hash(&ROSTER_DIGEST_KEY, &[roster], &mut out);
+    out
 }
 
 /// A message over a pair channel (already encrypted and mutually authenticated).

@@ -146,7 +146,7 @@ fn a_joiner_fetches_the_list_in_parts_refuses_a_tampered_one_and_installs() {
     members.push(Member { id: cb, addr: h.b });
     let incarnations = [1, 2, 3, 4, incarnation];
     let roster = encode_roster(&members, &incarnations);
-    let digest = roster_digest(provider.sha256, &roster);
+    let digest = roster_digest(provider.keyed_blake3, &roster);
     let view1 = ViewId {
         seq: 5,
         coordinator: ca,
@@ -278,7 +278,7 @@ fn a_tampered_install_part_is_refused_and_the_whole_installs() {
     let (mut h, incarnation) = joiner(vec![ca, cb], coordinator.clone(), member_id);
     let members = vec![Member { id: ca, addr: h.a }, Member { id: cb, addr: h.b }];
     let roster = encode_roster(&members, &[1, incarnation]);
-    let digest = roster_digest(provider.sha256, &roster);
+    let digest = roster_digest(provider.keyed_blake3, &roster);
     let view1 = ViewId {
         seq: 1,
         coordinator: ca,

@@ -138,7 +138,7 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
     };
     let members = vec![Member { id: ca, addr: a }, Member { id: cb, addr: b }];
     let roster = encode_roster(&members, &[1, incarnation]);
-    let digest = roster_digest(provider.sha256, &roster);
+    let digest = roster_digest(provider.keyed_blake3, &roster);
     let key1 = GroupKey::new(1, Secret::from_slice(&[0x11; 32]));
     // An unsigned Install of both members into `view`, keeping the key of epoch 1: from
     // `base`, letting in the member (`joined`) or not.

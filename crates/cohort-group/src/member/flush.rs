@@ -177,13 +177,23 @@ impl Change {
         removed: Vec<(MemberId, RemovalReason)>,
         started: Timestamp,
     ) -> Change {
-        let survivors = (0..view.members.len() as u16)
-            .filter(|r| {
-                !removed
-                    .iter()
-                    .any(|(m, _)| view.members[usize::from(*r)].id == *m)
-            })
+        // The removed members' ranks by lookup (O(k log n)), then every other rank: a filter
+        // comparing every member's id with the removed ones, collected into a vector that
+        // grew by doubling, was a quarter of the leader's CPU in an lkh leave at 2,500.
+        let n = view.members.len();
+        let mut gone: Vec<usize> = removed
+            .iter()
+            .filter_map(|(m, _)| view.members.rank_of(m))
             .collect();
+        gone.sort_unstable();
+        gone.dedup();
+        let mut survivors = Vec::with_capacity(n - gone.len());
+        let mut from = 0;
+        for g in gone {
+            survivors.extend(from as u16..g as u16);
+            from = g + 1;
+        }
+        survivors.extend(from as u16..n as u16);
         Change {
             survivors,
             joiners: Vec::new(),

@@ -348,7 +348,7 @@ impl GroupMember {
             return;
         }
         let roster_bytes = encode_roster(&list, &incarnations);
-        let digest = roster_digest(self.provider.sha256, &roster_bytes);
+        let digest = roster_digest(self.provider.keyed_blake3, &roster_bytes);
         let members: Members = if left.is_empty() && joined.is_empty() {
             base.members.clone()
         } else {
@@ -1035,7 +1035,7 @@ impl GroupMember {
             .chain(install.joined.iter().map(|j| j.incarnation))
             .collect();
         let bytes = encode_roster(&list, &incarnations);
-        if roster_digest(self.provider.sha256, &bytes) != install.digest {
+        if roster_digest(self.provider.keyed_blake3, &bytes) != install.digest {
             return None;
         }
         let members = if unchanged {
@@ -1059,7 +1059,7 @@ impl GroupMember {
     /// A member list for `install` from its bytes, if it gives the digest and has the
     /// Install's length.
     pub(super) fn roster_from_bytes(&self, install: &Install, bytes: &[u8]) -> Option<Roster> {
-        if roster_digest(self.provider.sha256, bytes) != install.digest {
+        if roster_digest(self.provider.keyed_blake3, bytes) != install.digest {
             return None;
         }
         let (list, incarnations) = decode_roster(bytes)?;
