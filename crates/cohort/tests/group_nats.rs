@@ -1,5 +1,5 @@
-//! Groups over NATS (issue 15), against nats-server processes each test starts on a free
-//! port and stops: members join, deliver in one order and rekey with every packet carried
+//! Groups over NATS (issue 15), against nats-server processes each test starts on a port
+//! the server picks and stops: members join, deliver in one order and rekey with every packet carried
 //! by the broker; a subscriber to every subject finds no payload and no key in what the
 //! broker carried; what a non-member injects on the group's subjects is dropped and
 //! counted; start-up failures are one line (exit status 2 from the command); a broker that
@@ -18,6 +18,7 @@ use cohort_kdc::KeyFile;
 use futures_util::StreamExt;
 use rand_core::{OsRng, RngCore};
 use std::future::Future;
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -31,7 +32,7 @@ use tokio::time::timeout;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// A nats-server this test started, on a free loopback port; killed when dropped.
+/// A nats-server this test started, on a loopback port it picked; killed when dropped.
 struct NatsServer {
     /// `None` once stopped.
     process: Option<Guard>,
@@ -39,22 +40,59 @@ struct NatsServer {
 }
 
 impl NatsServer {
+    /// Starts a server on a port it picks itself (`-p -1`) and reads the port from its
+    /// log. A port picked by the test (`free_port`, then the server's bind) can be taken in
+    /// between, by another test's server among others, and then this test's clients talk
+    /// to a server it did not start (one with a password refused a client: "connection
+    /// reset by peer"); a port the server bound and reported cannot be.
     fn start(extra: &[&str]) -> NatsServer {
-        NatsServer::start_on(free_port(), extra)
+        NatsServer::spawn("-1", extra)
     }
 
+    /// Starts a server on `port` (a restart on the port of a server this test stopped).
     fn start_on(port: u16, extra: &[&str]) -> NatsServer {
+        let server = NatsServer::spawn(&port.to_string(), extra);
+        assert_eq!(server.port, port, "nats-server listens on another port");
+        server
+    }
+
+    fn spawn(port: &str, extra: &[&str]) -> NatsServer {
         need("nats-server");
-        let child = Command::new("nats-server")
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        let mut child = Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", port])
             .args(extra)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("nats-server starts");
+        let log = child.stderr.take().expect("nats-server's stderr");
+        let guard = Guard(child);
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Reads the log until the server says it is ready, then keeps draining it so that
+        // the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut port = None;
+            for line in BufReader::new(log).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.split("Listening for client connections on ").nth(1) {
+                    port = rest
+                        .rsplit(':')
+                        .next()
+                        .and_then(|p| p.trim().parse::<u16>().ok());
+                }
+                if line.contains("Server is ready") {
+                    let _ = tx.send(port.take());
+                }
+            }
+        });
+        let port = match rx.recv_timeout(WAIT) {
+            Ok(Some(port)) => port,
+            Ok(None) => panic!("nats-server was ready but did not say its client port"),
+            Err(_) => panic!("nats-server did not say it was ready within {WAIT:?}"),
+        };
         wait_for_port(port);
         NatsServer {
-            process: Some(Guard(child)),
+            process: Some(guard),
             port,
         }
     }
