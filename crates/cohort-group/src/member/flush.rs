@@ -177,9 +177,10 @@ impl Change {
         removed: Vec<(MemberId, RemovalReason)>,
         started: Timestamp,
     ) -> Change {
-        // The removed members' ranks by lookup (O(k log n)), then every other rank: a filter
-        // comparing every member's id with the removed ones, collected into a vector that
-        // grew by doubling, was a quarter of the leader's CPU in an lkh leave at 2,500.
+        // The removed members' ranks by lookup (O(k log n)), then every other rank, into a
+        // vector of known size; before, every member's id was compared with the removed
+        // ones and the vector grew by doubling (docs/performance.md, "fifth session
+        // (helper leadercpu)").
         let n = view.members.len();
         let mut gone: Vec<usize> = removed
             .iter()
