@@ -11,6 +11,7 @@
 mod support;
 
 use cohort::group::carriage::{encode_prefix, kdc_subject, Subjects};
+use cohort::group::local_nats::LocalNatsServer;
 use cohort::group::{Channel, Error, Event, Events, Group, GroupConfig, MemberId};
 use cohort_channel::identity::Identity;
 use cohort_group::kdc_pair::KdcCredentials;
@@ -18,82 +19,44 @@ use cohort_kdc::KeyFile;
 use futures_util::StreamExt;
 use rand_core::{OsRng, RngCore};
 use std::future::Future;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::{
-    arg, cohort, exits_2, free_port, identities, keygen, need, tempdir, wait_for_port, Guard,
-    StderrWatch,
+    arg, cohort, exits_2, free_port, identities, keygen, need, tempdir, wait_for_port, StderrWatch,
 };
 use tokio::time::timeout;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// A nats-server this test started, on a loopback port it picked; killed when dropped.
+/// A nats-server this test started, on a loopback port the server picked
+/// ([`LocalNatsServer`] reads it from the server's log); killed when dropped.
 struct NatsServer {
     /// `None` once stopped.
-    process: Option<Guard>,
+    process: Option<LocalNatsServer>,
     port: u16,
 }
 
 impl NatsServer {
-    /// Starts a server on a port it picks itself (`-p -1`) and reads the port from its
-    /// log. A port picked by the test (`free_port`, then the server's bind) can be taken in
-    /// between, by another test's server among others, and then this test's clients talk
-    /// to a server it did not start (one with a password refused a client: "connection
-    /// reset by peer"); a port the server bound and reported cannot be.
     fn start(extra: &[&str]) -> NatsServer {
-        NatsServer::spawn("-1", extra)
+        need("nats-server");
+        let server = LocalNatsServer::start(extra, WAIT).expect("nats-server starts");
+        wait_for_port(server.port());
+        NatsServer {
+            port: server.port(),
+            process: Some(server),
+        }
     }
 
     /// Starts a server on `port` (a restart on the port of a server this test stopped).
     fn start_on(port: u16, extra: &[&str]) -> NatsServer {
-        let server = NatsServer::spawn(&port.to_string(), extra);
-        assert_eq!(server.port, port, "nats-server listens on another port");
-        server
-    }
-
-    fn spawn(port: &str, extra: &[&str]) -> NatsServer {
-        need("nats-server");
-        let mut child = Command::new("nats-server")
-            .args(["-a", "127.0.0.1", "-p", port])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("nats-server starts");
-        let log = child.stderr.take().expect("nats-server's stderr");
-        let guard = Guard(child);
-        let (tx, rx) = std::sync::mpsc::channel();
-        // Reads the log until the server says it is ready, then keeps draining it so that
-        // the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let mut port = None;
-            for line in BufReader::new(log).lines() {
-                let Ok(line) = line else { break };
-                if let Some(rest) = line.split("Listening for client connections on ").nth(1) {
-                    port = rest
-                        .rsplit(':')
-                        .next()
-                        .and_then(|p| p.trim().parse::<u16>().ok());
-                }
-                if line.contains("Server is ready") {
-                    let _ = tx.send(port.take());
-                }
-            }
-        });
-        let port = match rx.recv_timeout(WAIT) {
-            Ok(Some(port)) => port,
-            Ok(None) => panic!("nats-server was ready but did not say its client port"),
-            Err(_) => panic!("nats-server did not say it was ready within {WAIT:?}"),
-        };
+        let server = LocalNatsServer::start_on(port, extra, WAIT).expect("nats-server restarts");
         wait_for_port(port);
         NatsServer {
-            process: Some(guard),
             port,
+            process: Some(server),
         }
     }
 
@@ -101,7 +64,7 @@ impl NatsServer {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    /// Kills and reaps the server (the guard's drop).
+    /// Kills and reaps the server (its drop).
     fn stop(&mut self) {
         self.process = None;
     }

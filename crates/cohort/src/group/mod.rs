@@ -108,6 +108,7 @@
 pub mod carriage;
 mod config;
 pub mod frag;
+pub mod local_nats;
 #[cfg(feature = "nats")]
 mod nats;
 mod queue;

@@ -12,12 +12,12 @@
 //! one).
 
 use crate::UsageError;
+use cohort::group::local_nats::LocalNatsServer;
 use cohort::group::{Channel, Event, Events, Group, GroupConfig, MemberId};
 use cohort_channel::identity::Identity;
 use cohort_crypto::CryptoProvider;
 use serde_json::json;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -62,44 +62,6 @@ struct Run {
     process_cpu: f64,
 }
 
-/// A nats-server the bench started; killed when dropped.
-struct Broker {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_broker() -> Result<Broker, String> {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("no free port for nats-server: {e}"))?
-        .port();
-    let child = Command::new("nats-server")
-        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start nats-server (is it installed?): {e}"))?;
-    let broker = Broker {
-        child,
-        url: format!("nats://127.0.0.1:{port}"),
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            return Err(format!("nats-server did not listen on port {port}"));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(broker)
-}
-
 /// CPU seconds (user and system) of process `pid` so far.
 fn cpu_seconds(pid: &str) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -125,14 +87,17 @@ pub fn run(b: &NatsBench) -> Result<(), UsageError> {
     }
     let broker = match b.nats {
         Some(_) => None,
-        None => Some(start_broker().map_err(UsageError)?),
+        None => Some(
+            LocalNatsServer::start(&[], Duration::from_secs(10))
+                .map_err(|e| UsageError(format!("{e} (is nats-server installed?)")))?,
+        ),
     };
     let url = b
         .nats
         .map(str::to_string)
-        .or_else(|| broker.as_ref().map(|x| x.url.clone()))
+        .or_else(|| broker.as_ref().map(LocalNatsServer::url))
         .unwrap_or_default();
-    let broker_pid = broker.as_ref().map(|x| x.child.id().to_string());
+    let broker_pid = broker.as_ref().map(|x| x.pid().to_string());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
