@@ -14,7 +14,7 @@
 use super::carriage::{self, Subjects, MAX_PREFIX};
 use async_nats::{Client, ConnectOptions, Subject, Subscriber};
 use cohort_group::Destination;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -57,8 +57,18 @@ pub struct NatsCarrier {
     events: mpsc::Receiver<async_nats::Event>,
     member_subjects: HashMap<SocketAddr, Subject>,
     prefix: Vec<u8>,
-    payload: Vec<u8>,
+    /// A probe [`NatsCarrier::try_recv`] took off a subscription: answered by the next
+    /// [`NatsCarrier::recv`].
+    held: Option<async_nats::Message>,
     dropped: u64,
+}
+
+/// The error once a subscription ended: the connection closed for good.
+fn closed() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        "the NATS connection closed",
+    )
 }
 
 /// What [`NatsCarrier::recv`] brings.
@@ -111,7 +121,7 @@ pub async fn connect(
         events,
         member_subjects: HashMap::new(),
         prefix,
-        payload: Vec::new(),
+        held: None,
         dropped: 0,
     })
 }
@@ -226,9 +236,10 @@ impl NatsCarrier {
             if let Some((_, kdc)) = self.kdc.as_ref().filter(|(k, _)| *k == addr) {
                 // A request to the KDC: it answers on this member's subject.
                 let kdc = kdc.clone();
-                let len = self.fill(packet);
+                let payload = self.carriage(packet);
+                let len = payload.len();
                 self.client
-                    .publish_with_reply(kdc, self.own.clone(), self.payload.clone().into())
+                    .publish_with_reply(kdc, self.own.clone(), payload.into())
                     .await
                     .map_err(io::Error::other)?;
                 return Ok(len);
@@ -246,21 +257,22 @@ impl NatsCarrier {
                     .clone()
             }
         };
-        let len = self.fill(packet);
+        let payload = self.carriage(packet);
+        let len = payload.len();
         self.client
-            .publish(subject, self.payload.clone().into())
+            .publish(subject, payload.into())
             .await
             .map_err(io::Error::other)?;
         Ok(len)
     }
 
-    /// Puts this member's carriage prefix and `packet` into the payload buffer; returns its
-    /// length.
-    fn fill(&mut self, packet: &[u8]) -> usize {
-        self.payload.clear();
-        self.payload.extend_from_slice(&self.prefix);
-        self.payload.extend_from_slice(packet);
-        self.payload.len()
+    /// This member's carriage prefix and `packet`, in one new buffer (which becomes the
+    /// published message without another copy).
+    fn carriage(&self, packet: &[u8]) -> Vec<u8> {
+        let mut payload = Vec::with_capacity(self.prefix.len() + packet.len());
+        payload.extend_from_slice(&self.prefix);
+        payload.extend_from_slice(packet);
+        payload
     }
 
     /// The next packet for this member (copied into `buf`) or connection event. Messages
@@ -268,32 +280,72 @@ impl NatsCarrier {
     /// own are dropped. Cancel-safe. An error: the connection is closed for good.
     pub async fn recv(&mut self, buf: &mut [u8]) -> io::Result<Carried> {
         loop {
-            let message = tokio::select! {
-                m = self.group_sub.next() => m,
-                m = self.own_sub.next() => m,
-                Some(event) = self.events.recv() => return Ok(Carried::Event(event.to_string())),
+            let message = match self.held.take() {
+                Some(message) => Some(message),
+                None => tokio::select! {
+                    m = self.group_sub.next() => m,
+                    m = self.own_sub.next() => m,
+                    Some(event) = self.events.recv() => return Ok(Carried::Event(event.to_string())),
+                },
             };
             let Some(message) = message else {
-                return Err(io::Error::new(
-                    io::ErrorKind::ConnectionAborted,
-                    "the NATS connection closed",
-                ));
+                return Err(closed());
             };
             if let Some(reply) = message.reply {
                 // A start-up probe of this member's subject: say it is taken.
                 let _ = self.client.publish(reply, TAKEN.into()).await;
                 continue;
             }
-            match carriage::parse(&message.payload) {
-                Ok((from, _)) if from == self.me => {}
-                Ok((from, packet)) if packet.len() <= buf.len() => {
-                    buf[..packet.len()].copy_from_slice(packet);
-                    return Ok(Carried::Packet {
-                        from,
-                        len: packet.len(),
-                    });
-                }
-                _ => self.dropped += 1,
+            if let Some((from, len)) = self.unwrap_into(&message.payload, buf) {
+                return Ok(Carried::Packet { from, len });
+            }
+        }
+    }
+
+    /// A packet that has already arrived (copied into `buf`), without waiting: `None` when
+    /// none is ready. The member task drains what queued up while it worked this way, so
+    /// one wake-up and one round of sends serve many packets. A probe of this member's
+    /// subject (it needs an answer sent) stops the drain and waits for [`NatsCarrier::recv`].
+    pub fn try_recv(&mut self, buf: &mut [u8]) -> io::Result<Option<(SocketAddr, usize)>> {
+        loop {
+            if self.held.is_some() {
+                return Ok(None);
+            }
+            // A subscription that is not ready registers the no-op waker here; the task's
+            // next `recv` polls it again with its own waker before it sleeps.
+            let message = match self.group_sub.next().now_or_never() {
+                Some(m) => m,
+                None => match self.own_sub.next().now_or_never() {
+                    Some(m) => m,
+                    None => return Ok(None),
+                },
+            };
+            let Some(message) = message else {
+                return Err(closed());
+            };
+            if message.reply.is_some() {
+                self.held = Some(message);
+                return Ok(None);
+            }
+            if let Some(packet) = self.unwrap_into(&message.payload, buf) {
+                return Ok(Some(packet));
+            }
+        }
+    }
+
+    /// The packet in a carriage `payload`, copied into `buf`: its sender and length. `None`
+    /// for this member's own packets (the broker echoes broadcasts) and, counted as dropped,
+    /// for what is not carriage or does not fit.
+    fn unwrap_into(&mut self, payload: &[u8], buf: &mut [u8]) -> Option<(SocketAddr, usize)> {
+        match carriage::parse(payload) {
+            Ok((from, _)) if from == self.me => None,
+            Ok((from, packet)) if packet.len() <= buf.len() => {
+                buf[..packet.len()].copy_from_slice(packet);
+                Some((from, packet.len()))
+            }
+            _ => {
+                self.dropped += 1;
+                None
             }
         }
     }

@@ -243,9 +243,10 @@ pub async fn run(mut t: Task) {
                 }
             },
         }
-        // With batched UDP, take what else is ready (batches, requests) before the next
-        // flush, so one flush carries what all of it makes the member send.
-        if let Err(e) = t.drain(&mut requests_open, &now) {
+        // With batched UDP or NATS, take what else is ready (batches or packets, requests)
+        // before the next round of sends, so one round carries what all of it makes the
+        // member send.
+        if let Err(e) = t.drain(&mut requests_open, &now, &mut recv_buf) {
             break Err(e);
         }
     };
@@ -266,21 +267,26 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Most further receive batches the loop takes without waiting after one wake-up (each
-/// round: one batch and up to [`DRAIN_REQUESTS`] requests).
+/// Most further receive rounds the loop takes without waiting after one wake-up (each
+/// round: one UDP batch or up to [`DRAIN_PACKETS`] NATS packets, and up to
+/// [`DRAIN_REQUESTS`] requests).
 const DRAIN_ROUNDS: usize = 8;
 /// Most requests one drain round takes.
 const DRAIN_REQUESTS: usize = 32;
+/// Most NATS packets one drain round takes (about what one UDP batch holds).
+const DRAIN_PACKETS: usize = 32;
 
 impl Task {
-    /// Takes ready batches and requests, without waiting and up to a bound, when the
-    /// transport is UDP with batching on; otherwise does nothing, as before batching.
-    fn drain(&mut self, requests_open: &mut bool, now: &impl Fn() -> Timestamp) -> io::Result<()> {
-        let batched = matches!(
-            &self.transport,
-            Transport::Udp(u) if u.batching() == cohort_net::batch::Batching::On
-        );
-        if !batched {
+    /// Takes ready batches or packets and requests, without waiting and up to a bound, when
+    /// the transport drains ([`Transport::drains`]: UDP with batching on, NATS); otherwise
+    /// does nothing, as before batching. `buf` takes NATS packets.
+    fn drain(
+        &mut self,
+        requests_open: &mut bool,
+        now: &impl Fn() -> Timestamp,
+        buf: &mut [u8],
+    ) -> io::Result<()> {
+        if !self.transport.drains() {
             return Ok(());
         }
         for _ in 0..DRAIN_ROUNDS {
@@ -293,6 +299,15 @@ impl Task {
                     self.counters.datagram_bytes_received += bytes.len() as u64;
                     self.member.handle_datagram(at, from, bytes);
                 }
+            }
+            for _ in 0..DRAIN_PACKETS {
+                let Some((from, len)) = self.transport.try_recv_packet(buf)? else {
+                    break;
+                };
+                moved = true;
+                self.counters.datagrams_received += 1;
+                self.counters.datagram_bytes_received += len as u64;
+                self.member.handle_datagram(now(), from, &buf[..len]);
             }
             let mut taken = 0;
             while *requests_open && taken < DRAIN_REQUESTS {

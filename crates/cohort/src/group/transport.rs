@@ -104,6 +104,29 @@ impl Transport {
         }
     }
 
+    /// Whether the member task should take what else is ready, without waiting, after each
+    /// wake-up ([`Transport::try_recv`], [`Transport::try_recv_packet`]): UDP with batching,
+    /// and NATS.
+    pub fn drains(&self) -> bool {
+        match self {
+            Transport::Udp(socket) => socket.batching() == Batching::On,
+            #[cfg(feature = "nats")]
+            Transport::Nats(_) => true,
+        }
+    }
+
+    /// NATS: a packet that has already arrived (into `buf`), without waiting: its sender
+    /// and length. `Ok(None)` when none is ready, and on UDP (which takes batches).
+    #[cfg_attr(not(feature = "nats"), allow(unused_variables))]
+    // reason: only NATS reads into `buf`
+    pub fn try_recv_packet(&mut self, buf: &mut [u8]) -> io::Result<Option<(SocketAddr, usize)>> {
+        match self {
+            Transport::Udp(_) => Ok(None),
+            #[cfg(feature = "nats")]
+            Transport::Nats(carrier) => carrier.try_recv(buf),
+        }
+    }
+
     /// The datagrams of the last [`Incoming::Batch`], with their senders.
     pub fn batch(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> + '_ {
         let udp = match self {
