@@ -22,10 +22,10 @@ use crate::wire::{kind, Control, Packet};
 use crate::{Endpoint, EndpointConfig, Mode, Relay, RelayConfig};
 use cohort_channel::identity::Identity;
 use cohort_core::{Machine, Timestamp};
-use cohort_crypto::{CryptoProvider, Secret};
+use cohort_crypto::{CryptoError, CryptoProvider, Secret, SignatureScheme};
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 /// Endpoint A, the initiator (and the only sender of data).
@@ -62,16 +62,146 @@ fn must<T, E: std::fmt::Debug>(r: Result<T, E>, what: &str) -> T {
     r.expect(what)
 }
 
-fn provider() -> CryptoProvider {
-    CryptoProvider::default_provider()
+/// The provider every harness builds its nodes with: the default one, with Ed25519
+/// remembered ([`MemoEd25519`]).
+pub fn provider() -> CryptoProvider {
+    CryptoProvider {
+        ed25519: &MEMO_ED25519,
+        ..CryptoProvider::default_provider()
+    }
+}
+
+// ------------------------------------------------------------------- memoized Ed25519
+
+/// Most results [`MemoEd25519`] keeps of each kind. When a table is full it starts again
+/// empty (the pair's own signatures come back with the next input), so a long fuzzing run,
+/// whose forged signatures are mostly new, does not grow without bound.
+pub const MEMO_CAP: usize = 4_096;
+
+/// A table of remembered results (errors too, for verification), bounded by [`MEMO_CAP`].
+type Memo<K, V> = Mutex<BTreeMap<K, Result<V, CryptoError>>>;
+/// SHA-256 of a seed, and a message.
+type SignKey = ([u8; 32], Vec<u8>);
+/// Public key, message, signature.
+type VerifyKey = (Vec<u8>, Vec<u8>, Vec<u8>);
+
+/// The default provider's Ed25519 with every result remembered: an input it has seen gets
+/// the result the default provider gave the first time, without running it again. Ed25519
+/// signing, verifying and key derivation are pure functions of their inputs, so the
+/// results are the same bytes (`tests/fuzz_harness.rs` checks the memo against the default
+/// provider, and a pair built with each).
+///
+/// Why: every input of the hop targets makes the pair sign and check the same renewals,
+/// and a live `hop_mutate` input re-runs the signed handshake; checking those signatures
+/// again was over half of `hop_endpoint`'s time. What the harnesses check is cohort-hop:
+/// every call into the scheme is still made, and a signature no input gave before (a
+/// fuzzed one) still goes to aws-lc.
+///
+/// Secrets are keyed by their SHA-256, not kept: the harnesses' identities are fixed test
+/// secrets, but a table of seeds would still be a copy of them.
+pub struct MemoEd25519 {
+    /// (SHA-256 of the seed) -> public key.
+    public: Memo<[u8; 32], Vec<u8>>,
+    /// (SHA-256 of the seed, message) -> signature.
+    signed: Memo<SignKey, Vec<u8>>,
+    /// (public key, message, signature) -> whether it verified.
+    verified: Memo<VerifyKey, ()>,
+}
+
+/// The one [`MemoEd25519`] ([`provider`]'s).
+pub static MEMO_ED25519: MemoEd25519 = MemoEd25519 {
+    public: Mutex::new(BTreeMap::new()),
+    signed: Mutex::new(BTreeMap::new()),
+    verified: Mutex::new(BTreeMap::new()),
+};
+
+impl MemoEd25519 {
+    fn real() -> &'static dyn SignatureScheme {
+        CryptoProvider::default_provider().ed25519
+    }
+
+    fn seed_digest(secret: &Secret) -> [u8; 32] {
+        CryptoProvider::default_provider()
+            .sha256
+            .sha256(&[secret.expose()])
+    }
+
+    /// The remembered result for `key`, or `compute`'s, remembered if it is `Ok` (or if
+    /// `keep_errors`).
+    fn remembered<K: Ord, V: Clone>(
+        table: &Memo<K, V>,
+        key: K,
+        compute: impl FnOnce() -> Result<V, CryptoError>,
+        keep_errors: bool,
+    ) -> Result<V, CryptoError> {
+        // A poisoned lock only means a panic elsewhere (a finding being reported); the
+        // table itself is still whole.
+        let mut t = table.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = t.get(&key) {
+            return v.clone();
+        }
+        let v = compute();
+        if v.is_ok() || keep_errors {
+            if t.len() >= MEMO_CAP {
+                t.clear();
+            }
+            t.insert(key, v.clone());
+        }
+        v
+    }
+
+    /// How many results are remembered: (public keys, signatures, verifications).
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        fn len<K, V>(t: &Memo<K, V>) -> usize {
+            t.lock().unwrap_or_else(|e| e.into_inner()).len()
+        }
+        (len(&self.public), len(&self.signed), len(&self.verified))
+    }
+}
+
+impl SignatureScheme for MemoEd25519 {
+    /// Not remembered: fresh randomness every time.
+    fn generate(&self) -> Result<(Secret, Vec<u8>), CryptoError> {
+        Self::real().generate()
+    }
+
+    fn public_key(&self, secret: &Secret) -> Result<Vec<u8>, CryptoError> {
+        let key = Self::seed_digest(secret);
+        Self::remembered(&self.public, key, || Self::real().public_key(secret), false)
+    }
+
+    fn sign(&self, secret: &Secret, message: &[u8]) -> Result<Vec<u8>, CryptoError> {
+        let key = (Self::seed_digest(secret), message.to_vec());
+        Self::remembered(
+            &self.signed,
+            key,
+            || Self::real().sign(secret, message),
+            false,
+        )
+    }
+
+    fn verify(&self, public: &[u8], message: &[u8], signature: &[u8]) -> Result<(), CryptoError> {
+        let key = (public.to_vec(), message.to_vec(), signature.to_vec());
+        Self::remembered(
+            &self.verified,
+            key,
+            || Self::real().verify(public, message, signature),
+            true,
+        )
+    }
 }
 
 /// The fixed identity number `i` (0 is A, 1 is B).
 pub fn identity(i: u8) -> Identity {
+    identity_with(i, &provider())
+}
+
+/// [`identity`], made with `provider`.
+fn identity_with(i: u8, provider: &CryptoProvider) -> Identity {
     let mut secret = [0x68; 32];
     secret[0] = i;
     must(
-        Identity::from_secret(&provider(), Secret::from_slice(&secret)),
+        Identity::from_secret(provider, Secret::from_slice(&secret)),
         "identity from a fixed secret",
     )
 }
@@ -247,19 +377,24 @@ impl HopPair {
     /// Two fresh endpoints (and the relay between them when `relay`), nothing sent yet,
     /// with `inject` waiting for the relay: the start of [`HopPair::with_injections`] and
     /// of its resumable copy.
-    fn unstarted(relay: bool, reports: bool, inject: BTreeMap<usize, Vec<Vec<u8>>>) -> HopPair {
+    fn unstarted(
+        relay: bool,
+        reports: bool,
+        inject: BTreeMap<usize, Vec<Vec<u8>>>,
+        provider: CryptoProvider,
+    ) -> HopPair {
         let endpoint = |i: u8, addr: SocketAddr| {
-            let mut config = EndpointConfig::new(identity(i));
+            let mut config = EndpointConfig::new(identity_with(i, &provider));
             config.delivery_reports = reports;
             // Short chains: set-up is cheap, and the data associations renew their chains
             // (signed packets) during it.
             config.chain_rounds = CHAIN_ROUNDS;
-            Endpoint::new(config, provider(), addr, [0xa0 + i; 32])
+            Endpoint::new(config, provider, addr, [0xa0 + i; 32])
         };
         HopPair {
             a: endpoint(0, ADDR_A),
             b: endpoint(1, ADDR_B),
-            relay: relay.then(|| Relay::new(RelayConfig::new(), provider(), ADDR_R)),
+            relay: relay.then(|| Relay::new(RelayConfig::new(), provider, ADDR_R)),
             now: START,
             assoc_m: 0,
             assoc_c: 0,
@@ -283,7 +418,18 @@ impl HopPair {
         reports: bool,
         inject: BTreeMap<usize, Vec<Vec<u8>>>,
     ) -> HopPair {
-        let mut p = HopPair::unstarted(relay, reports, inject);
+        Self::with_provider(relay, reports, inject, provider())
+    }
+
+    /// As [`HopPair::with_injections`], the nodes built with `provider` instead of the
+    /// harnesses' [`provider`] (for the test that remembering Ed25519 changes nothing).
+    pub fn with_provider(
+        relay: bool,
+        reports: bool,
+        inject: BTreeMap<usize, Vec<Vec<u8>>>,
+        provider: CryptoProvider,
+    ) -> HopPair {
+        let mut p = HopPair::unstarted(relay, reports, inject, provider);
         // Injected datagrams may well stop the set-up (a mutated Challenge or S1 arriving
         // first wins: the handshake or a round fails), so only a clean run is checked.
         let clean = p.inject.is_empty();
@@ -621,7 +767,7 @@ impl Setup {
         // Injected datagrams may well stop the set-up (a mutated Challenge or S1 arriving
         // first wins: the handshake or a round fails), so only a clean run is checked.
         let clean = inject.is_empty();
-        let p = HopPair::unstarted(relay, reports, inject);
+        let p = HopPair::unstarted(relay, reports, inject, provider());
         Setup {
             p,
             relay,
