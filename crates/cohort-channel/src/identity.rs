@@ -29,9 +29,10 @@
 //! assert_eq!(printed.parse::<PublicKey>().unwrap(), id.public());
 //! ```
 
-use cohort_crypto::{CryptoError, CryptoProvider, Secret};
+use cohort_crypto::{CryptoError, CryptoProvider, Secret, SigningKey};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use zeroize::Zeroizing;
 
 /// Length of an Ed25519 public key in bytes.
@@ -164,6 +165,14 @@ fn decode_lower_hex(s: &str, out: &mut [u8]) -> Result<(), HexError> {
 pub struct Identity {
     secret: Secret,
     public: PublicKey,
+    /// The seed parsed once by the provider that made the identity
+    /// ([`SignatureScheme::signing_key`](cohort_crypto::SignatureScheme::signing_key)), so
+    /// that [`sign`](Self::sign) does not derive the key pair from the seed for every
+    /// signature (a scalar multiplication, about as costly as the signature). `None` if
+    /// that provider keeps no such key. Shared by clones; the default provider's key is
+    /// aws-lc's, which overwrites it when freed (`EVP_PKEY_free`, then `OPENSSL_free`'s
+    /// `OPENSSL_cleanse`) as the last clone drops it.
+    key: Option<Arc<SigningKey>>,
 }
 
 impl Identity {
@@ -183,7 +192,12 @@ impl Identity {
         if secret.len() != SECRET_SEED_LEN {
             return Err(CryptoError::InvalidInput);
         }
-        let public = provider.ed25519.public_key(&secret)?;
+        // One derivation either way: a kept key carries its public key.
+        let key = provider.ed25519.signing_key(&secret)?;
+        let public = match &key {
+            Some(key) => key.public_key().to_vec(),
+            None => provider.ed25519.public_key(&secret)?,
+        };
         let public: [u8; PUBLIC_KEY_LEN] = public
             .as_slice()
             .try_into()
@@ -191,6 +205,7 @@ impl Identity {
         Ok(Identity {
             secret,
             public: PublicKey(public),
+            key: key.map(Arc::new),
         })
     }
 
@@ -204,9 +219,12 @@ impl Identity {
         &self.secret
     }
 
-    /// An Ed25519 signature (64 bytes) on `message`.
+    /// An Ed25519 signature (64 bytes) on `message`, by `provider` (with the key parsed
+    /// when the identity was made, if `provider`'s scheme made it; from the seed otherwise).
     pub fn sign(&self, provider: &CryptoProvider, message: &[u8]) -> Result<Vec<u8>, CryptoError> {
-        provider.ed25519.sign(&self.secret, message)
+        provider
+            .ed25519
+            .sign_with_key(self.key.as_deref(), &self.secret, message)
     }
 
     /// The identity file's text (see the [module docs](self)), ending in a newline. It holds
@@ -377,6 +395,52 @@ mod tests {
         );
         assert!(id.public().verify(&provider(), b"", &sig));
         assert!(!id.public().verify(&provider(), b"x", &sig));
+    }
+
+    /// A scheme that keeps no parsed key (the trait's defaults): signs from the seed.
+    struct SeedOnly;
+
+    impl cohort_crypto::SignatureScheme for SeedOnly {
+        fn generate(&self) -> Result<(Secret, Vec<u8>), CryptoError> {
+            provider().ed25519.generate()
+        }
+        fn public_key(&self, secret: &Secret) -> Result<Vec<u8>, CryptoError> {
+            provider().ed25519.public_key(secret)
+        }
+        fn sign(&self, secret: &Secret, message: &[u8]) -> Result<Vec<u8>, CryptoError> {
+            provider().ed25519.sign(secret, message)
+        }
+        fn verify(&self, public: &[u8], message: &[u8], sig: &[u8]) -> Result<(), CryptoError> {
+            provider().ed25519.verify(public, message, sig)
+        }
+    }
+
+    static SEED_ONLY: SeedOnly = SeedOnly;
+
+    /// An identity signs with the key it parsed once exactly what signing from the seed
+    /// gives, and so does one made by a provider that keeps no key, and their clones;
+    /// signing goes through the provider it is given (a key made by another stays unused).
+    #[test]
+    fn the_kept_key_signs_as_the_seed_does() {
+        let seed_only = CryptoProvider {
+            ed25519: &SEED_ONLY,
+            ..provider()
+        };
+        for byte in [1u8, 0x68, 0xff] {
+            let kept = fixed(byte);
+            let unkept = Identity::from_secret(&seed_only, Secret::new(vec![byte; 32])).unwrap();
+            assert!(kept.key.is_some() && unkept.key.is_none());
+            assert_eq!(kept.public(), unkept.public());
+            for message in [b"".as_slice(), b"install", &[byte; 500]] {
+                let want = provider().ed25519.sign(kept.secret(), message).unwrap();
+                assert_eq!(kept.sign(&provider(), message).unwrap(), want);
+                assert_eq!(kept.clone().sign(&provider(), message).unwrap(), want);
+                assert_eq!(kept.sign(&seed_only, message).unwrap(), want);
+                assert_eq!(unkept.sign(&provider(), message).unwrap(), want);
+                assert_eq!(unkept.sign(&seed_only, message).unwrap(), want);
+                assert!(kept.public().verify(&provider(), message, &want));
+            }
+        }
     }
 
     #[test]

@@ -557,6 +557,14 @@ fn concat_secrets(a: &Secret, b: &Secret) -> Secret {
 
 struct AwsLcEd25519;
 
+/// An Ed25519 key pair parsed once (`SignatureScheme::signing_key`): the type
+/// `AwsLcEd25519::sign_with_key` recognises as its own. The private key lives in aws-lc's
+/// memory (an `EVP_PKEY`), not Rust's: dropping the pair frees it with `EVP_PKEY_free`, whose
+/// Ed25519 method frees the key with `OPENSSL_free`, and aws-lc's `OPENSSL_free` overwrites
+/// an allocation (`OPENSSL_cleanse`, its whole recorded size) before freeing it. So the
+/// pair is wiped on drop like a `Secret`, though not by `zeroize`.
+struct AwsLcEd25519Key(signature::Ed25519KeyPair);
+
 impl AwsLcEd25519 {
     fn key_pair(secret: &Secret) -> Result<signature::Ed25519KeyPair, CryptoError> {
         signature::Ed25519KeyPair::from_seed_unchecked(secret.expose())
@@ -588,5 +596,23 @@ impl SignatureScheme for AwsLcEd25519 {
         signature::UnparsedPublicKey::new(&signature::ED25519, public)
             .verify(message, sig)
             .map_err(|_| CryptoError::Failed)
+    }
+
+    fn signing_key(&self, secret: &Secret) -> Result<Option<SigningKey>, CryptoError> {
+        let pair = Self::key_pair(secret)?;
+        let public = pair.public_key().as_ref().to_vec();
+        Ok(Some(SigningKey::new(AwsLcEd25519Key(pair), public)))
+    }
+
+    fn sign_with_key(
+        &self,
+        key: Option<&SigningKey>,
+        secret: &Secret,
+        message: &[u8],
+    ) -> Result<Vec<u8>, CryptoError> {
+        match key.and_then(SigningKey::get::<AwsLcEd25519Key>) {
+            Some(AwsLcEd25519Key(pair)) => Ok(pair.sign(message).as_ref().to_vec()),
+            None => self.sign(secret, message),
+        }
     }
 }

@@ -8,7 +8,7 @@ mod secret;
 pub use provider::{
     AeadAlgorithm, AeadFactory, AeadKey, BlockCipher, BlockCipherFactory, CryptoError,
     CryptoProvider, Digest, Hkdf, KemAlgorithm, KemFactory, KeyedHash, MacFactory, MacKey,
-    SecureRandom, SignatureScheme, AEAD_NONCE_LEN, AEAD_TAG_LEN,
+    SecureRandom, SignatureScheme, SigningKey, AEAD_NONCE_LEN, AEAD_TAG_LEN,
 };
 pub use secret::{ct_eq, Secret};
 

@@ -3,6 +3,7 @@
 //! provider is chosen in the crate root, above both this module and `aws_lc`).
 
 use crate::secret::Secret;
+use std::any::Any;
 use std::fmt;
 
 /// Nonce length of every AEAD the provider offers.
@@ -186,6 +187,67 @@ pub trait SignatureScheme: Send + Sync {
     fn sign(&self, secret: &Secret, message: &[u8]) -> Result<Vec<u8>, CryptoError>;
     /// Checks `signature` on `message` under `public`.
     fn verify(&self, public: &[u8], message: &[u8], signature: &[u8]) -> Result<(), CryptoError>;
+
+    /// The seed parsed once into a key that signs many messages
+    /// ([`sign_with_key`](Self::sign_with_key)), with its public key; `None` (the default) if
+    /// this scheme keeps no such key and signs from the seed every time. For Ed25519,
+    /// parsing the seed is a scalar multiplication, as costly as the signature itself.
+    fn signing_key(&self, secret: &Secret) -> Result<Option<SigningKey>, CryptoError> {
+        let _ = secret;
+        Ok(None)
+    }
+
+    /// Signs `message` with `key`, the caller's [`signing_key`](Self::signing_key) for
+    /// `secret` (from this scheme or another), if this scheme made it; otherwise (the
+    /// default, and for a key of another scheme) as [`sign`](Self::sign) from `secret`.
+    /// The signature is the same either way.
+    fn sign_with_key(
+        &self,
+        key: Option<&SigningKey>,
+        secret: &Secret,
+        message: &[u8],
+    ) -> Result<Vec<u8>, CryptoError> {
+        let _ = key;
+        self.sign(secret, message)
+    }
+}
+
+/// A signing key a [`SignatureScheme`] parsed from its seed ([`SignatureScheme::signing_key`]),
+/// kept beside the seed by whoever signs often (cohort-channel's `Identity`). Opaque: only
+/// the scheme that made it reads it. It holds secret key material; the scheme's key type
+/// wipes it when dropped (each backend says how).
+pub struct SigningKey {
+    key: Box<dyn Any + Send + Sync>,
+    public: Vec<u8>,
+}
+
+impl SigningKey {
+    /// Wraps a scheme's own key type, with the public key it belongs to.
+    pub fn new<K: Any + Send + Sync>(key: K, public: Vec<u8>) -> SigningKey {
+        SigningKey {
+            key: Box::new(key),
+            public,
+        }
+    }
+
+    /// The scheme's key, if it is of type `K` (a scheme checks that a key is its own).
+    pub fn get<K: Any>(&self) -> Option<&K> {
+        self.key.downcast_ref()
+    }
+
+    /// The public key.
+    pub fn public_key(&self) -> &[u8] {
+        &self.public
+    }
+}
+
+impl fmt::Debug for SigningKey {
+    /// The public key only.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SigningKey")
+            .field("public", &self.public)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Everything cohort's protocols need from cryptography, as trait objects.

@@ -6,7 +6,8 @@
 //! ([`rsa_keys`]).
 
 use cohort_crypto::{
-    ct_eq, AeadAlgorithm, CryptoError, CryptoProvider, KemAlgorithm, Secret, AEAD_NONCE_LEN,
+    ct_eq, AeadAlgorithm, CryptoError, CryptoProvider, KemAlgorithm, Secret, SigningKey,
+    AEAD_NONCE_LEN,
 };
 use std::sync::OnceLock;
 use zeroize::{Zeroize, ZeroizeOnDrop};
@@ -431,6 +432,39 @@ fn ed25519_rejects_bad_seed_length() {
         assert_eq!(
             p.ed25519.sign(&sk, b"m"),
             Err(CryptoError::InvalidInput),
+            "{len}"
+        );
+    }
+}
+
+/// A key parsed once signs exactly what signing from the seed does; `None`, or a key the
+/// scheme did not make, falls back to the seed; a bad seed is refused as before.
+#[test]
+fn ed25519_signing_key_signs_as_the_seed_does() {
+    let p = provider();
+    for _ in 0..3 {
+        let (sk, pk) = p.ed25519.generate().expect("generate");
+        let key = p
+            .ed25519
+            .signing_key(&sk)
+            .expect("signing_key")
+            .expect("aws-lc keeps a key");
+        assert_eq!(key.public_key(), pk.as_slice());
+        let foreign = SigningKey::new(7u32, pk.clone());
+        for msg in [b"".as_slice(), b"hello", &[0xa5; 1000]] {
+            let sig = p.ed25519.sign(&sk, msg).expect("sign");
+            for k in [Some(&key), None, Some(&foreign)] {
+                assert_eq!(p.ed25519.sign_with_key(k, &sk, msg), Ok(sig.clone()));
+            }
+            assert_eq!(p.ed25519.verify(&pk, msg, &sig), Ok(()));
+        }
+        assert!(!format!("{key:?}").contains(&format!("{:?}", sk.expose())));
+    }
+    for len in [0, 31, 33] {
+        let sk = Secret::new(vec![7; len]);
+        assert_eq!(
+            p.ed25519.signing_key(&sk).err(),
+            Some(CryptoError::InvalidInput),
             "{len}"
         );
     }

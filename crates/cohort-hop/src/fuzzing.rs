@@ -22,10 +22,11 @@ use crate::wire::{kind, Control, Packet};
 use crate::{Endpoint, EndpointConfig, Mode, Relay, RelayConfig};
 use cohort_channel::identity::Identity;
 use cohort_core::{Machine, Timestamp};
-use cohort_crypto::{CryptoProvider, Secret};
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use cohort_crypto::{CryptoError, CryptoProvider, Secret, SignatureScheme};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::hash::Hash;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// Endpoint A, the initiator (and the only sender of data).
@@ -62,16 +63,150 @@ fn must<T, E: std::fmt::Debug>(r: Result<T, E>, what: &str) -> T {
     r.expect(what)
 }
 
-fn provider() -> CryptoProvider {
-    CryptoProvider::default_provider()
+/// The provider every harness builds its nodes with: the default one, with Ed25519
+/// remembered ([`MemoEd25519`]).
+pub fn provider() -> CryptoProvider {
+    CryptoProvider {
+        ed25519: &MEMO_ED25519,
+        ..CryptoProvider::default_provider()
+    }
+}
+
+// ------------------------------------------------------------------- memoized Ed25519
+
+/// Most results [`MemoEd25519`] keeps of each kind. When a table is full it starts again
+/// empty (the pair's own signatures come back with the next input), so a long fuzzing run,
+/// whose forged signatures are mostly new, does not grow without bound.
+pub const MEMO_CAP: usize = 4_096;
+
+/// A table of remembered results (errors too, for verification), bounded by [`MEMO_CAP`].
+/// (A hash map: a B-tree's comparisons of long keys sharing long prefixes were 7% of
+/// `hop_mutate`.)
+type Memo<K, V> = Mutex<Option<HashMap<K, Result<V, CryptoError>>>>;
+/// SHA-256 of a seed, and a message.
+type SignKey = ([u8; 32], Vec<u8>);
+/// Public key, message, signature.
+type VerifyKey = (Vec<u8>, Vec<u8>, Vec<u8>);
+
+/// The default provider's Ed25519 with every result remembered: an input it has seen gets
+/// the result the default provider gave the first time, without running it again. Ed25519
+/// signing, verifying and key derivation are pure functions of their inputs, so the
+/// results are the same bytes (`tests/fuzz_harness.rs` checks the memo against the default
+/// provider, and a pair built with each).
+///
+/// Why: every input of the hop targets makes the pair sign and check the same renewals,
+/// and a live `hop_mutate` input re-runs the signed handshake; checking those signatures
+/// again was over half of `hop_endpoint`'s time. What the harnesses check is cohort-hop:
+/// every call into the scheme is still made, and a signature no input gave before (a
+/// fuzzed one) still goes to aws-lc.
+///
+/// Secrets are keyed by their SHA-256, not kept: the harnesses' identities are fixed test
+/// secrets, but a table of seeds would still be a copy of them.
+pub struct MemoEd25519 {
+    /// (SHA-256 of the seed) -> public key.
+    public: Memo<[u8; 32], Vec<u8>>,
+    /// (SHA-256 of the seed, message) -> signature.
+    signed: Memo<SignKey, Vec<u8>>,
+    /// (public key, message, signature) -> whether it verified.
+    verified: Memo<VerifyKey, ()>,
+}
+
+/// The one [`MemoEd25519`] ([`provider`]'s).
+pub static MEMO_ED25519: MemoEd25519 = MemoEd25519 {
+    public: Mutex::new(None),
+    signed: Mutex::new(None),
+    verified: Mutex::new(None),
+};
+
+impl MemoEd25519 {
+    fn real() -> &'static dyn SignatureScheme {
+        CryptoProvider::default_provider().ed25519
+    }
+
+    fn seed_digest(secret: &Secret) -> [u8; 32] {
+        CryptoProvider::default_provider()
+            .sha256
+            .sha256(&[secret.expose()])
+    }
+
+    /// The remembered result for `key`, or `compute`'s, remembered if it is `Ok` (or if
+    /// `keep_errors`).
+    fn remembered<K: Hash + Eq, V: Clone>(
+        table: &Memo<K, V>,
+        key: K,
+        compute: impl FnOnce() -> Result<V, CryptoError>,
+        keep_errors: bool,
+    ) -> Result<V, CryptoError> {
+        // A poisoned lock only means a panic elsewhere (a finding being reported); the
+        // table itself is still whole.
+        let mut guard = table.lock().unwrap_or_else(|e| e.into_inner());
+        let t = guard.get_or_insert_with(HashMap::new);
+        if let Some(v) = t.get(&key) {
+            return v.clone();
+        }
+        let v = compute();
+        if v.is_ok() || keep_errors {
+            if t.len() >= MEMO_CAP {
+                t.clear();
+            }
+            t.insert(key, v.clone());
+        }
+        v
+    }
+
+    /// How many results are remembered: (public keys, signatures, verifications).
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        fn len<K, V>(t: &Memo<K, V>) -> usize {
+            let t = t.lock().unwrap_or_else(|e| e.into_inner());
+            t.as_ref().map_or(0, HashMap::len)
+        }
+        (len(&self.public), len(&self.signed), len(&self.verified))
+    }
+}
+
+impl SignatureScheme for MemoEd25519 {
+    /// Not remembered: fresh randomness every time.
+    fn generate(&self) -> Result<(Secret, Vec<u8>), CryptoError> {
+        Self::real().generate()
+    }
+
+    fn public_key(&self, secret: &Secret) -> Result<Vec<u8>, CryptoError> {
+        let key = Self::seed_digest(secret);
+        Self::remembered(&self.public, key, || Self::real().public_key(secret), false)
+    }
+
+    fn sign(&self, secret: &Secret, message: &[u8]) -> Result<Vec<u8>, CryptoError> {
+        let key = (Self::seed_digest(secret), message.to_vec());
+        Self::remembered(
+            &self.signed,
+            key,
+            || Self::real().sign(secret, message),
+            false,
+        )
+    }
+
+    fn verify(&self, public: &[u8], message: &[u8], signature: &[u8]) -> Result<(), CryptoError> {
+        let key = (public.to_vec(), message.to_vec(), signature.to_vec());
+        Self::remembered(
+            &self.verified,
+            key,
+            || Self::real().verify(public, message, signature),
+            true,
+        )
+    }
 }
 
 /// The fixed identity number `i` (0 is A, 1 is B).
 pub fn identity(i: u8) -> Identity {
+    identity_with(i, &provider())
+}
+
+/// [`identity`], made with `provider`.
+fn identity_with(i: u8, provider: &CryptoProvider) -> Identity {
     let mut secret = [0x68; 32];
     secret[0] = i;
     must(
-        Identity::from_secret(&provider(), Secret::from_slice(&secret)),
+        Identity::from_secret(provider, Secret::from_slice(&secret)),
         "identity from a fixed secret",
     )
 }
@@ -218,6 +353,24 @@ pub struct HopPair {
     inject: BTreeMap<usize, Vec<Vec<u8>>>,
     /// Real datagrams the relay got so far.
     relay_inputs: usize,
+    /// The part of the record [`HopPair::check_relay`] has checked already, once for every
+    /// copy (a cached pair's set-up, a checkpoint's start): see [`CheckedPrefix`].
+    checked: Option<Arc<CheckedPrefix>>,
+}
+
+/// The first steps of a pair's record, checked once when the pair was built
+/// ([`HopPair::mark_checked`]), so that each copy's [`HopPair::check_relay`] checks only what
+/// came after. The copies share these steps byte for byte (the set-up is deterministic and
+/// copied), and the check of a step only gets easier as more real datagrams are known, so
+/// checking them again for every input could never fail where the first check passed.
+/// `tests/fuzz_harness.rs` checks that both checks give the same answer.
+struct CheckedPrefix {
+    /// Relay steps checked: the first `steps` of `relay_steps`.
+    steps: usize,
+    /// Datagrams the endpoints had sent by then: the first `sent` of `sent`.
+    sent: usize,
+    /// Those datagrams.
+    real: HashSet<Vec<u8>>,
 }
 
 impl HopPair {
@@ -240,26 +393,48 @@ impl HopPair {
                 HopPair::new(true, false),
                 HopPair::new(true, true),
             ]
+            .map(HopPair::mark_checked)
         });
         pairs[usize::from(relay) * 2 + usize::from(reports)].clone()
+    }
+
+    /// The pair, its record so far checked ([`HopPair::check_relay_in_full`]: a finding
+    /// panics here) and marked as checked, so that copies check only what follows.
+    fn mark_checked(mut self) -> HopPair {
+        let forwarded = self.check_relay_in_full(&[]);
+        assert_eq!(
+            forwarded, 0,
+            "set-up: the relay forwarded what no endpoint sent"
+        );
+        self.checked = Some(Arc::new(CheckedPrefix {
+            steps: self.relay_steps.len(),
+            sent: self.sent.len(),
+            real: self.sent.iter().map(|(_, _, d)| d.clone()).collect(),
+        }));
+        self
     }
 
     /// Two fresh endpoints (and the relay between them when `relay`), nothing sent yet,
     /// with `inject` waiting for the relay: the start of [`HopPair::with_injections`] and
     /// of its resumable copy.
-    fn unstarted(relay: bool, reports: bool, inject: BTreeMap<usize, Vec<Vec<u8>>>) -> HopPair {
+    fn unstarted(
+        relay: bool,
+        reports: bool,
+        inject: BTreeMap<usize, Vec<Vec<u8>>>,
+        provider: CryptoProvider,
+    ) -> HopPair {
         let endpoint = |i: u8, addr: SocketAddr| {
-            let mut config = EndpointConfig::new(identity(i));
+            let mut config = EndpointConfig::new(identity_with(i, &provider));
             config.delivery_reports = reports;
             // Short chains: set-up is cheap, and the data associations renew their chains
             // (signed packets) during it.
             config.chain_rounds = CHAIN_ROUNDS;
-            Endpoint::new(config, provider(), addr, [0xa0 + i; 32])
+            Endpoint::new(config, provider, addr, [0xa0 + i; 32])
         };
         HopPair {
             a: endpoint(0, ADDR_A),
             b: endpoint(1, ADDR_B),
-            relay: relay.then(|| Relay::new(RelayConfig::new(), provider(), ADDR_R)),
+            relay: relay.then(|| Relay::new(RelayConfig::new(), provider, ADDR_R)),
             now: START,
             assoc_m: 0,
             assoc_c: 0,
@@ -271,6 +446,7 @@ impl HopPair {
             queue: VecDeque::new(),
             inject,
             relay_inputs: 0,
+            checked: None,
         }
     }
 
@@ -283,7 +459,18 @@ impl HopPair {
         reports: bool,
         inject: BTreeMap<usize, Vec<Vec<u8>>>,
     ) -> HopPair {
-        let mut p = HopPair::unstarted(relay, reports, inject);
+        Self::with_provider(relay, reports, inject, provider())
+    }
+
+    /// As [`HopPair::with_injections`], the nodes built with `provider` instead of the
+    /// harnesses' [`provider`] (for the test that remembering Ed25519 changes nothing).
+    pub fn with_provider(
+        relay: bool,
+        reports: bool,
+        inject: BTreeMap<usize, Vec<Vec<u8>>>,
+        provider: CryptoProvider,
+    ) -> HopPair {
+        let mut p = HopPair::unstarted(relay, reports, inject, provider);
         // Injected datagrams may well stop the set-up (a mutated Challenge or S1 arriving
         // first wins: the handshake or a round fails), so only a clean run is checked.
         let clean = p.inject.is_empty();
@@ -477,41 +664,59 @@ impl HopPair {
     /// real packet's: the rest of an S1 or A1 cannot be checked until the key or the A2
     /// comes, so the first one to arrive wins (ALPHA's design; the S2s and the A2 then
     /// fail). Returns how many datagrams that were not real it forwarded.
+    ///
+    /// A copy of a cached pair or of a checkpoint checks only the steps after those checked
+    /// when it was built ([`CheckedPrefix`]); [`HopPair::check_relay_in_full`] checks all.
     pub fn check_relay(&self, also_real: &[Vec<u8>]) -> usize {
-        if self.relay_steps.is_empty() {
-            // Nothing to check (a pair without a relay): building the sets below was an
-            // eighth of `hop_endpoint`'s time.
+        self.check_relay_after(also_real, self.checked.as_deref())
+    }
+
+    /// [`HopPair::check_relay`] of every step, ignoring what was checked before.
+    pub fn check_relay_in_full(&self, also_real: &[Vec<u8>]) -> usize {
+        self.check_relay_after(also_real, None)
+    }
+
+    fn check_relay_after(&self, also_real: &[Vec<u8>], prefix: Option<&CheckedPrefix>) -> usize {
+        let (first_step, first_sent) = prefix.map_or((0, 0), |c| (c.steps, c.sent));
+        if self.relay_steps.len() <= first_step {
+            // Nothing to check (a pair without a relay, or nothing new): building the sets
+            // below was an eighth of `hop_endpoint`'s time.
             return 0;
         }
-        // Borrowed, not copied: the sets are built for every input.
-        let real: HashSet<&[u8]> = self
-            .sent
+        // Borrowed, not copied: this set is built for every input. With a prefix, it holds
+        // what was sent after it, and the prefix's set the rest.
+        let newer: HashSet<&[u8]> = self.sent[first_sent.min(self.sent.len())..]
             .iter()
             .map(|(_, _, d)| d.as_slice())
             .chain(also_real.iter().map(Vec::as_slice))
             .collect();
+        let older = prefix.map(|c| &c.real);
+        let is_real = |d: &[u8]| newer.contains(d) || older.is_some_and(|o| o.contains(d));
         // Only a forwarded datagram that no endpoint sent needs these; built on the first.
         let mut authenticated: Option<HashSet<Vec<u8>>> = None;
         let mut forwarded = 0;
-        for step in &self.relay_steps {
+        for step in &self.relay_steps[first_step..] {
             // Besides forwarding what it got, a relay may send back the real A1 of a round
             // it holds when a different S1 for that round arrives (the signer's own,
             // retransmitting): that A1 must be one the verifier sent.
             for (_, out) in &step.outputs {
                 assert!(
-                    out == &step.input
-                        || (out.get(1) == Some(&kind::A1) && real.contains(out.as_slice())),
+                    out == &step.input || (out.get(1) == Some(&kind::A1) && is_real(out)),
                     "the relay emitted a datagram it never got"
                 );
             }
-            if !step.outputs.iter().any(|(_, out)| out == &step.input)
-                || real.contains(step.input.as_slice())
-            {
+            if !step.outputs.iter().any(|(_, out)| out == &step.input) || is_real(&step.input) {
                 continue;
             }
             forwarded += 1;
-            let authenticated = authenticated
-                .get_or_insert_with(|| real.iter().filter_map(|d| s1_a1_core(d)).collect());
+            let authenticated = authenticated.get_or_insert_with(|| {
+                newer
+                    .iter()
+                    .copied()
+                    .chain(older.into_iter().flatten().map(Vec::as_slice))
+                    .filter_map(s1_a1_core)
+                    .collect()
+            });
             let core_is_real = s1_a1_core(&step.input).is_some_and(|c| authenticated.contains(&c));
             assert!(
                 stateless_kind(&step.input) || core_is_real,
@@ -621,7 +826,7 @@ impl Setup {
         // Injected datagrams may well stop the set-up (a mutated Challenge or S1 arriving
         // first wins: the handshake or a round fails), so only a clean run is checked.
         let clean = inject.is_empty();
-        let p = HopPair::unstarted(relay, reports, inject);
+        let p = HopPair::unstarted(relay, reports, inject, provider());
         Setup {
             p,
             relay,
@@ -770,7 +975,9 @@ impl Setup {
             let mut out = Vec::new();
             loop {
                 if s.at_relay_input(out.len()) {
-                    out.push(s.clone());
+                    let mut checkpoint = s.clone();
+                    checkpoint.p = checkpoint.p.mark_checked();
+                    out.push(checkpoint);
                 }
                 if !s.step() {
                     return out;

@@ -6,11 +6,12 @@
 //! after the run and just before the real packet.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
+use cohort_crypto::{CryptoProvider, Secret, SignatureScheme};
 use cohort_hop::crypto::ELEMENT_LEN;
 use cohort_hop::fuzzing::{
     captured, captured_kinds, drops, endpoint, join_datagrams, mutate_input, mutate_real, packet,
-    relay, resumed_with_injections, EndpointControl, HopPair, MutantSpec, Mutation, ADDR_A, ADDR_R,
-    CAPTURED_KINDS, SETUP_MESSAGES,
+    relay, resumed_with_injections, EndpointControl, HopPair, MutantSpec, Mutation, ADDR_A, ADDR_B,
+    ADDR_R, ADDR_STRANGER, CAPTURED_KINDS, MEMO_CAP, MEMO_ED25519, SETUP_MESSAGES,
 };
 use cohort_hop::wire::{kind, Packet, FLOW_FROM_RESPONDER, FLOW_HEADER_LEN};
 use cohort_hop::EndpointEvent;
@@ -241,6 +242,182 @@ fn a_resumed_set_up_is_a_fresh_one() {
             "{what}"
         );
     }
+}
+
+/// The harnesses' Ed25519 ([`MemoEd25519`]) gives the default provider's results, the
+/// first time (computed) and the second (remembered), for good and bad signatures, and
+/// after its tables were emptied for being full.
+#[test]
+fn the_memoized_ed25519_is_the_default_one() {
+    let real = CryptoProvider::default_provider().ed25519;
+    let memo = &MEMO_ED25519;
+    let mut cases = Vec::new();
+    for seed in [1u8, 2, 0x68] {
+        let secret = Secret::new(vec![seed; 32]);
+        for message in [b"".as_slice(), b"renewal", &[seed; 300]] {
+            cases.push((secret.clone(), message.to_vec()));
+        }
+    }
+    for (secret, message) in &cases {
+        for round in 0..2 {
+            let public = real.public_key(secret).unwrap();
+            assert_eq!(memo.public_key(secret).unwrap(), public, "round {round}");
+            let sig = real.sign(secret, message).unwrap();
+            assert_eq!(memo.sign(secret, message).unwrap(), sig, "round {round}");
+            let mut bad_sig = sig.clone();
+            bad_sig[7] ^= 4;
+            let mut bad_message = message.clone();
+            bad_message.push(0);
+            let other = real.public_key(&Secret::new(vec![0xee; 32])).unwrap();
+            for (k, m, s) in [
+                (&public, message, &sig),
+                (&public, message, &bad_sig),
+                (&public, &bad_message, &sig),
+                (&other, message, &sig),
+                (&public, message, &sig[..63].to_vec()),
+                (&public[..31].to_vec(), message, &sig),
+            ] {
+                assert_eq!(
+                    memo.verify(k, m, s),
+                    real.verify(k, m, s),
+                    "round {round}, {s:02x?}"
+                );
+            }
+            assert!(memo.verify(&public, message, &sig).is_ok());
+            assert!(memo.verify(&public, message, &bad_sig).is_err());
+        }
+    }
+    // A full table starts again empty and stays right (bad signatures: quick to refuse).
+    let (public, message) = (real.public_key(&cases[0].0).unwrap(), b"m".as_slice());
+    for i in 0..=MEMO_CAP as u32 {
+        let sig = i.to_be_bytes();
+        assert!(memo.verify(&public, message, &sig).is_err());
+    }
+    assert!(memo.sizes().2 <= MEMO_CAP, "{:?}", memo.sizes());
+    let sig = real.sign(&cases[0].0, message).unwrap();
+    assert!(memo.verify(&public, message, &sig).is_ok());
+    assert!(memo.verify(&public, message, &sig).is_ok());
+}
+
+/// A pair built with the harnesses' provider (Ed25519 remembered) is the pair the default
+/// provider builds, and goes on as it does after forged and changed signed packets reach
+/// the relay and B (signatures refused), and live mutants of signed packets reach the relay
+/// during the set-up.
+#[test]
+fn a_pair_with_remembered_signatures_is_a_pair_without() {
+    let default = CryptoProvider::default_provider();
+    let captured = captured();
+    let signed: Vec<(usize, SocketAddr, Vec<u8>)> = captured
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, d))| [kind::SYN, kind::ACK, kind::ACKACK, kind::SIGNED].contains(&d[1]))
+        .map(|(i, (from, d))| (i, *from, d.clone()))
+        .collect();
+    assert!(signed.len() >= 4, "{} signed packets", signed.len());
+    let forged: Vec<(SocketAddr, Vec<u8>)> = signed
+        .iter()
+        .flat_map(|(_, from, d)| {
+            let mut last = d.clone();
+            *last.last_mut().unwrap() ^= 0x10;
+            let mut middle = d.clone();
+            middle[d.len() / 2] ^= 1;
+            [(*from, last), (*from, middle)]
+        })
+        .collect();
+    let mut injections = vec![BTreeMap::new()];
+    for (i, _, d) in &signed {
+        let mut m = d.clone();
+        *m.last_mut().unwrap() ^= 1;
+        injections.push(BTreeMap::from([(*i, vec![m])]));
+    }
+    let mut cases = Vec::new();
+    for (relay, reports) in [(false, false), (false, true), (true, false), (true, true)] {
+        cases.push((relay, reports, BTreeMap::new()));
+    }
+    for inject in injections {
+        cases.push((true, true, inject));
+    }
+    for (relay, reports, inject) in cases {
+        let what = format!("relay {relay}, reports {reports}, {:?}", inject.keys());
+        let mut with = HopPair::with_provider(relay, reports, inject.clone(), default);
+        let mut memo = HopPair::with_injections(relay, reports, inject);
+        for p in [&mut with, &mut memo] {
+            for (from, f) in &forged {
+                let to = if relay { ADDR_R } else { ADDR_B };
+                p.deliver(*from, to, f, true);
+                p.pump();
+            }
+            p.send_both("after");
+            p.run_for(Duration::from_secs(2));
+        }
+        assert_eq!(with.now, memo.now, "{what}");
+        assert_eq!(with.sent, memo.sent, "{what}");
+        assert_eq!(with.relay_steps, memo.relay_steps, "{what}");
+        assert_eq!(with.events_a, memo.events_a, "{what}");
+        assert_eq!(with.events_b, memo.events_b, "{what}");
+        assert_eq!(with.payloads, memo.payloads, "{what}");
+        assert_eq!(drops(with.b.counters()), drops(memo.b.counters()), "{what}");
+    }
+}
+
+/// A copy of a cached pair, or a pair resumed from a checkpoint, checks only the relay steps
+/// after its set-up's (checked once, when it was built); the full check of the same pair
+/// gives the same answer: after real, changed and arbitrary datagrams and a stateless Hello
+/// it forwards reach the relay after the run, and after live mutants (a raced S1 among
+/// them, which it forwards).
+#[test]
+fn checking_after_the_set_up_is_checking_all() {
+    let captured = captured();
+    let all_real: Vec<Vec<u8>> = captured.iter().map(|(_, d)| d.clone()).collect();
+    let mut hello = Vec::new();
+    Packet::parse(&captured[0].1).unwrap().write(&mut hello);
+    hello[3] ^= 1; // another pair id: forwarded without state
+    for reports in [false, true] {
+        let mut p = HopPair::cached(true, reports);
+        for (_, d) in captured {
+            let mut changed = d.clone();
+            changed[d.len() / 2] ^= 2;
+            for x in [d.as_slice(), &changed, &d[..d.len() / 3], &hello] {
+                p.deliver(ADDR_STRANGER, ADDR_R, x, true);
+                p.pump();
+            }
+        }
+        p.run_for(Duration::from_secs(2));
+        p.send_both("after");
+        p.run_for(Duration::from_secs(2));
+        for also in [&[][..], &all_real] {
+            let forwarded = p.check_relay(also);
+            assert_eq!(forwarded, p.check_relay_in_full(also), "reports {reports}");
+            assert!(forwarded >= captured.len(), "the Hellos: {forwarded}");
+        }
+    }
+    let (race_at, _, s1) = find(kind::S1, |p| flow_of(p) != 0);
+    let mut raced = s1.clone();
+    *raced.last_mut().unwrap() ^= 1;
+    let mut injections = vec![BTreeMap::from([(race_at, vec![raced])])];
+    for (i, (_, d)) in captured.iter().enumerate() {
+        let mut m = d.clone();
+        Mutation::FlipBit(i as u16 * 5, i as u8).apply(&mut m);
+        injections.push(BTreeMap::from([(i, vec![m, hello.clone()])]));
+    }
+    let mut forwarding = 0;
+    for (n, inject) in injections.into_iter().enumerate() {
+        let what = format!("{:?}", inject.keys().collect::<Vec<_>>());
+        let fresh = HopPair::with_injections(true, true, inject.clone());
+        let resumed = resumed_with_injections(inject);
+        for also in [&[][..], &all_real] {
+            let forwarded = fresh.check_relay(also);
+            assert_eq!(forwarded, resumed.check_relay(also), "{what}");
+            assert_eq!(forwarded, resumed.check_relay_in_full(also), "{what}");
+            assert!(n > 0 || forwarded == 1, "the raced S1 is forwarded");
+            forwarding += usize::from(forwarded > 0);
+        }
+    }
+    // The Hello is forwarded in most runs (not when an earlier mutant stopped the set-up).
+    assert!(
+        forwarding > captured.len(),
+        "{forwarding} runs forwarded something"
+    );
 }
 
 /// Found by `hop_relay` (2026-11-26): a Challenge from a stranger naming the relay itself as
