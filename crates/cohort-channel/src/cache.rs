@@ -30,13 +30,15 @@ pub(crate) struct KeyShare {
 }
 
 /// The cached key pair, reused for `ephemeral_lifetime`.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 struct Ephemeral {
     share: KeyShare,
     created: Timestamp,
 }
 
 /// What a client keeps to resume a session: the next-session key, named by its
-/// resumption ID.
+/// resumption ID. `Clone` only under the `fuzzing` feature ([`ClientInner::fork`]).
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(crate) struct Ticket {
     pub resume_id: [u8; 32],
     pub next: Secret,
@@ -201,6 +203,7 @@ impl ClientInner {
 }
 
 /// A server's cached session.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(crate) struct CachedSession {
     pub next: Secret,
     pub auth: AuthResult,
@@ -208,6 +211,7 @@ pub(crate) struct CachedSession {
 }
 
 #[derive(Default)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 struct ResumptionCache {
     entries: HashMap<[u8; 32], CachedSession>,
     order: VecDeque<([u8; 32], Timestamp)>,
@@ -345,5 +349,93 @@ impl ServerInner {
                 }
             }
         }
+    }
+}
+
+/// Deep copies of the caches, for the fuzz harnesses only (see `Connection::fork`): the copy
+/// holds its own tickets, ephemeral key slot, resumption cache and nonce generator (in the
+/// same state), so using one leaves the other as it was.
+#[cfg(feature = "fuzzing")]
+impl ClientInner {
+    pub(crate) fn fork(&self) -> ClientInner {
+        ClientInner {
+            provider: self.provider,
+            config: self.config.clone(),
+            ephemeral: Mutex::new(lock(&self.ephemeral).clone()),
+            tickets: Mutex::new(lock(&self.tickets).clone()),
+        }
+    }
+}
+
+#[cfg(feature = "fuzzing")]
+impl ServerInner {
+    pub(crate) fn fork(&self) -> ServerInner {
+        ServerInner {
+            provider: self.provider,
+            config: self.config.clone(),
+            cache: Mutex::new(lock(&self.cache).clone()),
+            nonces: Mutex::new(lock(&self.nonces).clone()),
+        }
+    }
+}
+
+#[cfg(all(test, feature = "fuzzing"))]
+mod fork_tests {
+    #![allow(clippy::unwrap_used)] // reason: test code
+    use super::*;
+    use crate::config::ClientAuth;
+
+    fn auth() -> AuthResult {
+        AuthResult {
+            mode: AuthMode::None,
+            server_key: None,
+            resumed: false,
+        }
+    }
+
+    fn tickets(first: u8) -> Vec<TicketKey> {
+        (first..first + 3)
+            .map(|i| TicketKey {
+                resume_id: [i; 32],
+                key: Secret::from_slice(&[i; 32]),
+            })
+            .collect()
+    }
+
+    /// A forked server draws the nonces the original would have drawn next, and drawing
+    /// them leaves the original's generator where it was; its resumption cache is a copy.
+    #[test]
+    fn a_forked_server_copies_its_nonces_and_cache_and_shares_neither() {
+        let now = Timestamp::from_millis(5);
+        let p = CryptoProvider::default_provider();
+        let server = ServerInner::new(p, ServerConfig::new(), [7; 32]);
+        let _ = server.nonce();
+        server.store_sessions(now, tickets(1), auth());
+        let fork = server.fork();
+        let drawn: Vec<_> = (0..3).map(|_| fork.nonce()).collect();
+        assert!(fork.take_session(now, &[1; 32], AuthMode::None).is_some());
+        assert_eq!(server.nonce(), drawn[0], "the original did not move on");
+        assert_eq!(server.nonce(), drawn[1]);
+        assert_eq!(server.cached_sessions(), 3);
+        assert_eq!(fork.cached_sessions(), 2);
+        assert!(server.take_session(now, &[1; 32], AuthMode::None).is_some());
+    }
+
+    /// A forked client has the original's tickets, and taking them leaves the original's.
+    #[test]
+    fn a_forked_client_copies_its_tickets_and_shares_none() {
+        let now = Timestamp::from_millis(5);
+        let p = CryptoProvider::default_provider();
+        let client = ClientInner::new(p, ClientConfig::new(ClientAuth::None));
+        client.store_tickets(now, "s", tickets(1), auth());
+        let fork = client.fork();
+        assert_eq!(fork.tickets_for("s"), 3);
+        let (t, _) = fork.take_ticket(now, "s");
+        assert_eq!(t.unwrap().resume_id, [1; 32]);
+        fork.store_tickets(now, "t", tickets(9), auth());
+        assert_eq!(client.tickets_for("s"), 3);
+        assert_eq!(client.tickets_for("t"), 0);
+        let (t, _) = client.take_ticket(now, "s");
+        assert_eq!(t.unwrap().resume_id, [1; 32]);
     }
 }

@@ -28,6 +28,7 @@ pub const DEFAULT_TICKETS: u8 = 8;
 
 /// How the client authenticates the connection. It offers exactly this mode.
 #[derive(Debug)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub enum ClientAuth {
     /// Opportunistic encryption; compare session IDs out of band to detect a man in the
     /// middle.
@@ -58,6 +59,7 @@ impl ClientAuth {
 
 /// What a client offers and requires.
 #[derive(Debug)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct ClientConfig {
     /// KEM suites offered, preference first; the client sends a key share for the first.
     pub kems: Vec<KemSuite>,
@@ -112,6 +114,7 @@ impl ClientConfig {
 
 /// What a server accepts, and its credentials.
 #[derive(Debug)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct ServerConfig {
     /// KEM suites accepted. The server takes the suite of the client's key share if it is
     /// here (there is no retry round: a client must lead with a suite the server accepts).

@@ -1131,3 +1131,106 @@ impl Connection {
 fn controller_for(floor_bits: f64, set: GearSet) -> Option<Controller> {
     Controller::new(ControllerConfig::new(floor_bits, set)).ok()
 }
+
+/// Deep copies for the fuzz harnesses (`fuzzing` feature only): a harness forms a group or
+/// a pair once and hands each input a copy of it. A derived `Clone` would be wrong here: a
+/// connection's `Side` is an `Arc` handle to its endpoint's caches (the client's tickets
+/// and ephemeral key, the server's resumption cache and nonce generator), so a copy would
+/// share them with the original and one input's tickets and nonces would leak into the next.
+/// The copy instead points at the endpoint copy the caller made with [`Client::fork`] /
+/// [`Server::fork`](crate::Server::fork), and copies everything else, keys and buffers
+/// included.
+#[cfg(feature = "fuzzing")]
+impl Connection {
+    /// A copy of this connection that uses `client`'s caches (a client connection) or
+    /// `server`'s (a server connection) instead of its own endpoint's: pass the forks of the
+    /// endpoint it was made from. `None` while a client waits for the ServerHello in
+    /// password mode (the SPAKE2 state cannot be copied).
+    ///
+    /// [`Client::fork`]: crate::Client::fork
+    pub fn fork(&self, client: &crate::Client, server: &crate::Server) -> Option<Connection> {
+        let side = match &self.side {
+            Side::Client { server_name, .. } => Side::Client {
+                client: Arc::clone(&client.inner),
+                server_name: server_name.clone(),
+            },
+            Side::Server { .. } => Side::Server {
+                server: Arc::clone(&server.inner),
+            },
+        };
+        let state = match &self.state {
+            State::ClientAwaitHello(p) => {
+                if p.pake.is_some() {
+                    return None;
+                }
+                State::ClientAwaitHello(Box::new(ClientPending {
+                    hello_body: p.hello_body.clone(),
+                    tickets_asked: p.tickets_asked,
+                    share_suite: p.share_suite,
+                    share_secret: Arc::clone(&p.share_secret),
+                    ticket: p.ticket.clone(),
+                    pake: None,
+                }))
+            }
+            State::ClientAwaitAuth(e) => State::ClientAwaitAuth(Box::new(Established {
+                info: e.info.clone(),
+                keys: e.keys.clone(),
+                tickets: e.tickets,
+            })),
+            State::ServerAwaitHello => State::ServerAwaitHello,
+            State::ServerAwaitFinished(p) => State::ServerAwaitFinished(Box::new(ServerPending {
+                keys: p.keys.clone(),
+                auth: p.auth,
+                auth_secret: p.auth_secret.clone(),
+                gears: p.gears.clone(),
+                tickets: p.tickets,
+            })),
+            State::Open => State::Open,
+            State::Failed(e) => State::Failed(*e),
+        };
+        let sender = match &self.sender {
+            Some(s) => Some(s.fork()?),
+            None => None,
+        };
+        let receiver = match &self.receiver {
+            Some(r) => Some(r.fork()?),
+            None => None,
+        };
+        Some(Connection {
+            provider: self.provider,
+            side,
+            state,
+            now: self.now,
+            inbuf: self.inbuf.clone(),
+            in_start: self.in_start,
+            in_end: self.in_end,
+            in_space: self.in_space,
+            in_offered: self.in_offered,
+            out_start: self.out_start,
+            outbuf: self.outbuf.clone(),
+            plain: self.plain.clone(),
+            plain_len: self.plain_len,
+            events: self.events.clone(),
+            info: self.info.clone(),
+            sender,
+            receiver,
+            datagram: self.datagram.clone(),
+            datagram_taken: self.datagram_taken,
+            controller: self.controller.clone(),
+            proof_pending: self.proof_pending,
+            handshake_done: self.handshake_done,
+            peer_closed: self.peer_closed,
+            local_closed: self.local_closed,
+            next_server_nonce: self.next_server_nonce,
+        })
+    }
+
+    /// Whether this connection uses `client`'s or `server`'s caches (the test of
+    /// [`fork`](Self::fork)).
+    pub fn uses_caches_of(&self, client: &crate::Client, server: &crate::Server) -> bool {
+        match &self.side {
+            Side::Client { client: c, .. } => Arc::ptr_eq(c, &client.inner),
+            Side::Server { server: s } => Arc::ptr_eq(s, &server.inner),
+        }
+    }
+}

@@ -92,6 +92,32 @@ impl std::fmt::Debug for DatagramChannel {
     }
 }
 
+#[cfg(feature = "fuzzing")]
+impl DatagramChannel {
+    /// A copy of this channel whose connection uses `client`'s or `server`'s caches (pass
+    /// the forks of the endpoint it was made from; see
+    /// [`Connection::fork`](crate::Connection::fork)): for the fuzz harnesses only
+    /// (`fuzzing` feature). `None` when the connection cannot be copied.
+    pub fn fork(&self, client: &Client, server: &Server) -> Option<DatagramChannel> {
+        Some(DatagramChannel {
+            conn: self.conn.fork(client, server)?,
+            peer: self.peer,
+            flight: self.flight.clone(),
+            last_in: self.last_in.clone(),
+            last_answer: self.last_answer,
+            outbox: self.outbox.clone(),
+            retransmit_at: self.retransmit_at,
+            rto: self.rto,
+            tries: self.tries,
+            confirmed: self.confirmed,
+            data: self.data.clone(),
+            events: self.events.clone(),
+            dead: self.dead,
+            dropped: self.dropped,
+        })
+    }
+}
+
 impl DatagramChannel {
     fn new(conn: Connection, peer: SocketAddr) -> Self {
         DatagramChannel {

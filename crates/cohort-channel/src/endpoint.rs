@@ -73,6 +73,18 @@ impl Client {
     }
 }
 
+#[cfg(feature = "fuzzing")]
+impl Client {
+    /// A client with copies of this one's configuration and caches (tickets, ephemeral key
+    /// pair), not shared with it: for the fuzz harnesses only (`fuzzing` feature). Cloning
+    /// a `Client` shares its caches; a harness that copies a formed pair per input must not.
+    pub fn fork(&self) -> Client {
+        Client {
+            inner: Arc::new(self.inner.fork()),
+        }
+    }
+}
+
 /// The server side: configuration plus the resumption cache. Cheap to clone.
 #[derive(Clone)]
 pub struct Server {
@@ -133,5 +145,17 @@ impl Server {
     /// not outlive their lifetime on a server that has gone quiet.
     pub fn expire_sessions(&self, now: Timestamp) {
         self.inner.expire_sessions(now);
+    }
+}
+
+#[cfg(feature = "fuzzing")]
+impl Server {
+    /// A server with copies of this one's configuration, resumption cache and nonce
+    /// generator (in the same state), not shared with it: for the fuzz harnesses only
+    /// (`fuzzing` feature), like [`Client::fork`].
+    pub fn fork(&self) -> Server {
+        Server {
+            inner: Arc::new(self.inner.fork()),
+        }
     }
 }

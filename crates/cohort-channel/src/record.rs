@@ -348,6 +348,60 @@ impl RecordReceiver {
     }
 }
 
+/// Copies for the fuzz harnesses only (`Connection::fork`). The gear keys are derived
+/// again from the direction's current secret (they are always derived from it, and a
+/// `GearKey` holds provider key objects that cannot be copied); `None` if that fails.
+#[cfg(feature = "fuzzing")]
+impl DirectionKeys {
+    fn fork(&self) -> Option<DirectionKeys> {
+        let keys = self
+            .keys
+            .iter()
+            .map(|(g, _)| {
+                Some((
+                    *g,
+                    GearKey::derive(&self.provider, self.secret.expose(), *g).ok()?,
+                ))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(DirectionKeys {
+            provider: self.provider,
+            secret: self.secret.clone(),
+            keys,
+            gears: self.gears,
+            seq: self.seq,
+            epoch: self.epoch,
+            update_after: self.update_after,
+            last_data_seq: self.last_data_seq,
+        })
+    }
+}
+
+#[cfg(feature = "fuzzing")]
+impl RecordSender {
+    /// A copy in the same state (same keys, same next sequence number): for the fuzz
+    /// harnesses only (`fuzzing` feature).
+    pub fn fork(&self) -> Option<RecordSender> {
+        Some(RecordSender {
+            dir: self.dir.fork()?,
+            gear: self.gear,
+            scratch: self.scratch.clone(),
+        })
+    }
+}
+
+#[cfg(feature = "fuzzing")]
+impl RecordReceiver {
+    /// A copy in the same state: for the fuzz harnesses only (`fuzzing` feature).
+    pub fn fork(&self) -> Option<RecordReceiver> {
+        Some(RecordReceiver {
+            dir: self.dir.fork()?,
+            floor_bits: self.floor_bits,
+            scratch: self.scratch.clone(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // reason: tests fail loudly on unexpected errors

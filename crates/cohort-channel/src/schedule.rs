@@ -47,7 +47,9 @@ impl std::fmt::Debug for SessionId {
     }
 }
 
-/// Everything a handshake derives.
+/// Everything a handshake derives. `Clone` only under the `fuzzing` feature (the harnesses'
+/// copies of a connection, `Connection::fork`).
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct SessionKeys {
     /// The public session ID.
     pub session_id: SessionId,

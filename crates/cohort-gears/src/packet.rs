@@ -128,7 +128,12 @@ impl fmt::Display for ProtectError {
 impl std::error::Error for ProtectError {}
 
 /// The sending side of a one-way association: assigns sequence numbers and writes packets.
+///
+/// `Clone` only under the `fuzzing` feature (a fuzz harness copies a formed group once per
+/// input): a copy would seal under the same keys with the same sequence numbers, so ordinary
+/// builds cannot make one.
 #[derive(Debug)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct Protector {
     keys: GearKeys,
     next_seq: u64,
@@ -530,8 +535,10 @@ fn parse(packet: &[u8]) -> Result<Layout, DropReason> {
     })
 }
 
-/// The receiving side of a one-way association.
+/// The receiving side of a one-way association. `Clone` only under the `fuzzing` feature,
+/// like [`Protector`].
 #[derive(Debug)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct Unprotector {
     keys: GearKeys,
     policy: ReceivePolicy,

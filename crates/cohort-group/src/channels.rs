@@ -108,3 +108,15 @@ impl Pairs {
         }
     }
 }
+
+#[cfg(feature = "fuzzing")]
+impl Pairs {
+    /// A deep copy (`PairTable::fork`), for the fuzz harnesses only; `None` in KDC mode,
+    /// whose channel keys are provider key objects that cannot be copied.
+    pub fn fork(&self) -> Option<Pairs> {
+        match self {
+            Pairs::Identity(t) => Some(Pairs::Identity(Box::new(t.fork()?))),
+            Pairs::Kdc(_) => None,
+        }
+    }
+}

@@ -176,6 +176,7 @@ fn key_tag(provider: &CryptoProvider, group: &str, key: &GroupKey, bytes: &[u8])
 }
 
 /// A leader's own Id, kept to open the tickets that answer it.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct LocalId {
     /// The nonce sent.
     pub nonce: [u8; NONCE_LEN],

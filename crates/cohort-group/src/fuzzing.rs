@@ -398,6 +398,55 @@ impl TestGroup {
         g
     }
 
+    /// A copy of this group (`GroupMember::fork`): the same members in the same state, the
+    /// same time, datagrams and events, with nothing shared, so running the copy leaves this
+    /// group as it was. `None` only if a member cannot be copied (not for this group's
+    /// identity-mode members).
+    pub fn fork(&self) -> Option<TestGroup> {
+        Some(TestGroup {
+            members: [self.members[0].fork()?, self.members[1].fork()?],
+            now: self.now,
+            sent: self.sent.clone(),
+            events: self.events.clone(),
+        })
+    }
+
+    /// A copy of the group [`new`](Self::new) forms for `null` and `traffic`, formed once
+    /// per thread and copied per call ([`fork`](Self::fork)): forming it (the pair channel's
+    /// handshake, Welcome, rekey) was about two fifths of `group_member`'s time. The copy
+    /// goes on as a freshly formed group does (`tests/fuzz_harness.rs`,
+    /// `a_cached_group_is_a_fresh_group`): forming is deterministic except for the pair
+    /// channel's KEM keys, which only change the bytes of pair-channel datagrams.
+    pub fn cached(null: bool, traffic: bool) -> TestGroup {
+        thread_local! {
+            static GROUPS: std::cell::OnceCell<[TestGroup; 4]> = const { std::cell::OnceCell::new() };
+        }
+        let copy = GROUPS.with(|groups| {
+            groups.get_or_init(|| {
+                [
+                    TestGroup::new(false, false),
+                    TestGroup::new(false, true),
+                    TestGroup::new(true, false),
+                    TestGroup::new(true, true),
+                ]
+            })[usize::from(null) * 2 + usize::from(traffic)]
+            .fork()
+        });
+        must(
+            copy.ok_or("identity-mode members copy"),
+            "a copy of the formed group",
+        )
+    }
+
+    /// Whether member `i`'s pair channels use caches of their own, none of `other`'s member
+    /// `i`'s (the check that [`fork`](Self::fork) shares nothing; false in KDC mode).
+    pub fn pair_caches_are_own(&self, other: &TestGroup, i: usize) -> bool {
+        match (self.members[i].pair_table(), other.members[i].pair_table()) {
+            (Some(mine), Some(theirs)) => mine.caches_are_its_own(theirs),
+            _ => false,
+        }
+    }
+
     /// Whether both members are in one view of both.
     pub fn formed(&self) -> bool {
         match (self.members[0].view(), self.members[1].view()) {
@@ -414,19 +463,20 @@ impl TestGroup {
     /// Delivers every queued datagram (and what it causes) until both members are quiet.
     pub fn pump(&mut self) {
         // Bounded: a protocol that answers every packet with another runs forever otherwise.
+        let mut buf = Vec::new();
         for _ in 0..10_000 {
             let mut moved = false;
             for i in 0..2 {
                 let from = [ADDR_A, ADDR_B][i];
-                let mut buf = Vec::new();
                 while let Some(t) = self.members[i].poll_transmit(self.now, &mut buf) {
                     moved = true;
                     let d = buf[..t.size].to_vec();
                     buf.clear();
-                    self.sent.push((from, t.destination, d.clone()));
                     if let Some(j) = Self::index(t.destination) {
                         self.members[j].handle_datagram(self.now, from, &d);
                     }
+                    // Recorded after delivery, so the one copy serves both.
+                    self.sent.push((from, t.destination, d));
                 }
                 while let Some(e) = self.members[i].poll_event() {
                     self.events[i].push(e);
@@ -611,12 +661,24 @@ impl MemberControl {
 /// panic; under `aes-128-gcm` nothing may be delivered that the harness's members did not
 /// send, and the group must still be one view. (Under the null gear a forged packet is as
 /// good as a real one, and the group may well change its view.)
+///
+/// Each input gets a copy of a group formed once ([`TestGroup::cached`]).
 pub fn member_datagram(data: &[u8]) -> MemberOutcome {
+    let Some(&control) = data.first() else {
+        return MemberOutcome::default();
+    };
+    let c = MemberControl::from_byte(control);
+    member_datagram_in(&mut TestGroup::cached(c.null, c.traffic), data)
+}
+
+/// [`member_datagram`] on a given group, formed as the control byte says (`null` and
+/// `traffic`): for the test that a cached group behaves as a fresh one. The group's events
+/// from the input on are left in `g.events`, and what it sent in `g.sent`.
+pub fn member_datagram_in(g: &mut TestGroup, data: &[u8]) -> MemberOutcome {
     let Some((&control, rest)) = data.split_first() else {
         return MemberOutcome::default();
     };
     let c = MemberControl::from_byte(control);
-    let mut g = TestGroup::new(c.null, c.traffic);
     let to = usize::from(c.to_follower);
     let from = if c.from_stranger {
         ADDR_STRANGER
@@ -645,6 +707,10 @@ pub fn member_datagram(data: &[u8]) -> MemberOutcome {
             None => g.feed(to, from, d),
         }
     }
+    // Two seconds: the shortest run in which the `formed` check below still sees a group
+    // an input broke: a member that stops hearing its peer suspects it after
+    // `suspect_timeout` (1 s), then flushes (`flush_timeout`, 0.5 s) and installs the smaller
+    // view. Most of what an input costs is this run's heartbeats (ten a second each way).
     g.run_for(Duration::from_secs(2));
     let events = g.take_events();
     let mut outcome = MemberOutcome {
@@ -670,6 +736,7 @@ pub fn member_datagram(data: &[u8]) -> MemberOutcome {
     if !c.null {
         assert!(g.formed(), "arbitrary datagrams broke up the group");
     }
+    g.events = events;
     outcome
 }
 

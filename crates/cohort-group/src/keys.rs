@@ -32,6 +32,7 @@ const WRAP_SALT: &[u8] = b"cohort group wrap v1";
 const TOKEN_SALT: &[u8] = b"cohort group token v1";
 
 /// A group key: random, numbered by epoch. Wiped on drop.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct GroupKey {
     /// Counts fresh keys.
     pub epoch: u64,
@@ -135,6 +136,7 @@ impl GearPlan {
 }
 
 /// The keys of one view: this member's protector and, lazily, an unprotector per sender.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub struct ViewKeys {
     /// The view.
     pub view: ViewId,

@@ -1334,6 +1334,106 @@ fn next_transmit(dc: &mut DatagramChannel, now: Timestamp) -> Option<Vec<u8>> {
     dc.poll_transmit(now, &mut d).map(|_| d)
 }
 
+/// Deep copies for the fuzz harnesses only (`fuzzing` feature; see `GroupMember::fork`).
+///
+/// The table's `Client` and `Server` are handles to caches behind `Arc`s, shared with every
+/// channel they made; a derived `Clone` would share them with the original. The copy forks
+/// both endpoints once and re-points every channel's connection at the forks, so the copy's
+/// channels share the copy's caches as the original's share the original's, and nothing
+/// one does (take a ticket, draw a server nonce) shows in the other.
+#[cfg(feature = "fuzzing")]
+impl PairTable {
+    /// A copy in the same state, with its own endpoint caches. `None` if a channel cannot be
+    /// copied (a password-mode client waiting for its ServerHello; pair channels never use
+    /// password mode, so not in practice).
+    pub fn fork(&self) -> Option<PairTable> {
+        let client = self.client.fork();
+        let server = self.server.fork();
+        let mut slots = BTreeMap::new();
+        for (addr, slot) in &self.slots {
+            slots.insert(*addr, slot.fork(&client, &server)?);
+        }
+        Some(PairTable {
+            provider: self.provider,
+            identity: self.identity.clone(),
+            me: self.me,
+            group: self.group.clone(),
+            trust: self.trust.clone(),
+            rng: self.rng.clone(),
+            client,
+            server,
+            slots,
+            authenticated: self.authenticated.clone(),
+            due: self.due.clone(),
+            due_at: self.due_at.clone(),
+            half_open: self.half_open.clone(),
+            half_open_at: self.half_open_at.clone(),
+            outbox: self.outbox.clone(),
+            events: self.events.clone(),
+            next_seq: self.next_seq,
+            drops: self.drops,
+        })
+    }
+
+    /// Whether every channel of this table uses this table's own endpoint caches and none
+    /// uses `other`'s (the check of [`fork`](Self::fork)).
+    pub fn caches_are_its_own(&self, other: &PairTable) -> bool {
+        self.slots
+            .values()
+            .flat_map(|s| std::iter::once(&s.primary).chain(s.pending.as_ref()))
+            .all(|c| {
+                let conn = c.dc.connection();
+                conn.uses_caches_of(&self.client, &self.server)
+                    && !conn.uses_caches_of(&other.client, &other.server)
+            })
+    }
+
+    /// How many channels the table holds (primary and pending).
+    pub fn channels(&self) -> usize {
+        self.slots
+            .values()
+            .map(|s| 1 + usize::from(s.pending.is_some()))
+            .sum()
+    }
+}
+
+#[cfg(feature = "fuzzing")]
+impl Slot {
+    fn fork(&self, client: &Client, server: &Server) -> Option<Slot> {
+        Some(Slot {
+            primary: self.primary.fork(client, server)?,
+            pending: match &self.pending {
+                Some(c) => Some(c.fork(client, server)?),
+                None => None,
+            },
+            queue: self.queue.clone(),
+            expect: self.expect,
+        })
+    }
+}
+
+#[cfg(feature = "fuzzing")]
+impl Chan {
+    fn fork(&self, client: &Client, server: &Server) -> Option<Chan> {
+        Some(Chan {
+            dc: self.dc.fork(client, server)?,
+            role: self.role,
+            hello: self.hello.clone(),
+            seq: self.seq,
+            session: self.session,
+            key: self.key.clone(),
+            proof: self.proof.clone(),
+            peer: self.peer,
+            peer_proof: self.peer_proof.clone(),
+            acked: self.acked,
+            retry_at: self.retry_at,
+            rto: self.rto,
+            tries: self.tries,
+            authenticated_at: self.authenticated_at,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! The half-open index against the scan it replaced: `make_room` asserts (in test

@@ -9,8 +9,8 @@ use cohort_crypto::CryptoProvider;
 use cohort_gears::GearId;
 use cohort_group::fuzzing::{
     captured_kdc_pair_datagrams, gossip_packet, identity, join_datagrams, kdc_pair_datagram,
-    member_datagram, msg_decode, pair_datagram, pair_msg_decode, sample_gossip, sample_msgs,
-    sample_pair_msgs, MemberControl, TestGroup, ADDR_A, ADDR_B,
+    member_datagram, member_datagram_in, msg_decode, pair_datagram, pair_msg_decode, sample_gossip,
+    sample_msgs, sample_pair_msgs, MemberControl, TestGroup, ADDR_A, ADDR_B,
 };
 use cohort_group::pair::PairTable;
 use cohort_group::{Channel, GroupEvent, MemberId};
@@ -257,6 +257,178 @@ fn the_null_forger_seals_what_the_sealing_forger_seals() {
             assert_eq!(a, b, "member {of}, rank {rank}, skip {skip}");
         }
     }
+}
+
+/// Inputs for the tests of the cached group: for each of the four groups (`null`,
+/// `traffic`) and both members, nothing, a replayed real packet, arbitrary bytes, a body
+/// sealed as the peer (an unreliable message, a Leave, a Flush), and a sample of the
+/// committed `group_member` corpus.
+fn member_inputs() -> Vec<Vec<u8>> {
+    let body = |m: cohort_group::wire::Msg| {
+        let mut body = vec![0xff, 0xff];
+        m.encode(&mut body);
+        body
+    };
+    let bodies = [
+        body(cohort_group::wire::Msg::Unreliable {
+            seq: 40,
+            data: b"more".to_vec(),
+        }),
+        body(cohort_group::wire::Msg::Leave),
+        body(cohort_group::wire::Msg::RekeyRequest),
+    ];
+    let mut out = Vec::new();
+    for null in [false, true] {
+        for traffic in [false, true] {
+            for to_follower in [false, true] {
+                let c = |seal, from_stranger| MemberControl {
+                    null,
+                    to_follower,
+                    seal,
+                    from_stranger,
+                    traffic,
+                };
+                out.push(vec![c(false, false).byte()]);
+                out.push(with_control(
+                    c(false, false).byte(),
+                    join_datagrams(captured_packets().iter().take(3).map(Vec::as_slice)),
+                ));
+                out.push(with_control(
+                    c(false, true).byte(),
+                    vec![0, 5, 1, 2, 3, 4, 5],
+                ));
+                if null {
+                    for b in &bodies {
+                        out.push(with_control(
+                            c(true, false).byte(),
+                            join_datagrams([b.as_slice()]),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fuzz/corpus/group_member"
+    );
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("the group_member corpus")
+        .map(|e| e.expect("a corpus entry").path())
+        .collect();
+    files.sort();
+    out.extend(
+        files
+            .iter()
+            .step_by(25)
+            .map(|f| std::fs::read(f).expect("a corpus file")),
+    );
+    out
+}
+
+/// Whether a datagram carries key material drawn from the provider's randomness (which no
+/// seed controls): a pair channel's handshake frame (its KEM share or ciphertext) or a
+/// gossip packet (its Id's KEM key).
+fn draws_randomness(d: &[u8]) -> bool {
+    match d {
+        [cohort_group::pair::PAIR_KIND, 0, ..] => true,
+        [k, ..] => *k == cohort_group::exchange::GOSSIP_KIND,
+        [] => false,
+    }
+}
+
+/// Compares two runs datagram by datagram, and their time and events. Every datagram's
+/// sender, receiver, first byte and length must match. From `exact_from` on (the input's
+/// first datagram), the bytes must match too, up to the first datagram that
+/// [`draws_randomness`]: from there the two runs hold different keys (a fresh KEM key pair
+/// in each), so every later record and wrapped key differs in its bytes, not in its size.
+/// Returns how many datagrams were compared byte for byte.
+fn same_run(a: &TestGroup, b: &TestGroup, exact_from: Option<usize>, what: &str) -> usize {
+    assert_eq!(a.now, b.now, "{what}");
+    assert_eq!(a.events, b.events, "{what}");
+    assert_eq!(a.sent.len(), b.sent.len(), "{what}");
+    let mut exact = 0;
+    let mut diverged = false;
+    for (k, (x, y)) in a.sent.iter().zip(&b.sent).enumerate() {
+        let shape = |d: &(_, _, Vec<u8>)| (d.0, d.1, d.2.first().copied(), d.2.len());
+        assert_eq!(shape(x), shape(y), "datagram {k}: {what}");
+        if exact_from.is_some_and(|from| k >= from) && !diverged {
+            diverged = draws_randomness(&x.2);
+            if !diverged {
+                let at = x.2.iter().zip(&y.2).position(|(p, q)| p != q);
+                assert!(x.2 == y.2, "datagram {k} differs at {at:?}: {what}");
+                exact += 1;
+            }
+        }
+    }
+    exact
+}
+
+/// A copy of the cached group (what `group_member` runs each input on) behaves as a group
+/// formed for that input did before: for every input of [`member_inputs`], the same
+/// outcome, time, events, and datagrams of the same kind and size, to the same members,
+/// including those sent while forming. (Not byte for byte: two groups formed apart drew
+/// different KEM keys for their pair channel, so their pair records and the keys wrapped
+/// under their pair keys differ. The next test compares bytes.)
+#[test]
+fn a_cached_group_is_a_fresh_group() {
+    let inputs = member_inputs();
+    assert!(inputs.len() > 40, "{} inputs", inputs.len());
+    let mut delivered = 0;
+    for input in &inputs {
+        let c = MemberControl::from_byte(input[0]);
+        let mut fresh = TestGroup::new(c.null, c.traffic);
+        let mut cached = TestGroup::cached(c.null, c.traffic);
+        let a = member_datagram_in(&mut fresh, input);
+        let b = member_datagram_in(&mut cached, input);
+        let what = format!("{c:?}, input {input:02x?}");
+        assert_eq!(a, b, "{what}");
+        same_run(&fresh, &cached, None, &what);
+        delivered += a.delivered;
+    }
+    assert!(delivered > 0, "no input delivered anything");
+}
+
+/// A copy is its original, byte for byte, and shares nothing with it. Every pair channel
+/// of the copy uses the copy's own endpoint caches (tickets, resumption cache, nonce
+/// generator), and the copy and its freshly formed original, given the same input one after
+/// the other, send the same bytes (pair records, group packets, wrapped keys) up to the
+/// first fresh KEM key either draws ([`same_run`]). So do two copies of the cached group,
+/// one run after the other: one input leaves nothing behind for the next.
+#[test]
+fn a_copy_is_its_original_and_shares_nothing() {
+    let inputs = member_inputs();
+    let mut exact = 0;
+    for input in &inputs {
+        let c = MemberControl::from_byte(input[0]);
+        let mut original = TestGroup::new(c.null, c.traffic);
+        let mut copy = original.fork().expect("a copy");
+        for i in 0..2 {
+            let channels = original.members[i].pair_table().map_or(0, |t| t.channels());
+            assert!(channels > 0, "member {i} has no pair channel to check");
+            assert!(copy.pair_caches_are_own(&original, i), "member {i}");
+            assert!(original.pair_caches_are_own(&copy, i), "member {i}");
+        }
+        let what = format!("{c:?}, input {input:02x?}");
+        let formed = original.sent.len();
+        let a = member_datagram_in(&mut copy, input);
+        let b = member_datagram_in(&mut original, input);
+        assert_eq!(a, b, "{what}");
+        exact += same_run(&copy, &original, Some(formed), &what);
+        let (mut first, mut second) = (
+            TestGroup::cached(c.null, c.traffic),
+            TestGroup::cached(c.null, c.traffic),
+        );
+        let formed = first.sent.len();
+        let a = member_datagram_in(&mut first, input);
+        let b = member_datagram_in(&mut second, input);
+        assert_eq!(a, b, "{what}");
+        exact += same_run(&first, &second, Some(formed), &what);
+    }
+    assert!(
+        exact > 1000,
+        "only {exact} datagrams compared byte for byte"
+    );
 }
 
 /// Every single-bit flip of every real group packet is refused and counted, and delivers

@@ -22,6 +22,7 @@ use std::net::SocketAddr;
 
 /// A view change wanted, coordinated or taken part in: the flush, the Install being announced, and what the next change is to do.
 #[derive(Default)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct ViewChange {
     /// KDC mode: the key unwrapped while checking an Install, for installing it.
     pub(super) unwrapped: Option<(ViewId, GroupKey)>,
@@ -94,6 +95,7 @@ pub(super) fn hold_joiners(
 pub(super) const MAX_WAITING_JOINERS: usize = 2 * MAX_JOIN_BATCH;
 
 /// A view change this member is taking part in (it answered the coordinator).
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Flushing {
     pub(super) proposal: ViewId,
     pub(super) coordinator: u16,
@@ -128,6 +130,7 @@ pub(super) enum Phase {
 }
 
 /// What a flush answer carried.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct FlushAnswer {
     pub(super) delivered: u64,
     pub(super) next_seq: u64,
@@ -151,6 +154,7 @@ impl FlushAnswer {
 }
 
 /// What a view change is to do: the input to `start_coordinating`.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Change {
     /// Ranks (in the current view) expected to continue.
     pub(super) survivors: Vec<u16>,
@@ -208,6 +212,7 @@ impl Change {
 }
 
 /// A view change this member coordinates.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Coordinator {
     pub(super) proposal: ViewId,
     pub(super) survivors: Vec<u16>,

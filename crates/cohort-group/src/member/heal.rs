@@ -22,6 +22,7 @@ use zeroize::Zeroizing;
 
 /// The leader's side of healing partitions: gossip of its Id, and the Exchange.
 #[derive(Default)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Heal {
     /// When the leader gossips its Id next.
     pub(super) next_gossip: Timestamp,

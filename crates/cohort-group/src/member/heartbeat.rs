@@ -19,6 +19,7 @@ use cohort_gears::controller::{Observation, ReceiverFeedback};
 /// Heartbeats: when the leader was last heard, when this member sends its next heartbeat,
 /// and its place in the overlay of a large view (`overlay.rs`).
 #[derive(Default)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Liveness {
     pub(super) leader_heard: Timestamp,
     pub(super) next_heartbeat: Timestamp,

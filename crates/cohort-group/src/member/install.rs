@@ -32,6 +32,7 @@ use zeroize::Zeroizing;
 
 /// An installed view's sending side after the coordinator installed it: Install messages
 /// are resent until acknowledged.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Announce {
     pub(super) view: ViewId,
     /// The Install with every wrap (each member is sent a copy with its own).
@@ -50,6 +51,7 @@ pub(super) struct Announce {
 /// The members of an announced view that have not acknowledged its Install, by their rank
 /// in it: an acknowledgement takes its member out in O(1) once its rank is known (the
 /// leader of 10,000 took every folded acknowledgement out with a scan of all members).
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Unacked {
     /// By new rank: (member, is a joiner) while unacknowledged; `None` once acknowledged
     /// (and for the coordinator itself).
@@ -110,6 +112,7 @@ pub(super) struct Roster {
 /// The parts of one message being put back together: an Install split over group packets,
 /// a Welcome over pair records, or a member list. Bounded by [`MAX_PARTS`] parts of at most
 /// [`MAX_PART_LEN`] bytes; a part that disagrees with the others on the total starts it over.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Assembly {
     pub(super) view: ViewId,
     pub(super) what: u8,
@@ -165,6 +168,7 @@ impl Assembly {
 /// A member list being fetched from a view's coordinator: by a joiner (its Welcome's list
 /// was too long to ride along) or by a survivor whose own copy of the base view did not
 /// give the Install's digest.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct ListFetch {
     pub(super) install: Box<Install>,
     /// A joiner's key, from its Welcome; `None` for a survivor in a flush.

@@ -23,6 +23,7 @@ use zeroize::Zeroizing;
 
 /// Who may be let in: joiners that proved they hold the key, and KDC-mode tokens (LSGC messages 4 and 5).
 #[derive(Default)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Admission {
     /// Joiners that proved they hold the current group key: (member, incarnation).
     pub(super) key_holders: BTreeSet<(MemberId, u64)>,
@@ -54,6 +55,7 @@ pub const PRESENT_WITNESSES: usize = 2;
 pub(super) const MAX_PRESENTS_SEEN: usize = 4096;
 
 /// Joining: asking contacts until a Welcome arrives.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Joining {
     pub(super) contacts: Vec<SocketAddr>,
     pub(super) started: Timestamp,

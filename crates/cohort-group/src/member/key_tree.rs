@@ -21,6 +21,7 @@ use zeroize::Zeroizing;
 
 /// This member's place in a tree rekey: a key received for a proposal, children still to acknowledge, the acknowledgement sent up.
 #[derive(Default)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct KeyTree {
     /// A key received down the rekey tree, for the proposal it belongs to.
     pub(super) tree_key: Option<(ViewId, GroupKey)>,
@@ -31,6 +32,7 @@ pub(super) struct KeyTree {
 }
 
 /// A tree node waiting for its children's key acknowledgements.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct TreeWait {
     pub(super) proposal: ViewId,
     pub(super) parent: SocketAddr,

@@ -27,6 +27,7 @@ use std::collections::{HashMap, HashSet};
 
 /// The LKH side of a member.
 #[derive(Default)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct LkhState {
     /// The key tree this member built when it last coordinated an LKH rekey, and the view
     /// it was built for (whose members it holds exactly).

@@ -179,8 +179,78 @@ pub struct GroupMember {
     scratch: Vec<u8>,
 }
 
+/// A copy of a member, for the fuzz harnesses only (`fuzzing` feature): `TestGroup` forms a
+/// group once and hands each input a copy. Not `Clone` in ordinary builds: a copy would hold
+/// the group key and seal with the same keys and sequence numbers as the original.
+///
+/// The copy is deep: its random generator is in the original's state (so it draws what the
+/// original would), and its pair channels' endpoint caches (tickets, ephemeral key, the
+/// server's resumption cache and nonce generator) are copies, not handles to the
+/// original's (see `PairTable::fork`). `None` for a KDC-mode member (its pair keys are
+/// provider key objects that cannot be copied).
+#[cfg(feature = "fuzzing")]
+impl GroupMember {
+    /// The identity-mode pair table (`None` in KDC mode): for the test of [`fork`](Self::fork).
+    pub fn pair_table(&self) -> Option<&PairTable> {
+        match &self.pairs {
+            Pairs::Identity(t) => Some(t),
+            Pairs::Kdc(_) => None,
+        }
+    }
+
+    /// A deep copy; see above.
+    pub fn fork(&self) -> Option<GroupMember> {
+        Some(GroupMember {
+            provider: self.provider,
+            identity: self.identity.clone(),
+            id: self.id,
+            addr: self.addr,
+            config: self.config.clone(),
+            plan: self.plan.clone(),
+            controller: self.controller.clone(),
+            rng: self.rng.clone(),
+            pairs: self.pairs.fork()?,
+            joining: self.joining.clone(),
+            known: self.known.clone(),
+            known_order: self.known_order.clone(),
+            contacts: self.contacts.clone(),
+            heal: self.heal.clone(),
+            admission: self.admission.clone(),
+            view_change: self.view_change.clone(),
+            departed: self.departed.clone(),
+            went_alone_from: self.went_alone_from,
+            incarnation: self.incarnation,
+            incarnations: Arc::clone(&self.incarnations),
+            roster_bytes: self.roster_bytes.clone(),
+            part_limit: self.part_limit,
+            expelled: self.expelled,
+            view: self.view.clone(),
+            rank: self.rank,
+            keys: self.keys.clone(),
+            old_views: self.old_views.clone(),
+            group_key: self.group_key.clone(),
+            key_ledger: self.key_ledger.clone(),
+            last_rekey: self.last_rekey,
+            reliable: self.reliable.clone(),
+            next_unreliable: self.next_unreliable,
+            delivered_unreliable: self.delivered_unreliable,
+            liveness: self.liveness.clone(),
+            tree: self.tree.clone(),
+            lkh: self.lkh.clone(),
+            leaving: self.leaving,
+            load: self.load,
+            out: self.out.clone(),
+            events: self.events.clone(),
+            counters: self.counters,
+            insecure_reported: self.insecure_reported.clone(),
+            scratch: self.scratch.clone(),
+        })
+    }
+}
+
 /// A previous view kept for its grace window: its keys, members and log answer late NAKs
 /// and accept late unreliable traffic.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 struct OldView {
     view: View,
     keys: ViewKeys,

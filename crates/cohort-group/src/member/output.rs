@@ -30,6 +30,7 @@ pub enum Destination {
 /// group (carrier fan-out only) stay one entry until a driver that cannot fan out reads
 /// them through `Machine::poll_transmit`, which copies them per member.
 #[derive(Default)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Outbox {
     queue: VecDeque<(Destination, Vec<u8>)>,
 }

@@ -142,6 +142,7 @@ pub(super) struct ChildReport {
 }
 
 /// A takeover probe round: the lower ranks asked whether they live, and who answered.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Probing {
     pub(super) started: Timestamp,
     pub(super) asked: Vec<u16>,
@@ -150,6 +151,7 @@ pub(super) struct Probing {
 
 /// This member's overlay state in one view.
 #[derive(Default)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Overlay {
     /// The view this state belongs to; another view starts afresh.
     pub(super) view: Option<ViewId>,

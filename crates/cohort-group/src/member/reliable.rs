@@ -18,6 +18,7 @@ use std::net::SocketAddr;
 
 /// The reliable channel in this view: the sequencer (at the leader), the log, delivery, NAKs and this member's own undelivered messages.
 #[derive(Default)]
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Reliable {
     pub(super) log: BTreeMap<u64, OrderedMsg>,
     pub(super) delivered: u64,
@@ -57,6 +58,7 @@ pub(super) struct OrderedMsg {
 }
 
 /// An own reliable message not yet delivered.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Pending {
     pub(super) seq: u64,
     pub(super) data: Vec<u8>,
@@ -68,6 +70,7 @@ pub(super) struct Pending {
 pub(super) type Submission = (Vec<u8>, Option<Vec<u8>>);
 
 /// The leader's sequencer state for the current view.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Sequencer {
     pub(super) next_order: u64,
     /// Per rank: the next message number expected from that sender.

@@ -91,6 +91,7 @@ struct Folded {
 }
 
 /// This member's part in a view change on the overlay.
+#[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct TreeFlush {
     /// The proposal (the view being installed).
     pub(super) proposal: ViewId,
