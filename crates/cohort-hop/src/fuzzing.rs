@@ -695,20 +695,28 @@ impl HopPair {
         // Only a forwarded datagram that no endpoint sent needs these; built on the first.
         let mut authenticated: Option<HashSet<Vec<u8>>> = None;
         let mut forwarded = 0;
+        // What the relay forwarded that no endpoint sent (each checked below when it was).
+        let mut forwarded_unreal: HashSet<&[u8]> = HashSet::new();
         for step in &self.relay_steps[first_step..] {
-            // Besides forwarding what it got, a relay may send back the real A1 of a round
-            // it holds when a different S1 for that round arrives (the signer's own,
-            // retransmitting): that A1 must be one the verifier sent.
+            // Besides forwarding what it got, a relay may send back the A1 of a round it
+            // holds when a different S1 for that round arrives (the signer's own,
+            // retransmitting): that A1 must be one the verifier sent, or one the relay got
+            // and forwarded before as the first A1 with the round's real element (the
+            // exception below: it cannot tell it from the verifier's; found by
+            // `hop_mutate`, 2026-11-27).
             for (_, out) in &step.outputs {
                 assert!(
-                    out == &step.input || (out.get(1) == Some(&kind::A1) && is_real(out)),
-                    "the relay emitted a datagram it never got"
+                    out == &step.input
+                        || (out.get(1) == Some(&kind::A1)
+                            && (is_real(out) || forwarded_unreal.contains(out.as_slice()))),
+                    "the relay emitted a datagram it never got (or an A1 it never forwarded)"
                 );
             }
             if !step.outputs.iter().any(|(_, out)| out == &step.input) || is_real(&step.input) {
                 continue;
             }
             forwarded += 1;
+            forwarded_unreal.insert(&step.input);
             let authenticated = authenticated.get_or_insert_with(|| {
                 newer
                     .iter()
