@@ -695,36 +695,41 @@ impl HopPair {
         // Only a forwarded datagram that no endpoint sent needs these; built on the first.
         let mut authenticated: Option<HashSet<Vec<u8>>> = None;
         let mut forwarded = 0;
-        // What the relay forwarded that no endpoint sent (each checked below when it was).
-        let mut forwarded_unreal: HashSet<&[u8]> = HashSet::new();
+        let authenticated_of = |newer: &HashSet<&[u8]>| -> HashSet<Vec<u8>> {
+            newer
+                .iter()
+                .copied()
+                .chain(older.into_iter().flatten().map(Vec::as_slice))
+                .filter_map(s1_a1_core)
+                .collect()
+        };
+        // A1s the relay got that no endpoint sent, with the round's real element.
+        let mut got_unreal_a1: HashSet<&[u8]> = HashSet::new();
         for step in &self.relay_steps[first_step..] {
             // Besides forwarding what it got, a relay may send back the A1 of a round it
             // holds when a different S1 for that round arrives (the signer's own,
             // retransmitting): that A1 must be one the verifier sent, or one the relay got
-            // and forwarded before as the first A1 with the round's real element (the
-            // exception below: it cannot tell it from the verifier's; found by
-            // `hop_mutate`, 2026-11-27).
+            // earlier with the round's real element (the exception below: it cannot tell it
+            // from the verifier's, and holds the first; found by `hop_mutate`, 2026-11-27).
             for (_, out) in &step.outputs {
                 assert!(
                     out == &step.input
                         || (out.get(1) == Some(&kind::A1)
-                            && (is_real(out) || forwarded_unreal.contains(out.as_slice()))),
-                    "the relay emitted a datagram it never got (or an A1 it never forwarded)"
+                            && (is_real(out) || got_unreal_a1.contains(out.as_slice()))),
+                    "the relay emitted a datagram it never got (or an A1 it could not hold)"
                 );
+            }
+            if step.input.get(1) == Some(&kind::A1) && !is_real(&step.input) {
+                let authenticated = authenticated.get_or_insert_with(|| authenticated_of(&newer));
+                if s1_a1_core(&step.input).is_some_and(|c| authenticated.contains(&c)) {
+                    got_unreal_a1.insert(&step.input);
+                }
             }
             if !step.outputs.iter().any(|(_, out)| out == &step.input) || is_real(&step.input) {
                 continue;
             }
             forwarded += 1;
-            forwarded_unreal.insert(&step.input);
-            let authenticated = authenticated.get_or_insert_with(|| {
-                newer
-                    .iter()
-                    .copied()
-                    .chain(older.into_iter().flatten().map(Vec::as_slice))
-                    .filter_map(s1_a1_core)
-                    .collect()
-            });
+            let authenticated = authenticated.get_or_insert_with(|| authenticated_of(&newer));
             let core_is_real = s1_a1_core(&step.input).is_some_and(|c| authenticated.contains(&c));
             assert!(
                 stateless_kind(&step.input) || core_is_real,

@@ -427,9 +427,12 @@ fn checking_after_the_set_up_is_checking_all() {
 /// holding it as the round's A1, later sent it back to A when A's S1 came again. The
 /// harness took that for a datagram the relay never got; it is one the relay got and
 /// forwarded. The relay cannot tell it from B's (so nothing to fix there, and nothing is
-/// delivered that A did not send); the harness now allows a sent-back A1 that the relay
-/// forwarded before, and still refuses any other. The input is also in
-/// `fuzz/corpus/hop_mutate/regress-relay-returns-a-raced-a1`.
+/// delivered that A did not send); the harness now allows a sent-back A1 that the relay got
+/// before with the round's real element, and still refuses any other. The input is also in
+/// `fuzz/corpus/hop_mutate/regress-relay-returns-a-raced-a1`; a second one, where the relay
+/// held such an A1 that it had not forwarded (it came from A's side and was dropped and
+/// counted, yet kept as the round's A1) and sent it back, is
+/// `regress-relay-returns-a-dropped-a1` (replayed by `fuzz_corpus`).
 #[test]
 fn a_relay_sends_back_only_an_a1_it_forwarded() {
     let input = [
