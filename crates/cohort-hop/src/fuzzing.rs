@@ -695,28 +695,41 @@ impl HopPair {
         // Only a forwarded datagram that no endpoint sent needs these; built on the first.
         let mut authenticated: Option<HashSet<Vec<u8>>> = None;
         let mut forwarded = 0;
+        let authenticated_of = |newer: &HashSet<&[u8]>| -> HashSet<Vec<u8>> {
+            newer
+                .iter()
+                .copied()
+                .chain(older.into_iter().flatten().map(Vec::as_slice))
+                .filter_map(s1_a1_core)
+                .collect()
+        };
+        // A1s the relay got that no endpoint sent, with the round's real element.
+        let mut got_unreal_a1: HashSet<&[u8]> = HashSet::new();
         for step in &self.relay_steps[first_step..] {
-            // Besides forwarding what it got, a relay may send back the real A1 of a round
-            // it holds when a different S1 for that round arrives (the signer's own,
-            // retransmitting): that A1 must be one the verifier sent.
+            // Besides forwarding what it got, a relay may send back the A1 of a round it
+            // holds when a different S1 for that round arrives (the signer's own,
+            // retransmitting): that A1 must be one the verifier sent, or one the relay got
+            // earlier with the round's real element (the exception below: it cannot tell it
+            // from the verifier's, and holds the first; found by `hop_mutate`, 2026-11-27).
             for (_, out) in &step.outputs {
                 assert!(
-                    out == &step.input || (out.get(1) == Some(&kind::A1) && is_real(out)),
-                    "the relay emitted a datagram it never got"
+                    out == &step.input
+                        || (out.get(1) == Some(&kind::A1)
+                            && (is_real(out) || got_unreal_a1.contains(out.as_slice()))),
+                    "the relay emitted a datagram it never got (or an A1 it could not hold)"
                 );
+            }
+            if step.input.get(1) == Some(&kind::A1) && !is_real(&step.input) {
+                let authenticated = authenticated.get_or_insert_with(|| authenticated_of(&newer));
+                if s1_a1_core(&step.input).is_some_and(|c| authenticated.contains(&c)) {
+                    got_unreal_a1.insert(&step.input);
+                }
             }
             if !step.outputs.iter().any(|(_, out)| out == &step.input) || is_real(&step.input) {
                 continue;
             }
             forwarded += 1;
-            let authenticated = authenticated.get_or_insert_with(|| {
-                newer
-                    .iter()
-                    .copied()
-                    .chain(older.into_iter().flatten().map(Vec::as_slice))
-                    .filter_map(s1_a1_core)
-                    .collect()
-            });
+            let authenticated = authenticated.get_or_insert_with(|| authenticated_of(&newer));
             let core_is_real = s1_a1_core(&step.input).is_some_and(|c| authenticated.contains(&c));
             assert!(
                 stateless_kind(&step.input) || core_is_real,

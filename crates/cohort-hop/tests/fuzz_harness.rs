@@ -10,8 +10,9 @@ use cohort_crypto::{CryptoProvider, Secret, SignatureScheme};
 use cohort_hop::crypto::ELEMENT_LEN;
 use cohort_hop::fuzzing::{
     captured, captured_kinds, drops, endpoint, join_datagrams, mutate_input, mutate_real, packet,
-    relay, resumed_with_injections, EndpointControl, HopPair, MutantSpec, Mutation, ADDR_A, ADDR_B,
-    ADDR_R, ADDR_STRANGER, CAPTURED_KINDS, MEMO_CAP, MEMO_ED25519, SETUP_MESSAGES,
+    parse_mutate_input, relay, resumed_with_injections, EndpointControl, HopPair, MutantSpec,
+    Mutation, ADDR_A, ADDR_B, ADDR_R, ADDR_STRANGER, CAPTURED_KINDS, MEMO_CAP, MEMO_ED25519,
+    SETUP_MESSAGES,
 };
 use cohort_hop::wire::{kind, Packet, FLOW_FROM_RESPONDER, FLOW_HEADER_LEN};
 use cohort_hop::EndpointEvent;
@@ -417,6 +418,76 @@ fn checking_after_the_set_up_is_checking_all() {
     assert!(
         forwarding > captured.len(),
         "{forwarding} runs forwarded something"
+    );
+}
+
+/// Found by `hop_mutate` (2026-11-27): a live run in which a changed copy of B's A1 with
+/// the real chain element reached the relay before the real one, was forwarded (the
+/// exception: nothing can check an A1's report commitments before the A2), and the relay,
+/// holding it as the round's A1, later sent it back to A when A's S1 came again. The
+/// harness took that for a datagram the relay never got; it is one the relay got and
+/// forwarded. The relay cannot tell it from B's (so nothing to fix there, and nothing is
+/// delivered that A did not send); the harness now allows a sent-back A1 that the relay got
+/// before with the round's real element, and still refuses any other. The input is also in
+/// `fuzz/corpus/hop_mutate/regress-relay-returns-a-raced-a1`; a second one, where the relay
+/// held such an A1 that it had not forwarded (it came from A's side and was dropped and
+/// counted, yet kept as the round's A1) and sent it back, is
+/// `regress-relay-returns-a-dropped-a1` (replayed by `fuzz_corpus`).
+#[test]
+fn a_relay_sends_back_only_an_a1_it_forwarded() {
+    let input = [
+        0x01, 0x10, 0x00, 0x63, 0x00, 0x00, 0x00, 0x00, 0x20, 0x88, 0x88, 0x88, 0x88, 0x88, 0x88,
+        0x88, 0x88, 0x88, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x6d, 0x20, 0x73,
+        0x00, 0x88, 0x88, 0x88, 0xff, 0xff, 0xff, 0x35, 0x00, 0x00, 0x31, 0x00, 0x00,
+    ];
+    let outcome = mutate_real(&input);
+    assert!(outcome.forwarded >= 1, "{outcome:?}");
+    // The same run, built step by step: the relay sends an A1 back toward A that B never
+    // sent, and it is one the relay got and forwarded earlier.
+    let (_, specs) = parse_mutate_input(&input).unwrap();
+    let captured = captured();
+    let mut inject: BTreeMap<usize, Vec<Vec<u8>>> = BTreeMap::new();
+    for spec in &specs {
+        let i = usize::from(spec.pick) % captured.len();
+        inject
+            .entry(i)
+            .or_default()
+            .push(mutated(&captured[i].1, &spec.mutations));
+    }
+    let p = resumed_with_injections(inject);
+    let real: Vec<&[u8]> = p.sent.iter().map(|(_, _, d)| d.as_slice()).collect();
+    let (n, sent_back) = p
+        .relay_steps
+        .iter()
+        .enumerate()
+        .find_map(|(n, s)| {
+            s.outputs
+                .iter()
+                .find(|(to, out)| {
+                    *to == ADDR_A && out != &s.input && !real.contains(&out.as_slice())
+                })
+                .map(|(_, out)| (n, out.clone()))
+        })
+        .expect("the relay sends back an A1 B never sent");
+    assert_eq!(sent_back[1], kind::A1);
+    assert!(p.relay_steps[..n]
+        .iter()
+        .any(|s| s.input == sent_back && s.outputs.iter().any(|(_, o)| o == &sent_back)));
+    assert_eq!(p.check_relay(&[]), p.check_relay_in_full(&[]));
+    // A sent-back A1 the relay never forwarded is still refused.
+    let mut forged = p.clone();
+    let step = forged.relay_steps.get_mut(n).unwrap();
+    for (_, out) in &mut step.outputs {
+        if out == &sent_back {
+            out[40] ^= 1;
+        }
+    }
+    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        forged.check_relay_in_full(&[])
+    }));
+    assert!(
+        refused.is_err(),
+        "an A1 the relay never got passed the check"
     );
 }
 
