@@ -5,10 +5,11 @@
 use crate::config::TrustList;
 use crate::id::MemberId;
 use crate::kdc_pair::{KdcPairTable, KDC_PAIR_KIND};
+use crate::keys::PairKey;
 use crate::pair::{PairEvent, PairTable, PAIR_KIND};
 use cohort_core::{Timestamp, Transmit};
-use cohort_crypto::Secret;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 pub(crate) enum Pairs {
     Identity(Box<PairTable>),
@@ -59,7 +60,7 @@ impl Pairs {
         }
     }
 
-    pub fn pair_key(&self, peer: &MemberId) -> Option<&Secret> {
+    pub fn pair_key(&self, peer: &MemberId) -> Option<&Arc<PairKey>> {
         match self {
             Pairs::Identity(t) => t.pair_key(peer),
             Pairs::Kdc(t) => t.pair_key(peer),

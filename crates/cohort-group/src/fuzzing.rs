@@ -215,7 +215,7 @@ pub fn sample_msgs() -> Vec<Msg> {
         },
         Msg::Install(Box::new(sample_install(KeyDelivery::Same, None))),
         Msg::Install(Box::new(sample_install(
-            KeyDelivery::Wrapped(vec![(1, vec![0x77; 48])]),
+            KeyDelivery::Wrapped(vec![(1, [0x77; 48])]),
             None,
         ))),
         Msg::Install(Box::new(sample_install(

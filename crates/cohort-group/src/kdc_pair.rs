@@ -28,6 +28,7 @@
 
 use crate::config::TrustList;
 use crate::id::MemberId;
+use crate::keys::PairKey;
 use crate::pair::{PairDrops, PairEvent, PairFailure, MAX_QUEUED};
 use cohort_core::wire::{Reader, Writer};
 use cohort_core::{Timestamp, Transmit};
@@ -37,6 +38,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use zeroize::Zeroizing;
 
@@ -112,7 +114,7 @@ struct Keys {
     send: Box<dyn AeadKey>,
     recv: Box<dyn AeadKey>,
     mac: Secret,
-    wrap: Secret,
+    wrap: Arc<PairKey>,
     sent: u64,
     highest: Option<u64>,
     window: u64,
@@ -290,7 +292,7 @@ impl KdcPairTable {
     }
 
     /// A 32-byte secret both ends of the open channel to `peer` share (for key wraps).
-    pub fn pair_key(&self, peer: &MemberId) -> Option<&Secret> {
+    pub fn pair_key(&self, peer: &MemberId) -> Option<&Arc<PairKey>> {
         self.opened
             .get(peer)?
             .iter()
@@ -543,7 +545,7 @@ impl KdcPairTable {
             send,
             recv,
             mac: derive(b"mac")?,
-            wrap: derive(b"wrap")?,
+            wrap: Arc::new(PairKey::new(&self.provider, derive(b"wrap")?)),
             sent: 0,
             highest: None,
             window: 0,

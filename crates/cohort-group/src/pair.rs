@@ -88,6 +88,7 @@
 
 use crate::config::TrustList;
 use crate::id::MemberId;
+use crate::keys::PairKey;
 use cohort_channel::datagram::{
     DatagramChannel, DatagramEvent, INITIAL_RTO, KIND_HANDSHAKE, KIND_PROTECTED, MAX_RETRANSMITS,
 };
@@ -95,11 +96,12 @@ use cohort_channel::identity::Identity;
 use cohort_channel::messages::{peek_frame, FrameType};
 use cohort_channel::{Client, ClientAuth, ClientConfig, Server, ServerConfig};
 use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_crypto::{CryptoProvider, Secret};
+use cohort_crypto::CryptoProvider;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use zeroize::Zeroizing;
 
@@ -432,7 +434,7 @@ impl PairTable {
     /// A 32-byte secret both ends share (exported from the channel with a label that names
     /// the group), once the channel to `peer` is authenticated. If `peer` is authenticated
     /// at several addresses, the most recently authenticated channel's key.
-    pub fn pair_key(&self, peer: &MemberId) -> Option<&Secret> {
+    pub fn pair_key(&self, peer: &MemberId) -> Option<&Arc<PairKey>> {
         self.authenticated
             .get(peer)?
             .iter()
@@ -1152,7 +1154,9 @@ struct Chan {
     /// Creation order, for eviction.
     seq: u64,
     session: Option<[u8; 32]>,
-    key: Option<Secret>,
+    /// The pair key, exported once the handshake is done (shared, never changed: a
+    /// coordinator holds on to it while it wraps).
+    key: Option<Arc<PairKey>>,
     /// Our proof, once sent.
     proof: Option<Vec<u8>>,
     /// The peer, once its proof is accepted.
@@ -1231,7 +1235,7 @@ impl Chan {
             .send(&proof)
             .map_err(|_| PairFailure::ProofNotSent)?;
         self.session = Some(session);
-        self.key = Some(key);
+        self.key = Some(Arc::new(PairKey::new(local.provider, key)));
         self.proof = Some(proof);
         self.rto = INITIAL_RTO;
         self.tries = 0;
@@ -1441,6 +1445,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code
 
     use super::*;
+    use cohort_crypto::Secret;
 
     fn identity(n: u8) -> Identity {
         Identity::from_secret(

@@ -4,6 +4,7 @@
 
 use crate::event::RemovalReason;
 use crate::id::{Member, MemberId, ViewId};
+use crate::keys::{KeyWrap, WRAP_LEN};
 use crate::lkh::{LkhDelivery, NodeId, Wrap, MAX_DEGREE, MAX_DEPTH, SEALED_LEN, WRAP_WIRE_LEN};
 use cohort_core::wire::{Reader, Truncated, Writer};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -200,7 +201,8 @@ pub enum KeyDelivery {
     /// LSGC: the fresh key wrapped for members of the new view under each one's pair key
     /// with the coordinator, as (rank in the new view, wrap). The coordinator holds every
     /// wrap; the copy a member receives carries only its own.
-    Wrapped(Vec<(u16, Vec<u8>)>),
+    /// Every wrap is [`WRAP_LEN`] bytes; a wrap of another length fails to decode.
+    Wrapped(Vec<(u16, KeyWrap)>),
     /// Ensemble: the fresh key already went down the tree; this is its fingerprint.
     Tree([u8; 8]),
     /// LKH (`lkh.rs`): the batch's wraps (in the signature) and whole paths sealed under
@@ -645,12 +647,60 @@ pub fn runs_to_ranks(runs: &[(u16, u16)]) -> impl Iterator<Item = u16> + '_ {
         .map(|r| r as u16)
 }
 
+/// A one-message Install's [`Msg`] encoding around its wraps, for the copies the
+/// coordinator sends (each survivor's differs from the next only in the wraps it carries,
+/// its own): the fields before and after the wraps are encoded once, and each copy is
+/// those bytes with its wraps between. The bytes are [`Msg::encode`]'s for the copy.
+pub struct InstallCopies {
+    /// The message kind and the Install's fields up to its key delivery's kind byte.
+    head: Vec<u8>,
+    /// The fields after the wraps, and the signature.
+    tail: Vec<u8>,
+}
+
+impl InstallCopies {
+    /// `None` unless `install`'s key delivery is `Wrapped`.
+    pub fn new(install: &Install) -> Option<InstallCopies> {
+        let KeyDelivery::Wrapped(_) = install.key else {
+            return None;
+        };
+        let (mut head, mut tail) = (Vec::new(), Vec::new());
+        let mut w = Writer::new(&mut head);
+        w.u8(MSG_INSTALL);
+        put_install_head(&mut w, install);
+        put_key_delivery(&mut w, &KeyDelivery::Wrapped(Vec::new()), false);
+        let mut w = Writer::new(&mut tail);
+        put_install_tail(&mut w, install);
+        w.u8(install.signature.len() as u8)
+            .bytes(&install.signature);
+        Some(InstallCopies { head, tail })
+    }
+
+    /// Appends the encoding of `Msg::Install` of the Install with `wraps` as its wraps.
+    pub fn encode(&self, wraps: &[(u16, KeyWrap)], out: &mut Vec<u8>) {
+        out.reserve(self.head.len() + 2 + wraps.len() * (3 + WRAP_LEN) + self.tail.len());
+        out.extend_from_slice(&self.head);
+        put_key_wraps(&mut Writer::new(out), wraps);
+        out.extend_from_slice(&self.tail);
+    }
+}
+
+/// [`Msg::Install`]'s kind byte.
+const MSG_INSTALL: u8 = 8;
+
 fn put_install(w: &mut Writer<'_>, i: &Install) {
     put_install_fields(w, i, true);
     w.u8(i.signature.len() as u8).bytes(&i.signature);
 }
 
 fn put_install_fields(w: &mut Writer<'_>, i: &Install, with_wraps: bool) {
+    put_install_head(w, i);
+    put_key_delivery(w, &i.key, with_wraps);
+    put_install_tail(w, i);
+}
+
+/// An Install's fields before its key delivery.
+fn put_install_head(w: &mut Writer<'_>, i: &Install) {
     put_view_id(w, &i.view);
     put_view_id(w, &i.base);
     w.u16(i.count);
@@ -669,17 +719,19 @@ fn put_install_fields(w: &mut Writer<'_>, i: &Install, with_wraps: bool) {
         w.u64(*s);
     }
     w.u64(i.key_epoch).u64(i.final_order);
-    match &i.key {
+}
+
+/// An Install's key delivery (without the wraps that are not signed when `with_wraps` is
+/// false).
+fn put_key_delivery(w: &mut Writer<'_>, key: &KeyDelivery, with_wraps: bool) {
+    match key {
         KeyDelivery::Same => {
             w.u8(0);
         }
         KeyDelivery::Wrapped(wraps) => {
             w.u8(1);
             if with_wraps {
-                w.u16(wraps.len() as u16);
-                for (rank, wrap) in wraps {
-                    w.u16(*rank).u8(wrap.len() as u8).bytes(wrap);
-                }
+                put_key_wraps(w, wraps);
             }
         }
         KeyDelivery::Tree(fp) => {
@@ -703,6 +755,18 @@ fn put_install_fields(w: &mut Writer<'_>, i: &Install, with_wraps: bool) {
             }
         }
     }
+}
+
+/// The wraps of a `Wrapped` key delivery.
+fn put_key_wraps(w: &mut Writer<'_>, wraps: &[(u16, KeyWrap)]) {
+    w.u16(wraps.len() as u16);
+    for (rank, wrap) in wraps {
+        w.u16(*rank).u8(WRAP_LEN as u8).bytes(wrap);
+    }
+}
+
+/// An Install's fields after its key delivery (the signature apart).
+fn put_install_tail(w: &mut Writer<'_>, i: &Install) {
     match &i.merge_into {
         None => {
             w.u8(0);
@@ -768,8 +832,10 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
                 if rank >= count {
                     return None;
                 }
-                let len = r.u8().ok()? as usize;
-                wraps.push((rank, r.bytes(len).ok()?.to_vec()));
+                if usize::from(r.u8().ok()?) != WRAP_LEN {
+                    return None;
+                }
+                wraps.push((rank, r.array().ok()?));
             }
             KeyDelivery::Wrapped(wraps)
         }
@@ -912,7 +978,7 @@ impl Msg {
                 }
             }
             Msg::Install(install) => {
-                w.u8(8);
+                w.u8(MSG_INSTALL);
                 put_install(&mut w, install);
             }
             Msg::InstallAck => {
@@ -1393,5 +1459,122 @@ impl PairMsg {
             _ => return None,
         };
         r.is_empty().then_some(msg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code
+
+    use super::*;
+
+    fn view(seq: u64, c: u8) -> ViewId {
+        ViewId {
+            seq,
+            coordinator: MemberId::from_bytes([c; 32]),
+        }
+    }
+
+    /// The copies a coordinator encodes around their wraps are the bytes of each copy
+    /// encoded whole, for wraps of one rank, several, none, with and without a merge target,
+    /// joiners, removals and a signature; and each decodes to that copy.
+    #[test]
+    fn install_copies_are_each_copy_encoded_whole() {
+        let member = |b: u8| Member {
+            id: MemberId::from_bytes([b; 32]),
+            addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, b)), 4000 + u16::from(b)),
+        };
+        let wraps: Vec<(u16, KeyWrap)> = (1u16..9)
+            .map(|r| (r, [r as u8; WRAP_LEN]))
+            .chain([(4, [0xee; WRAP_LEN])])
+            .collect::<Vec<_>>();
+        let mut sorted = wraps.clone();
+        sorted.sort_by_key(|(r, _)| *r);
+        for case in 0..4u8 {
+            let install = Install {
+                view: view(9, 1),
+                base: view(8, 1),
+                count: 9,
+                left: if case % 2 == 0 { vec![3] } else { Vec::new() },
+                joined: if case >= 2 {
+                    vec![Joined {
+                        member: member(7),
+                        next_seq: 5,
+                        incarnation: 6,
+                    }]
+                } else {
+                    Vec::new()
+                },
+                digest: [case; 32],
+                next_seqs: if case == 1 { vec![7; 9] } else { Vec::new() },
+                key_epoch: 12,
+                final_order: 34,
+                key: KeyDelivery::Wrapped(sorted.clone()),
+                merge_into: (case == 3).then(|| member(9).addr),
+                removed: if case % 2 == 0 {
+                    vec![(MemberId::from_bytes([3; 32]), RemovalReason::Left)]
+                } else {
+                    Vec::new()
+                },
+                signature: vec![0x5a; 64 * usize::from(case % 2)],
+            };
+            let copies = InstallCopies::new(&install).expect("wrapped");
+            for own in [&sorted[..0], &sorted[..1], &sorted[3..5], &sorted[..]] {
+                let mut copy = install.clone();
+                copy.key = KeyDelivery::Wrapped(own.to_vec());
+                let mut whole = Vec::new();
+                Msg::Install(Box::new(copy.clone())).encode(&mut whole);
+                let mut built = vec![0xab];
+                copies.encode(own, &mut built);
+                assert_eq!(&built[1..], &whole[..], "case {case}, {} wraps", own.len());
+                assert_eq!(Msg::decode(&whole), Some(Msg::Install(Box::new(copy))));
+            }
+        }
+        let mut same = Install {
+            key: KeyDelivery::Same,
+            ..plain_install()
+        };
+        assert!(InstallCopies::new(&same).is_none());
+        same.key = KeyDelivery::Tree([1; 8]);
+        assert!(InstallCopies::new(&same).is_none());
+    }
+
+    /// A wrap of another length than `WRAP_LEN` fails the whole Install's decoding.
+    #[test]
+    fn a_wrap_of_another_length_is_malformed() {
+        let install = Install {
+            key: KeyDelivery::Wrapped(vec![(1, [7; WRAP_LEN])]),
+            ..plain_install()
+        };
+        let mut bytes = Vec::new();
+        Msg::Install(Box::new(install)).encode(&mut bytes);
+        assert!(Msg::decode(&bytes).is_some());
+        let at = bytes
+            .windows(3 + WRAP_LEN)
+            .position(|w| w[..3] == [0, 1, WRAP_LEN as u8])
+            .expect("the wrap");
+        for len in [0u8, 47, 49] {
+            let mut bad = bytes.clone();
+            bad[at + 2] = len;
+            assert_eq!(Msg::decode(&bad), None, "len {len}");
+        }
+    }
+
+    fn plain_install() -> Install {
+        Install {
+            view: view(2, 1),
+            base: view(1, 1),
+            count: 3,
+            left: Vec::new(),
+            joined: Vec::new(),
+            digest: [0; 32],
+            next_seqs: Vec::new(),
+            key_epoch: 1,
+            final_order: 0,
+            key: KeyDelivery::Same,
+            merge_into: None,
+            removed: Vec::new(),
+            signature: Vec::new(),
+        }
     }
 }

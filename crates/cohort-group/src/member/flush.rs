@@ -14,11 +14,12 @@ use super::GroupMember;
 use crate::config::AuthMode;
 use crate::event::{Drop, RemovalReason};
 use crate::id::{Member, MemberId, View, ViewId};
-use crate::keys::GroupKey;
+use crate::keys::{GroupKey, PairKey};
 use crate::wire::{Install, Msg, PairMsg};
 use cohort_core::Timestamp;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// A view change wanted, coordinated or taken part in: the flush, the Install being announced, and what the next change is to do.
 #[derive(Default)]
@@ -233,6 +234,10 @@ pub(super) struct Coordinator {
     pub(super) phase: Phase,
     pub(super) rekey: bool,
     pub(super) new_key: Option<GroupKey>,
+    /// The pair keys the Pairing phase found, in the order of `new_members` (every member
+    /// but this one): the wraps of a one-message Install use them instead of looking each
+    /// member up again (a pair table lookup was a tenth of the leader's CPU at 10,000).
+    pub(super) pair_keys: Vec<(MemberId, Arc<PairKey>)>,
     pub(super) tree_holders: BTreeSet<MemberId>,
     /// Dissolve into the component whose leader is there.
     pub(super) merge_into: Option<SocketAddr>,
@@ -472,6 +477,7 @@ impl GroupMember {
             phase: Phase::Collect,
             rekey,
             new_key: None,
+            pair_keys: Vec::new(),
             tree_holders: BTreeSet::new(),
             merge_into,
             exchange: exchange_key,
@@ -763,13 +769,19 @@ impl GroupMember {
                 }
             }
             Phase::Pairing => {
-                let new_ids: Vec<(MemberId, SocketAddr)> =
-                    self.new_members().iter().map(|m| (m.id, m.addr)).collect();
-                let missing: Vec<(MemberId, SocketAddr)> = new_ids
-                    .into_iter()
-                    .filter(|(id, _)| *id != self.id && self.pairs.pair_key(id).is_none())
-                    .collect();
+                let new_members = self.new_members();
+                let mut found = Vec::with_capacity(new_members.len());
+                let mut missing: Vec<(MemberId, SocketAddr)> = Vec::new();
+                for m in new_members.iter().filter(|m| m.id != self.id) {
+                    match self.pairs.pair_key(&m.id) {
+                        Some(k) => found.push((m.id, Arc::clone(k))),
+                        None => missing.push((m.id, m.addr)),
+                    }
+                }
                 if missing.is_empty() {
+                    if let Some(c) = self.view_change.coordinator.as_mut() {
+                        c.pair_keys = found;
+                    }
                     self.send_install(now);
                 } else if now >= c.resend_at {
                     if let Some(c) = self.view_change.coordinator.as_mut() {

@@ -16,10 +16,10 @@ use super::{GroupMember, OldView, MAX_VIEW_MEMBERS};
 use crate::config::RekeyMethod;
 use crate::event::{Drop, GroupEvent, RemovalReason};
 use crate::id::{Member, MemberId, Members, View, ViewId};
-use crate::keys::{self, GroupKey, ViewKeys, GROUP_KEY_LEN};
+use crate::keys::{self, GroupKey, KeyWrap, ViewKeys, GROUP_KEY_LEN};
 use crate::wire::{
-    decode_roster, encode_roster, roster_digest, Install, Joined, KeyDelivery, Msg, PairMsg,
-    MAX_PARTS, MAX_PART_LEN, PART_GRANT, PART_LIST, PART_WELCOME,
+    decode_roster, encode_roster, roster_digest, Install, InstallCopies, Joined, KeyDelivery, Msg,
+    PairMsg, MAX_PARTS, MAX_PART_LEN, PART_GRANT, PART_LIST, PART_WELCOME,
 };
 use cohort_core::Timestamp;
 use cohort_crypto::Secret;
@@ -236,10 +236,19 @@ fn key_for(install: &Install, rank: Option<u16>) -> KeyDelivery {
 /// search finds them (a scan of all n for each of n copies was O(n^2): most of the
 /// one-message leader's CPU at 10,000 members); a list in another order, or a rank without
 /// a wrap, falls back to the scan, which finds the same wraps.
-fn own_wraps(wraps: &[(u16, Vec<u8>)], rank: Option<u16>) -> Vec<(u16, Vec<u8>)> {
+fn own_wraps(wraps: &[(u16, KeyWrap)], rank: Option<u16>) -> Vec<(u16, KeyWrap)> {
     let Some(rank) = rank else {
         return Vec::new();
     };
+    match wraps.binary_search_by_key(&rank, |(r, _)| *r) {
+        Ok(_) => own_wraps_of(wraps, rank).to_vec(),
+        Err(_) => wraps.iter().filter(|(r, _)| *r == rank).cloned().collect(),
+    }
+}
+
+/// The wraps of `wraps` for `rank`, when they are in rank order (as the coordinator builds
+/// them): the run a binary search finds, or none.
+fn own_wraps_of(wraps: &[(u16, KeyWrap)], rank: u16) -> &[(u16, KeyWrap)] {
     match wraps.binary_search_by_key(&rank, |(r, _)| *r) {
         Ok(i) => {
             let first = wraps[..i]
@@ -250,9 +259,9 @@ fn own_wraps(wraps: &[(u16, Vec<u8>)], rank: Option<u16>) -> Vec<(u16, Vec<u8>)>
                 .iter()
                 .position(|(r, _)| *r != rank)
                 .map_or(wraps.len(), |p| i + p);
-            wraps[first..end].to_vec()
+            &wraps[first..end]
         }
-        Err(_) => wraps.iter().filter(|(r, _)| *r == rank).cloned().collect(),
+        Err(_) => &[],
     }
 }
 
@@ -399,19 +408,28 @@ impl GroupMember {
         if let (Some(k), RekeyMethod::OneMessage) = (&c.new_key, self.config.rekey_method) {
             let bind = self.install_bind(&install);
             let mut wraps = Vec::with_capacity(members.len());
+            // The Pairing phase found the pair keys, in the same order (a member it did not
+            // list is looked up). A member without a pair key (the Pairing phase waited for
+            // every one) or whose wrap failed gets none: it cannot install this view and is
+            // removed in the next.
+            let mut found = c.pair_keys.iter().peekable();
             for (r, m) in members.iter().enumerate() {
                 if m.id == self.id {
                     continue;
                 }
-                let wrapped = self
-                    .pairs
-                    .pair_key(&m.id)
-                    .and_then(|pk| {
-                        keys::wrap(&self.provider, pk.expose(), &c.proposal, r as u16, k, &bind)
-                            .ok()
-                    })
-                    .unwrap_or_default();
-                wraps.push((r as u16, wrapped));
+                let pk = match found.peek() {
+                    Some((id, pk)) if *id == m.id => {
+                        found.next();
+                        Some(pk)
+                    }
+                    _ => self.pairs.pair_key(&m.id),
+                };
+                let wrapped = pk.and_then(|pk| {
+                    keys::wrap(&self.provider, pk, &c.proposal, r as u16, k, &bind).ok()
+                });
+                if let Some(w) = wrapped {
+                    wraps.push((r as u16, w));
+                }
             }
             install.key = KeyDelivery::Wrapped(wraps);
         }
@@ -521,6 +539,7 @@ impl GroupMember {
                 final_order: install.final_order,
                 dissolving: Some((install, waiting)),
                 new_key: None,
+                pair_keys: Vec::new(),
                 ..c
             });
             self.progress_flush(now);
@@ -676,19 +695,32 @@ impl GroupMember {
         }
         let gears = self.send_gears();
         let mut msg = Msg::Install(install_copy_for(install, None));
+        // A one-message Install's copies differ only in their wraps: encoded once around
+        // them (`InstallCopies`, the same bytes as encoding each copy whole).
+        // Only for wraps in rank order (the coordinator's are), where a binary search finds
+        // a member's own.
+        let copies = match &install.key {
+            KeyDelivery::Wrapped(wraps) if wraps.is_sorted_by_key(|(r, _)| *r) => {
+                InstallCopies::new(install).map(|c| (c, wraps))
+            }
+            _ => None,
+        };
         let mut body = std::mem::take(&mut self.scratch);
         for &(rank, dest, addr) in to {
-            if let Msg::Install(copy) = &mut msg {
-                copy.key = key_for(install, Some(rank));
-            }
             body.clear();
             body.extend_from_slice(&dest.to_be_bytes());
-            msg.encode(&mut body);
-            if body.len() - 2 > self.part_limit {
-                if let Msg::Install(copy) = &msg {
-                    let copy = copy.clone();
-                    self.send_install_msg(addr, &copy, None);
+            match &copies {
+                Some((c, wraps)) => c.encode(own_wraps_of(wraps, rank), &mut body),
+                None => {
+                    if let Msg::Install(copy) = &mut msg {
+                        copy.key = key_for(install, Some(rank));
+                    }
+                    msg.encode(&mut body);
                 }
+            }
+            if body.len() - 2 > self.part_limit {
+                let copy = install_copy_for(install, Some(rank));
+                self.send_install_msg(addr, &copy, None);
                 continue;
             }
             let Some(keys) = self.keys.as_mut() else {
@@ -1538,7 +1570,7 @@ impl GroupMember {
         let pk = self.pairs.pair_key(&install.view.coordinator)?;
         keys::unwrap(
             &self.provider,
-            pk.expose(),
+            pk,
             &install.view,
             my_rank,
             install.key_epoch,
