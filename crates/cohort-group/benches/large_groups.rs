@@ -8,7 +8,9 @@
 //!    time until every survivor installed the view without it (and holds one new key,
 //!    checked by fingerprint), the bytes the leader sent and the thread CPU time spent in
 //!    the leader's calls, both raw and less what the leader spends in the same time in
-//!    steady state (heartbeats), and the wraps when the member reports them.
+//!    steady state (heartbeats), then also less the cost of timing each call (two reads of
+//!    the thread's CPU clock, a system call, measured at start: [`clock_overhead`]), and
+//!    the wraps when the member reports them.
 //! 2. **One view change**: a member joins and another leaves at the same instant; measured
 //!    are the bytes everyone sent until every member shares the view with the joiner and
 //!    without the leaver, raw and less steady state.
@@ -174,6 +176,8 @@ struct Peer {
     /// `CLOCK_THREAD_CPUTIME_ID` read around each call, so time the thread spent descheduled
     /// on a loaded machine does not count.
     busy: Cell<Option<Duration>>,
+    /// The calls `busy` timed (each one's two clock reads cost about [`clock_overhead`]).
+    calls: Cell<u64>,
     /// `perf record --control` fifos: when set, perf samples only inside this peer's calls
     /// (the harness sets it on the leader for the leave windows; `LARGE_GROUPS_PERF`).
     perf: Option<Rc<PerfControl>>,
@@ -222,6 +226,7 @@ impl Peer {
             sent: Traffic::default(),
             received: Traffic::default(),
             busy: Cell::new(None),
+            calls: Cell::new(0),
             perf: None,
             trace: false,
         }
@@ -239,6 +244,7 @@ impl Peer {
     fn charge(&self, start: Option<Duration>) {
         if let (Some(t), Some(now), Some(b)) = (start, thread_cpu(), self.busy.get()) {
             self.busy.set(Some(b + now.saturating_sub(t)));
+            self.calls.set(self.calls.get() + 1);
         }
         if let Some(p) = &self.perf {
             p.send("disable\n");
@@ -624,14 +630,38 @@ struct Baseline {
     /// Leader: bytes sent and busy seconds per virtual second.
     leader_bytes: f64,
     leader_busy: f64,
+    /// Leader: calls timed per virtual second.
+    leader_calls: f64,
     /// Everyone: bytes sent per virtual second.
     all_bytes: f64,
 }
 
+/// What reading the thread's CPU clock twice costs, as [`Peer::charge`] counts it (the time
+/// between the two reads of an empty call): the least of 20 rounds' means of 2,000 pairs,
+/// measured once.
+fn clock_overhead() -> Duration {
+    static OVERHEAD: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *OVERHEAD.get_or_init(|| {
+        (0..20)
+            .filter_map(|_| {
+                let mut sum = Duration::ZERO;
+                for _ in 0..2_000 {
+                    let a = thread_cpu()?;
+                    let b = thread_cpu()?;
+                    sum += b.saturating_sub(a);
+                }
+                Some(sum / 2_000)
+            })
+            .min()
+            .unwrap_or_default()
+    })
+}
+
 /// Measures the steady state over `window` (the leader's busy time must be kept).
 fn baseline(w: &mut World, window: Duration) -> Result<Baseline, String> {
-    let (b0, s0, a0) = (
+    let (b0, c0, s0, a0) = (
         w.peer(0).busy.get().unwrap_or_default(),
+        w.peer(0).calls.get(),
         w.peer(0).sent,
         w.total_sent(),
     );
@@ -640,6 +670,7 @@ fn baseline(w: &mut World, window: Duration) -> Result<Baseline, String> {
     Ok(Baseline {
         leader_bytes: w.peer(0).sent.since(s0).bytes as f64 / secs,
         leader_busy: (w.peer(0).busy.get().unwrap_or_default() - b0).as_secs_f64() / secs,
+        leader_calls: (w.peer(0).calls.get() - c0) as f64 / secs,
         all_bytes: w.total_sent().since(a0).bytes as f64 / secs,
     })
 }
@@ -653,6 +684,8 @@ struct RekeySample {
     window: Duration,
     leader_sent: Traffic,
     leader_busy: Duration,
+    /// The leader's calls timed in the window.
+    leader_calls: u64,
     wraps: Option<u64>,
     base: Baseline,
     wall: Duration,
@@ -689,8 +722,9 @@ fn leave_once(w: &mut World, base: Baseline) -> Result<RekeySample, String> {
     let leaver = order[order.len() / 2];
     let survivors: Vec<usize> = order.iter().copied().filter(|i| *i != leaver).collect();
     let old_key = w.member(0).key_fingerprint();
-    let (busy0, sent0, views0) = (
+    let (busy0, calls0, sent0, views0) = (
         w.peer(0).busy.get().unwrap_or_default(),
+        w.peer(0).calls.get(),
         w.peer(0).sent,
         w.peer(0).views,
     );
@@ -723,6 +757,7 @@ fn leave_once(w: &mut World, base: Baseline) -> Result<RekeySample, String> {
         window: end.saturating_duration_since(t0),
         leader_sent: w.peer(0).sent.since(sent0),
         leader_busy: w.peer(0).busy.get().unwrap_or_default() - busy0,
+        leader_calls: w.peer(0).calls.get() - calls0,
         wraps: leader_wraps(w.member(0)),
         base,
         wall,
@@ -740,15 +775,20 @@ fn rekey_bench(opts: &Opts) {
         "Leader bytes and CPU are counted from the `leave` call until {} ms after the last \
          survivor installed the new view; \"less steady state\" subtracts what the leader \
          sends and spends in as long a window of steady state (heartbeats), measured over \
-         2 s just before.\n",
-        TAIL.as_millis()
+         2 s just before. \"Less clock reads\" also subtracts the cost of reading the \
+         thread's CPU clock around each of the leader's calls ({:.0} ns a call, measured at \
+         start: `CLOCK_THREAD_CPUTIME_ID` is a system call, and a rekey at 10,000 members \
+         makes tens of thousands of calls).\n",
+        TAIL.as_millis(),
+        clock_overhead().as_secs_f64() * 1e9
     );
     println!(
         "| mode | members | method | leaves | time until all hold the new key, virtual ms: \
          median (min - max) | wraps | leader sent: datagrams / KiB | leader KiB less steady \
-         state | leader CPU ms | leader CPU ms less steady state | leader views | wall s |"
+         state | leader CPU ms | leader CPU ms less steady state | leader CPU ms less \
+         steady state and clock reads | leader calls | leader views | wall s |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &mode in &opts.modes {
         for &n in &opts.sizes {
             for (name, method) in methods() {
@@ -783,10 +823,15 @@ fn rekey_bench(opts: &Opts) {
                         let less_cpu = |s: &RekeySample| {
                             ms(s.leader_busy) - s.base.leader_busy * s.window.as_secs_f64() * 1e3
                         };
+                        let less_clock = |s: &RekeySample| {
+                            let calls = s.leader_calls as f64
+                                - s.base.leader_calls * s.window.as_secs_f64();
+                            less_cpu(s) - calls * ms(clock_overhead())
+                        };
                         let wraps = samples.iter().map(|s| s.wraps).collect::<Option<Vec<_>>>();
                         println!(
                             "| {} | {n} | {name} | {} | {:.1} ({range}) | {} | {:.0} / {} | {} | \
-                             {:.2} | {:.2} | {:.0} | {:.1} |",
+                             {:.2} | {:.2} | {:.2} | {:.0} | {:.0} | {:.1} |",
                             mode.name(),
                             samples.len(),
                             med(&|s| ms(s.virt)),
@@ -799,6 +844,8 @@ fn rekey_bench(opts: &Opts) {
                             kib(med(&less_bytes)),
                             med(&|s| ms(s.leader_busy)),
                             med(&less_cpu),
+                            med(&less_clock),
+                            med(&|s| s.leader_calls as f64),
                             med(&|s| s.views as f64),
                             med(&|s| s.wall.as_secs_f64()),
                         );
