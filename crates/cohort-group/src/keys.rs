@@ -337,11 +337,11 @@ pub type KeyWrap = [u8; WRAP_LEN];
 /// A pair key (the 32 bytes two members' pair channel exports) with the HMAC state its key
 /// wraps start from.
 ///
-/// A wrap is AES-256-GCM under HKDF-SHA256(salt [`WRAP_SALT`], ikm the pair key, info view
-/// id ‖ rank), one key per view and rank. HKDF-Extract depends on the pair key only, and a
-/// 32-byte HKDF-Expand is one HMAC under its output: this keeps that HMAC keyed (its pads
-/// hashed) once per pair channel, so a wrap costs one HMAC of a single block instead of
-/// four HMACs. The bytes are HKDF's (`wrap_keys_are_hkdf` checks them against
+/// A wrap is AES-256-GCM under HKDF-SHA256(salt `"cohort group wrap v1"`, ikm the pair
+/// key, info view id ‖ rank), one key per view and rank. HKDF-Extract depends on the pair
+/// key only, and a 32-byte HKDF-Expand is one HMAC under its output: this keeps that HMAC
+/// keyed (its pads hashed) once per pair channel, so a wrap costs one HMAC of a single
+/// block instead of two HMACs and two HMAC key set-ups. The bytes are HKDF's (`wrap_keys_are_hkdf` checks them against
 /// `Hkdf::derive`). The coordinator of a one-message rekey wraps for every member: at
 /// 10,000 members HKDF was a quarter of its CPU in a rekey.
 ///
