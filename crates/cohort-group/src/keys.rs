@@ -341,9 +341,10 @@ pub type KeyWrap = [u8; WRAP_LEN];
 /// key, info view id ‖ rank), one key per view and rank. HKDF-Extract depends on the pair
 /// key only, and a 32-byte HKDF-Expand is one HMAC under its output: this keeps that HMAC
 /// keyed (its pads hashed) once per pair channel, so a wrap costs one HMAC of a single
-/// block instead of two HMACs and two HMAC key set-ups. The bytes are HKDF's (`wrap_keys_are_hkdf` checks them against
-/// `Hkdf::derive`). The coordinator of a one-message rekey wraps for every member: at
-/// 10,000 members HKDF was a quarter of its CPU in a rekey.
+/// block instead of two HMACs and two HMAC key set-ups. The bytes are HKDF's
+/// (`wrap_keys_are_hkdf` checks them against `Hkdf::derive`). The coordinator of a
+/// one-message rekey wraps for every member: at 10,000 members HKDF was a quarter of its
+/// CPU in a rekey.
 ///
 /// The secret is wiped on drop; the HMAC state is the provider's (aws-lc cleanses an HMAC
 /// context when it is freed).

@@ -240,9 +240,9 @@ fn own_wraps(wraps: &[(u16, KeyWrap)], rank: Option<u16>) -> Vec<(u16, KeyWrap)>
     let Some(rank) = rank else {
         return Vec::new();
     };
-    match wraps.binary_search_by_key(&rank, |(r, _)| *r) {
-        Ok(_) => own_wraps_of(wraps, rank).to_vec(),
-        Err(_) => wraps.iter().filter(|(r, _)| *r == rank).cloned().collect(),
+    match own_wraps_of(wraps, rank) {
+        [] => wraps.iter().filter(|(r, _)| *r == rank).cloned().collect(),
+        own => own.to_vec(),
     }
 }
 
