@@ -545,7 +545,7 @@ impl KdcPairTable {
             send,
             recv,
             mac: derive(b"mac")?,
-            wrap: Arc::new(PairKey::new(&self.provider, derive(b"wrap")?)),
+            wrap: Arc::new(PairKey::new(&self.provider, derive(b"wrap")?).ok()?),
             sent: 0,
             highest: None,
             window: 0,

@@ -15,8 +15,8 @@
 //! body and the tag after it, 32 bytes in all with a 16-byte tag.
 
 use crate::config::Protection;
-use crate::id::ViewId;
-use cohort_crypto::{AeadAlgorithm, CryptoError, CryptoProvider, MacKey, Secret};
+use crate::id::{MemberId, ViewId};
+use cohort_crypto::{AeadAlgorithm, CryptoError, CryptoProvider, Secret};
 use cohort_gears::{
     prefix_len, DropReason, GearId, GearKeys, GearSet, ProtectError, Protector, ReceivePolicy,
     TagChoice, Unprotector,
@@ -29,7 +29,8 @@ pub const GROUP_HEADER_LEN: usize = 3;
 /// Length of a group key.
 pub const GROUP_KEY_LEN: usize = 32;
 const VIEW_SALT: &[u8] = b"cohort group view v1";
-const WRAP_SALT: &[u8] = b"cohort group wrap v1";
+const WRAP_SALT: &[u8] = b"cohort group wrap v2";
+const WRAP_INFO: &[u8] = b"wrap";
 const TOKEN_SALT: &[u8] = b"cohort group token v1";
 
 /// A group key: random, numbered by epoch. Wiped on drop.
@@ -334,65 +335,43 @@ pub const WRAP_LEN: usize = GROUP_KEY_LEN + 16;
 /// A wrapped group key ([`wrap`]).
 pub type KeyWrap = [u8; WRAP_LEN];
 
-/// A pair key (the 32 bytes two members' pair channel exports) with the HMAC state its key
-/// wraps start from.
+/// A pair key (the 32 bytes two members' pair channel exports) with the AES-256-GCM key
+/// its group-key wraps are sealed under.
 ///
-/// A wrap is AES-256-GCM under HKDF-SHA256(salt `"cohort group wrap v1"`, ikm the pair
-/// key, info view id ‖ rank), one key per view and rank. HKDF-Extract depends on the pair
-/// key only, and a 32-byte HKDF-Expand is one HMAC under its output: this keeps that HMAC
-/// keyed (its pads hashed) once per pair channel, so a wrap costs one HMAC of a single
-/// block instead of two HMACs and two HMAC key set-ups. The bytes are HKDF's
-/// (`wrap_keys_are_hkdf` checks them against `Hkdf::derive`). The coordinator of a
-/// one-message rekey wraps for every member: at 10,000 members HKDF was a quarter of its
-/// CPU in a rekey.
+/// The wrap key is HKDF-SHA256(salt `"cohort group wrap v2"`, ikm the pair key, info
+/// `"wrap"`), set up once per pair channel; each wrap takes a nonce of its own (see
+/// [`wrap`]). Until `GROUP_VERSION` 4 every view and rank had a key of its own (an HKDF
+/// Expand, then an AES key schedule, per wrap): the coordinator of a one-message rekey
+/// wraps for every member, and at 10,000 members those per-wrap set-ups were a third of
+/// its CPU in a rekey.
 ///
-/// The secret is wiped on drop; the HMAC state is the provider's (aws-lc cleanses an HMAC
-/// context when it is freed).
+/// The secret is wiped on drop; the AES key schedule is the provider's (aws-lc cleanses
+/// its AEAD context when it is freed).
 pub struct PairKey {
     secret: Secret,
-    /// HMAC-SHA256 keyed with HKDF-Extract(`WRAP_SALT`, `secret`).
-    wrap_prk: Box<dyn MacKey>,
+    /// AES-256-GCM keyed with the wrap key.
+    wrap_aead: Box<dyn cohort_crypto::AeadKey>,
 }
 
 impl PairKey {
-    /// Keeps `secret` (the pair channel's exported key) and keys the wrap HMAC from it.
-    pub fn new(provider: &CryptoProvider, secret: Secret) -> PairKey {
-        let mut prk = Secret::zeroed(32);
+    /// Keeps `secret` (the pair channel's exported key) and derives the wrap key from it;
+    /// fails only if the crypto backend does.
+    pub fn new(provider: &CryptoProvider, secret: Secret) -> Result<PairKey, CryptoError> {
+        let mut k = Secret::zeroed(32);
         provider
-            .hmac_sha256
-            .new_key(WRAP_SALT)
-            .sign(&[secret.expose()], prk.expose_mut());
-        PairKey {
-            wrap_prk: provider.hmac_sha256.new_key(prk.expose()),
+            .hkdf_sha256
+            .derive(WRAP_SALT, secret.expose(), &[WRAP_INFO], k.expose_mut())?;
+        Ok(PairKey {
+            wrap_aead: provider
+                .aead
+                .new_key(AeadAlgorithm::Aes256Gcm, k.expose())?,
             secret,
-        }
+        })
     }
 
     /// The pair key's bytes. Keep the borrow short.
     pub fn expose(&self) -> &[u8] {
         self.secret.expose()
-    }
-
-    /// The AES-256-GCM key that wraps a group key for `rank` of `view`: HKDF-Expand's first
-    /// block, `HMAC(PRK, view id ‖ rank ‖ 0x01)`.
-    fn wrap_key(
-        &self,
-        provider: &CryptoProvider,
-        view: &ViewId,
-        rank: u16,
-    ) -> Result<Box<dyn cohort_crypto::AeadKey>, CryptoError> {
-        let k = self.wrap_key_bytes(view, rank);
-        provider.aead.new_key(AeadAlgorithm::Aes256Gcm, k.expose())
-    }
-
-    /// The bytes of [`wrap_key`](Self::wrap_key)'s key.
-    fn wrap_key_bytes(&self, view: &ViewId, rank: u16) -> Secret {
-        let mut k = Secret::zeroed(32);
-        self.wrap_prk.sign(
-            &[&view_id_bytes(view), &rank.to_be_bytes(), &[1]],
-            k.expose_mut(),
-        );
-        k
     }
 }
 
@@ -402,24 +381,55 @@ impl std::fmt::Debug for PairKey {
     }
 }
 
-/// Wraps `key` for the member at `rank` of `view` under its pair key (LSGC): AES-256-GCM
-/// under a key derived from the pair key, the view id and the rank, so each wrapping key is
-/// used once; the epoch and `bind` are associated data (KDC mode binds the Install's
-/// digest, so the wrap authenticates the whole Install to its member). [`WRAP_LEN`] bytes.
+/// The nonce of the wrap for `rank` of `view`, made by the view's coordinator for `member`
+/// (the pair channel's other end): the view's sequence number (8 bytes, big-endian), the
+/// rank (2), then 1 when the coordinator's id is the lower of the two ids and 0 otherwise,
+/// then a zero byte.
+///
+/// Unique per pair key as long as a coordinator never installs two views with one sequence
+/// number, which the per-view keys of `GROUP_VERSION` 4 also needed (they were a function of
+/// the view id and the rank, under a fixed nonce). The end byte keeps apart the two ends of
+/// one pair channel that each coordinate a view with the same number (two components that
+/// proposed at once) and give each other the same rank.
+fn wrap_nonce(view: &ViewId, rank: u16, member: &MemberId) -> [u8; 12] {
+    let mut n = [0u8; 12];
+    n[..8].copy_from_slice(&view.seq.to_be_bytes());
+    n[8..10].copy_from_slice(&rank.to_be_bytes());
+    n[10] = u8::from(view.coordinator.as_bytes() < member.as_bytes());
+    n
+}
+
+/// The associated data of a wrap: the key's epoch, the view id (so the coordinator's whole
+/// id is bound, not only which end it is), then `bind`.
+fn wrap_aad(epoch: u64, view: &ViewId, bind: &[u8]) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(48 + bind.len());
+    aad.extend_from_slice(&epoch.to_be_bytes());
+    aad.extend_from_slice(&view_id_bytes(view));
+    aad.extend_from_slice(bind);
+    aad
+}
+
+/// Wraps `key` for `member`, at `rank` of `view`, under their pair key (LSGC): AES-256-GCM
+/// under the pair's wrap key ([`PairKey`]) with the nonce of the view, the rank and which
+/// end coordinates; the epoch, the view id and `bind` are associated data (KDC mode binds
+/// the Install's digest, so the wrap authenticates the whole Install to its member).
+/// [`WRAP_LEN`] bytes.
 pub fn wrap(
-    provider: &CryptoProvider,
     pair_key: &PairKey,
     view: &ViewId,
     rank: u16,
+    member: &MemberId,
     key: &GroupKey,
     bind: &[u8],
 ) -> Result<KeyWrap, CryptoError> {
-    let aead = pair_key.wrap_key(provider, view, rank)?;
     let mut out = [0u8; WRAP_LEN];
     let (sealed, tag) = out.split_at_mut(GROUP_KEY_LEN);
     sealed.copy_from_slice(key.expose());
-    let epoch = key.epoch.to_be_bytes();
-    match aead.seal_in_place(&[0u8; 12], &wrap_aad(&epoch, bind), sealed) {
+    let nonce = wrap_nonce(view, rank, member);
+    match pair_key
+        .wrap_aead
+        .seal_in_place(&nonce, &wrap_aad(key.epoch, view, bind), sealed)
+    {
         Ok(t) => {
             tag.copy_from_slice(&t);
             Ok(out)
@@ -431,30 +441,23 @@ pub fn wrap(
     }
 }
 
-/// The associated data of a wrap: the key's epoch, then `bind`.
-fn wrap_aad(epoch: &[u8; 8], bind: &[u8]) -> Vec<u8> {
-    let mut aad = Vec::with_capacity(8 + bind.len());
-    aad.extend_from_slice(epoch);
-    aad.extend_from_slice(bind);
-    aad
-}
-
-/// Unwraps a key made by [`wrap`]; `None` if it does not authenticate.
+/// Unwraps a key made by [`wrap`] for `member` (this member); `None` if it does not
+/// authenticate.
 pub fn unwrap(
-    provider: &CryptoProvider,
     pair_key: &PairKey,
     view: &ViewId,
     rank: u16,
+    member: &MemberId,
     epoch: u64,
     wrapped: &KeyWrap,
     bind: &[u8],
 ) -> Option<GroupKey> {
-    let aead = pair_key.wrap_key(provider, view, rank).ok()?;
     let mut buf = Secret::from_slice(wrapped);
-    let plain = aead
+    let plain = pair_key
+        .wrap_aead
         .open_in_place(
-            &[0u8; 12],
-            &wrap_aad(&epoch.to_be_bytes(), bind),
+            &wrap_nonce(view, rank, member),
+            &wrap_aad(epoch, view, bind),
             buf.expose_mut(),
         )
         .ok()?;
@@ -464,7 +467,6 @@ pub fn unwrap(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id::MemberId;
 
     fn view_keys(key_byte: u8, seq: u64) -> ViewKeys {
         let p = CryptoProvider::default_provider();
@@ -477,61 +479,109 @@ mod tests {
         ViewKeys::derive(&p, "g", &key, view, 2, 0, &plan).expect("keys")
     }
 
-    /// The wrap keys are HKDF-SHA256(salt `WRAP_SALT`, ikm the pair key, info view id ‖
-    /// rank), the construction `docs/wire.md` states, and a wrap is AES-256-GCM under that
-    /// key with a zero nonce: computed here the long way, with `Hkdf::derive`, for many
-    /// keys, views and ranks.
+    /// A wrap is AES-256-GCM under HKDF-SHA256(salt `WRAP_SALT`, ikm the pair key, info
+    /// `"wrap"`), with the nonce seq ‖ rank ‖ end ‖ 0 and the associated data epoch ‖ view
+    /// id ‖ bind, the construction `docs/wire.md` states: computed here the long way, with
+    /// `Hkdf::derive` and a fresh AES key, for many keys, views, ranks and members; and a
+    /// wrap opens for nothing else.
     #[test]
-    fn wrap_keys_are_hkdf() {
+    fn wraps_are_the_documented_aes_gcm() {
         let p = CryptoProvider::default_provider();
         for i in 0u8..40 {
             let secret: Vec<u8> = (0..32u8)
                 .map(|b| b.wrapping_mul(i).wrapping_add(i))
                 .collect();
-            let pk = PairKey::new(&p, Secret::from_slice(&secret));
+            let pk = PairKey::new(&p, Secret::from_slice(&secret)).expect("pair key");
             assert_eq!(pk.expose(), &secret[..]);
+            let coordinator = MemberId::from_bytes([i ^ 0x5a; 32]);
             let view = ViewId {
                 seq: u64::from(i) * 0x0101_0101_0101,
-                coordinator: MemberId::from_bytes([i ^ 0x5a; 32]),
+                coordinator,
             };
+            // Half the cases the member's id is the lower one.
+            let member = MemberId::from_bytes([if i % 2 == 0 { 0x00 } else { 0xff }; 32]);
             let rank = u16::from(i) * 1_637;
-            let mut want = [0u8; 32];
+            let mut wrap_key = [0u8; 32];
             p.hkdf_sha256
-                .derive(
-                    WRAP_SALT,
-                    &secret,
-                    &[&view_id_bytes(&view), &rank.to_be_bytes()],
-                    &mut want,
-                )
+                .derive(b"cohort group wrap v2", &secret, &[b"wrap"], &mut wrap_key)
                 .expect("hkdf");
-            assert_eq!(
-                pk.wrap_key_bytes(&view, rank).expose(),
-                &want[..],
-                "case {i}"
-            );
+            let mut nonce = [0u8; 12];
+            nonce[..8].copy_from_slice(&view.seq.to_be_bytes());
+            nonce[8..10].copy_from_slice(&rank.to_be_bytes());
+            nonce[10] = u8::from(i % 2 == 1); // the coordinator's id is the lower one
 
             let key = GroupKey::new(u64::from(i) + 3, Secret::from_slice(&[i; 32]));
             let bind = vec![i; usize::from(i % 3) * 16];
-            let wrapped = wrap(&p, &pk, &view, rank, &key, &bind).expect("wrap");
+            let wrapped = wrap(&pk, &view, rank, &member, &key, &bind).expect("wrap");
             let aead = p
                 .aead
-                .new_key(AeadAlgorithm::Aes256Gcm, &want)
+                .new_key(AeadAlgorithm::Aes256Gcm, &wrap_key)
                 .expect("key");
             let mut long_way = key.expose().to_vec();
-            let aad = [&key.epoch.to_be_bytes()[..], &bind].concat();
+            let aad = [
+                &key.epoch.to_be_bytes()[..],
+                &view.seq.to_be_bytes(),
+                coordinator.as_bytes(),
+                &bind,
+            ]
+            .concat();
             let tag = aead
-                .seal_in_place(&[0; 12], &aad, &mut long_way)
+                .seal_in_place(&nonce, &aad, &mut long_way)
                 .expect("seal");
             long_way.extend_from_slice(&tag);
             assert_eq!(&wrapped[..], &long_way[..], "case {i}");
 
-            let opened = unwrap(&p, &pk, &view, rank, key.epoch, &wrapped, &bind).expect("open");
+            let open = |pk: &PairKey, view: &ViewId, rank: u16, member: &MemberId, epoch: u64| {
+                unwrap(pk, view, rank, member, epoch, &wrapped, &bind)
+            };
+            let opened = open(&pk, &view, rank, &member, key.epoch).expect("open");
             assert_eq!(opened.expose(), key.expose());
-            assert!(unwrap(&p, &pk, &view, rank ^ 1, key.epoch, &wrapped, &bind).is_none());
-            assert!(unwrap(&p, &pk, &view, rank, key.epoch + 1, &wrapped, &bind).is_none());
-            let other = PairKey::new(&p, Secret::from_slice(&[0xee; 32]));
-            assert!(unwrap(&p, &other, &view, rank, key.epoch, &wrapped, &bind).is_none());
+            assert!(open(&pk, &view, rank ^ 1, &member, key.epoch).is_none());
+            assert!(open(&pk, &view, rank, &member, key.epoch + 1).is_none());
+            let flipped = MemberId::from_bytes([if i % 2 == 0 { 0xff } else { 0x00 }; 32]);
+            assert!(
+                open(&pk, &view, rank, &flipped, key.epoch).is_none(),
+                "other end"
+            );
+            let later = ViewId {
+                seq: view.seq + 1,
+                coordinator,
+            };
+            assert!(open(&pk, &later, rank, &member, key.epoch).is_none());
+            // Another coordinator on the same side of the member: the same nonce, refused
+            // by the associated data.
+            let mut other_id = *coordinator.as_bytes();
+            other_id[31] ^= 1;
+            let other_coordinator = ViewId {
+                seq: view.seq,
+                coordinator: MemberId::from_bytes(other_id),
+            };
+            assert!(open(&pk, &other_coordinator, rank, &member, key.epoch).is_none());
+            assert!(unwrap(&pk, &view, rank, &member, key.epoch, &wrapped, b"x").is_none());
+            let other = PairKey::new(&p, Secret::from_slice(&[0xee; 32])).expect("pair key");
+            assert!(open(&other, &view, rank, &member, key.epoch).is_none());
         }
+    }
+
+    /// The two ends of one pair channel that each coordinate a view with the same sequence
+    /// number and give each other the same rank use different nonces.
+    #[test]
+    fn the_two_ends_of_a_pair_never_share_a_nonce() {
+        let (a, b) = (MemberId::from_bytes([2; 32]), MemberId::from_bytes([3; 32]));
+        let by_a = ViewId {
+            seq: 9,
+            coordinator: a,
+        };
+        let by_b = ViewId {
+            seq: 9,
+            coordinator: b,
+        };
+        assert_ne!(wrap_nonce(&by_a, 4, &b), wrap_nonce(&by_b, 4, &a));
+        assert_ne!(wrap_nonce(&by_a, 4, &b), wrap_nonce(&by_a, 5, &b));
+        assert_ne!(
+            wrap_nonce(&by_a, 4, &b),
+            wrap_nonce(&ViewId { seq: 10, ..by_a }, 4, &b)
+        );
     }
 
     #[test]

@@ -161,7 +161,7 @@ pub enum PairFailure {
     ProofRefused,
     /// The peer never acknowledged this member's identity proof.
     ProofUnacknowledged,
-    /// The pair key could not be exported from the channel.
+    /// The pair key could not be exported from the channel (or its wrap key derived).
     KeyExportFailed,
     /// Signing this member's identity proof failed.
     SigningFailed,
@@ -1222,6 +1222,7 @@ impl Chan {
             .connection()
             .export_secret(&label, PAIR_KEY_LEN)
             .map_err(|_| PairFailure::KeyExportFailed)?;
+        let key = PairKey::new(local.provider, key).map_err(|_| PairFailure::KeyExportFailed)?;
         let signature = local
             .identity
             .sign(local.provider, &local.signed(&session))
@@ -1235,7 +1236,7 @@ impl Chan {
             .send(&proof)
             .map_err(|_| PairFailure::ProofNotSent)?;
         self.session = Some(session);
-        self.key = Some(Arc::new(PairKey::new(local.provider, key)));
+        self.key = Some(Arc::new(key));
         self.proof = Some(proof);
         self.rto = INITIAL_RTO;
         self.tries = 0;

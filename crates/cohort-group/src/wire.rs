@@ -14,7 +14,7 @@ use zeroize::Zeroizing;
 /// Protected group packets carry the gears packet version in their first byte and bind this
 /// one into their key derivation (`keys.rs`): a member of another version derives other keys,
 /// so its packets fail authentication instead of being misread.
-pub const GROUP_VERSION: u8 = 4;
+pub const GROUP_VERSION: u8 = 5;
 /// Most members a view may list (keeps every list bounded when parsing): ranks are `u16`
 /// and `u16::MAX` is the broadcast destination, so ranks run 0..=65,534.
 pub const MAX_MEMBERS: usize = u16::MAX as usize;

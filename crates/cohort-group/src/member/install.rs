@@ -424,9 +424,8 @@ impl GroupMember {
                     }
                     _ => self.pairs.pair_key(&m.id),
                 };
-                let wrapped = pk.and_then(|pk| {
-                    keys::wrap(&self.provider, pk, &c.proposal, r as u16, k, &bind).ok()
-                });
+                let wrapped =
+                    pk.and_then(|pk| keys::wrap(pk, &c.proposal, r as u16, &m.id, k, &bind).ok());
                 if let Some(w) = wrapped {
                     wraps.push((r as u16, w));
                 }
@@ -1569,10 +1568,10 @@ impl GroupMember {
         let (_, wrap) = wraps.iter().find(|(r, _)| *r == my_rank)?;
         let pk = self.pairs.pair_key(&install.view.coordinator)?;
         keys::unwrap(
-            &self.provider,
             pk,
             &install.view,
             my_rank,
+            &self.id,
             install.key_epoch,
             wrap,
             &self.install_bind(install),
