@@ -191,9 +191,10 @@ fn eager_http_server(body: Vec<u8>) -> u16 {
                 loop {
                     let n = conn.read(&mut buf).unwrap_or(0);
                     request.extend_from_slice(&buf[..n]);
-                    let is_get = request.starts_with(b"GET ");
+                    // Read on while what came so far can still be a GET's head.
+                    let may_be_get = b"GET ".starts_with(&request[..request.len().min(4)]);
                     let whole = request.windows(4).any(|w| w == b"\r\n\r\n");
-                    if n == 0 || !is_get || whole {
+                    if n == 0 || !may_be_get || whole {
                         break;
                     }
                 }
