@@ -19,7 +19,7 @@
 //! receiver chooses (ACSA 3.4). A packet that fails anything is dropped and counted; nothing
 //! a peer sends can panic.
 
-use crate::gear::{GearId, GearInfo, GearKind, GearSet, MAX_PACKET_LEN};
+use crate::gear::{GearId, GearKind, GearSet, MAX_PACKET_LEN};
 use crate::keys::GearKey;
 use crate::replay::{ReplayError, ReplayWindow};
 use cohort_core::wire::{Reader, Writer};
@@ -187,14 +187,15 @@ impl Protector {
         if seq < self.next_seq || seq == u64::MAX {
             return Err(ProtectError::SequenceReused);
         }
-        let infos = self.check_gears(gears)?;
+        self.check_gears(gears)?;
+        let infos = || gears.iter().map(|g| g.info());
         let header_len = u16::try_from(header.len()).map_err(|_| ProtectError::HeaderTooLong)?;
-        let tags_len: usize = infos.iter().map(|i| i.tag_len).sum();
+        let tags_len: usize = infos().map(|i| i.tag_len).sum();
         let total = prefix_len(gears.len()) + header.len() + body.len() + tags_len;
         if total > MAX_PACKET_LEN {
             return Err(ProtectError::PacketTooLong);
         }
-        for info in &infos {
+        for info in infos() {
             // The limit counts packets protected under this gear's key, not sequence numbers
             // (which every gear of the protector shares).
             if self.sent[usize::from(info.id.to_u8())] >= info.usage_limit {
@@ -231,14 +232,15 @@ impl Protector {
         self.sent[usize::from(gear.to_u8())] = count;
     }
 
-    fn check_gears(&self, gears: &[GearId]) -> Result<Vec<&'static GearInfo>, ProtectError> {
+    /// Checks that `gears` may protect a packet together (no allocation: this runs for
+    /// every packet).
+    fn check_gears(&self, gears: &[GearId]) -> Result<(), ProtectError> {
         if gears.is_empty() {
             return Err(ProtectError::NoGears);
         }
         if gears.len() > MAX_TAGS {
             return Err(ProtectError::TooManyTags);
         }
-        let mut infos = Vec::with_capacity(gears.len());
         for (i, &g) in gears.iter().enumerate() {
             if gears[..i].contains(&g) {
                 return Err(ProtectError::DuplicateGear(g));
@@ -250,9 +252,8 @@ impl Protector {
             if info.kind != GearKind::Mac && gears.len() > 1 {
                 return Err(ProtectError::MustStandAlone(g));
             }
-            infos.push(info);
         }
-        Ok(infos)
+        Ok(())
     }
 
     fn write_tags(
