@@ -7,6 +7,7 @@
 //! asked of `flush.rs`.
 
 use super::flush::Change;
+use super::output::Destination;
 use super::GroupMember;
 use crate::event::{Drop, GroupEvent};
 use crate::exchange::{self, Gossip, LocalId, Parsed};
@@ -115,9 +116,8 @@ impl GroupMember {
         let Some(id) = self.encode_own_id() else {
             return;
         };
-        for t in targets {
-            self.out.push_back((t, id.clone()));
-        }
+        self.out
+            .push_copies(targets.into_iter().map(Destination::Member), &id);
     }
 
     /// This leader's latest Id, encoded and signed.
@@ -246,7 +246,7 @@ impl GroupMember {
         if !self.is_leader() {
             // Only leaders take part: pass it on to ours (it answers the address inside).
             if self.gossip_throttle(now, id.addr, false) {
-                self.out.push_back((view.leader().addr, data.to_vec()));
+                self.out.push(view.leader().addr, data);
             }
             return;
         }
@@ -274,7 +274,7 @@ impl GroupMember {
             } else if self.gossip_throttle(now, id.addr, true) {
                 // Tell the smaller one now rather than at our next gossip.
                 if let Some(own) = self.encode_own_id() {
-                    self.out.push_back((id.addr, own));
+                    self.out.push(id.addr, &own);
                 }
             }
             return;
@@ -314,7 +314,7 @@ impl GroupMember {
                 self.events
                     .push_back(GroupEvent::TicketSent { to: id.principal });
             } else if let Some(own) = self.encode_own_id() {
-                self.out.push_back((id.addr, own));
+                self.out.push(id.addr, &own);
             }
             return;
         }
@@ -330,13 +330,13 @@ impl GroupMember {
             if let Some(ticket) =
                 exchange::encode_ticket(&self.provider, identity, &self.config.group, &id, key)
             {
-                self.out.push_back((id.addr, ticket));
+                self.out.push(id.addr, &ticket);
                 self.events
                     .push_back(GroupEvent::TicketSent { to: id.principal });
             }
         } else if let Some(own) = self.encode_own_id() {
             // The other leader sorts lower: it sends the ticket once it hears from us.
-            self.out.push_back((id.addr, own));
+            self.out.push(id.addr, &own);
         }
     }
 

@@ -9,7 +9,7 @@
 
 use super::flush::{Change, Coordinator, Phase};
 use super::join::Joining;
-use super::output::BROADCAST;
+use super::output::{Destination, BROADCAST};
 use super::timers::interval;
 use super::tree_flush::flush_children;
 use super::{GroupMember, OldView, MAX_VIEW_MEMBERS};
@@ -650,11 +650,7 @@ impl GroupMember {
         // A carrier that fans out reaches every member with one publish (issue 15): the
         // members do not pass packets down the tree then.
         if self.config.carrier_fans_out {
-            let Some(packet) = self.seal(BROADCAST, &msg) else {
-                return false;
-            };
-            self.out.push_group(packet);
-            return true;
+            return self.seal_to([Destination::Group], BROADCAST, &msg);
         }
         let Some(view) = self.view.as_ref() else {
             return false;
@@ -669,17 +665,12 @@ impl GroupMember {
         }
         targets.sort_unstable();
         targets.dedup();
-        let addrs: Vec<SocketAddr> = targets
+        let to: Vec<Destination> = targets
             .iter()
-            .filter_map(|r| view.members.get(usize::from(*r)).map(|m| m.addr))
+            .filter_map(|r| view.members.get(usize::from(*r)))
+            .map(|m| Destination::Member(m.addr))
             .collect();
-        let Some(packet) = self.seal(BROADCAST, &msg) else {
-            return false;
-        };
-        for a in addrs {
-            self.out.push_back((a, packet.clone()));
-        }
-        true
+        self.seal_to(to, BROADCAST, &msg)
     }
 
     /// Sends each of `to` (rank in the new view, rank in the current view, address) its own
@@ -725,10 +716,11 @@ impl GroupMember {
             let Some(keys) = self.keys.as_mut() else {
                 break;
             };
-            let mut packet = Vec::with_capacity(body.len() + 48);
-            if keys.seal(&gears, &body, &mut packet).is_ok() {
-                self.out.push_back((addr, packet));
-            }
+            // Sealed straight into the outbox's buffer: no packet of its own to allocate
+            // and free, 10,000 times at a leader of 10,000.
+            let _ = self.out.push_with([Destination::Member(addr)], |buf| {
+                keys.seal(&gears, &body, buf)
+            });
         }
         self.scratch = body;
     }

@@ -8,6 +8,7 @@
 
 use super::flush::MAX_WAITING_JOINERS;
 use super::install::{install_copy_for, ListFetch, Roster};
+use super::output::Destination;
 use super::{GroupMember, MAX_VIEW_MEMBERS};
 use crate::event::{Drop, RemovalReason};
 use crate::exchange::{self};
@@ -607,9 +608,8 @@ impl GroupMember {
             .into_iter()
             .filter(|m| *m != addr && *m != self.addr)
             .take(PRESENT_WITNESSES);
-        for m in witnesses {
-            self.out.push_back((m, present.clone()));
-        }
+        self.out
+            .push_copies(witnesses.map(Destination::Member), &present);
         self.send_pair(now, addr, Some(peer), &PairMsg::Present { view, token });
     }
 }
@@ -653,10 +653,8 @@ mod tests {
 
     /// How many group-channel datagrams `m` queued (gossip Presents go there), dropping them.
     fn drain(m: &mut GroupMember) -> usize {
-        let mut n = 0;
-        while m.out.pop_front().is_some() {
-            n += 1;
-        }
+        let n = m.out.len();
+        m.out.clear();
         n
     }
 

@@ -632,9 +632,7 @@ impl GroupMember {
         if let Some(t) = self.pairs.poll_transmit(now, buf) {
             return Some((Destination::Member(t.destination), t.size));
         }
-        let (to, packet) = self.out.pop_front()?;
-        buf.extend_from_slice(&packet);
-        Some((to, packet.len()))
+        self.out.pop_into(buf)
     }
 }
 
@@ -670,26 +668,24 @@ impl Machine for GroupMember {
         if let Some(t) = self.pairs.poll_transmit(now, buf) {
             return Some(t);
         }
-        let (to, packet) = loop {
-            match self.out.pop_front()? {
-                (Destination::Member(to), packet) => break (to, packet),
-                // This driver cannot fan out: one copy per other member, in place. A group
-                // entry with no other member goes nowhere; the entries after it still go.
-                (Destination::Group, packet) => {
+        // This driver cannot fan out: a group entry becomes one entry per other member,
+        // sharing its bytes. A group entry with no other member goes nowhere; the entries
+        // after it still go.
+        loop {
+            match self.out.front()? {
+                Destination::Member(to) => {
+                    let (_, size) = self.out.pop_into(buf)?;
+                    return Some(Transmit {
+                        destination: to,
+                        size,
+                    });
+                }
+                Destination::Group => {
                     let others: Vec<SocketAddr> = self.others().map(|m| m.addr).collect();
-                    if let Some((first, rest)) = others.split_first() {
-                        self.out
-                            .push_front_all(rest.iter().map(|a| (*a, packet.clone())));
-                        break (*first, packet);
-                    }
+                    self.out.fan_out_front(&others);
                 }
             }
-        };
-        buf.extend_from_slice(&packet);
-        Some(Transmit {
-            destination: to,
-            size: packet.len(),
-        })
+        }
     }
 
     fn poll_timeout(&self) -> Option<Timestamp> {

@@ -30,7 +30,7 @@
 //! `change_wanted` and `maybe_start_change`, or a takeover through `start_coordinating`.
 
 use super::flush::Change;
-use super::output::BROADCAST;
+use super::output::{Destination, BROADCAST};
 use super::GroupMember;
 use crate::event::{Drop, RemovalReason};
 use crate::id::ViewId;
@@ -225,12 +225,15 @@ impl GroupMember {
     pub(super) fn send_down(&mut self, packet: &[u8]) {
         // A carrier that fans out delivers to every member: no tree (issue 15).
         if self.config.carrier_fans_out {
-            self.out.push_group(packet.to_vec());
+            self.out.push_group(packet);
             return;
         }
-        for addr in self.tree_targets() {
-            self.out.push_back((addr, packet.to_vec()));
-        }
+        let to: Vec<Destination> = self
+            .tree_targets()
+            .into_iter()
+            .map(Destination::Member)
+            .collect();
+        self.out.push_copies(to, packet);
     }
 
     /// Passes a packet that came down the tree (`packet`, carrying `msg`) on: an Install of
@@ -240,9 +243,8 @@ impl GroupMember {
     pub(super) fn send_down_for(&mut self, packet: &[u8], msg: &Msg) {
         if let Msg::Install(install) = msg {
             if let Some(addrs) = self.flush_tree_addrs(install.view) {
-                for a in addrs {
-                    self.out.push_back((a, packet.to_vec()));
-                }
+                self.out
+                    .push_copies(addrs.into_iter().map(Destination::Member), packet);
                 return;
             }
         }
@@ -426,7 +428,7 @@ impl GroupMember {
             // A member reporting directly hears the leader's broadcasts directly too; the
             // latest heartbeat tells it at once that the leader lives.
             if let (Some(p), Some(m)) = (s.last_heartbeat.clone(), self.member_at(rank)) {
-                self.out.push_back((m.addr, p));
+                self.out.push(m.addr, &p);
             }
         }
         for r in suspects {
@@ -456,7 +458,7 @@ impl GroupMember {
             s.direct[usize::from(rank)] = true;
             s.orphans.push(rank);
             if let (Some(pk), Some(m)) = (s.last_heartbeat.clone(), self.member_at(rank)) {
-                self.out.push_back((m.addr, pk));
+                self.out.push(m.addr, &pk);
             }
         }
         if !heard_directly {

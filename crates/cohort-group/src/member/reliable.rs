@@ -7,14 +7,13 @@
 //! log and asks it to `start_view`, `discard_undelivered` or `leave_view`.
 
 use super::flush::Phase;
-use super::output::BROADCAST;
+use super::output::{Destination, BROADCAST};
 use super::timers::interval;
 use super::GroupMember;
 use crate::event::{Channel, Drop, GroupEvent};
 use crate::wire::Msg;
 use cohort_core::Timestamp;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::SocketAddr;
 
 /// The reliable channel in this view: the sequencer (at the leader), the log, delivery, NAKs and this member's own undelivered messages.
 #[derive(Default)]
@@ -278,9 +277,11 @@ impl GroupMember {
             .collect();
         for (seq, data) in due {
             // Addressed to everyone, sent to the leader: it relays these very bytes.
-            if let Some(packet) = self.seal(BROADCAST, &Msg::Submit { seq, data }) {
-                self.out.push_back((leader, packet));
-            }
+            self.seal_to(
+                [Destination::Member(leader)],
+                BROADCAST,
+                &Msg::Submit { seq, data },
+            );
         }
     }
 
@@ -405,14 +406,13 @@ impl GroupMember {
                 self.send_down(&packet)
             }
             Some(packet) => {
-                let others: Vec<SocketAddr> = self
+                let others: Vec<Destination> = self
                     .others()
                     .map(|m| m.addr)
                     .filter(|a| Some(*a) != sender_addr)
+                    .map(Destination::Member)
                     .collect();
-                for addr in others {
-                    self.out.push_back((addr, packet.clone()));
-                }
+                self.out.push_copies(others, &packet);
             }
             None => {
                 // Not relayable (addressed to the leader alone): members fetch it by Nak.

@@ -34,7 +34,7 @@
 //! and acknowledgements to `on_install_ack` (`install.rs`).
 
 use super::flush::{Coordinator, FlushAnswer, Phase};
-use super::output::BROADCAST;
+use super::output::{Destination, BROADCAST};
 use super::overlay::{active, children, in_subtree, parent};
 use super::timers::interval;
 use super::GroupMember;
@@ -248,14 +248,12 @@ impl GroupMember {
         if targets.is_empty() {
             return;
         }
-        let Some(packet) = self.seal(BROADCAST, &msg) else {
-            return;
-        };
-        for r in targets {
-            if let Some(m) = self.member_at(r) {
-                self.out.push_back((m.addr, packet.clone()));
-            }
-        }
+        let to: Vec<Destination> = targets
+            .into_iter()
+            .filter_map(|r| self.member_at(r))
+            .map(|m| Destination::Member(m.addr))
+            .collect();
+        self.seal_to(to, BROADCAST, &msg);
     }
 
     /// A member's answer to a Flush that came down the overlay from `from` (`packet`, the
@@ -340,9 +338,8 @@ impl GroupMember {
             .iter()
             .filter_map(|r| self.member_at(*r).map(|m| m.addr))
             .collect();
-        for a in addrs {
-            self.out.push_back((a, packet.to_vec()));
-        }
+        self.out
+            .push_copies(addrs.into_iter().map(Destination::Member), packet);
         if quiet.is_empty() {
             self.send_answers_up();
         }
