@@ -408,7 +408,8 @@ pub enum TagChoice {
 pub struct ReceivePolicy {
     /// Gears the receiver agreed to (others are ignored on the packet).
     pub accepted: GearSet,
-    /// Minimum [`GearInfo::forgery_bits`] of the tag the receiver verifies.
+    /// Minimum [`GearInfo::forgery_bits`](crate::gear::GearInfo::forgery_bits) of the tag the
+    /// receiver verifies.
     pub floor_bits: f64,
     /// Which acceptable tag to verify.
     pub choice: TagChoice,
