@@ -591,9 +591,16 @@ impl GroupMember {
         }
         if current != Some(proposal) {
             // A newer view change: join it (abandoning ours, if we coordinated one; what we
-            // wanted to change is asked again in the next view).
+            // wanted to change is asked again in the next view if this member leads it).
+            // Suspicions are not kept: the flush joined here decides who is alive, and a
+            // suspicion kept past it once removed six live members a view later, when this
+            // member led again (tests/chaos_schedule.rs, seed 97).
             if let Some(c) = self.view_change.coordinator.take() {
-                self.view_change.change_wanted.extend(c.removed);
+                self.view_change
+                    .change_wanted
+                    .extend(c.removed.into_iter().filter(|(_, why)| {
+                        !matches!(why, RemovalReason::Suspected | RemovalReason::Lagged)
+                    }));
                 self.view_change.joiners_wanted.extend(c.joiners);
             }
             self.view_change.highest_proposal = Some(

@@ -354,7 +354,7 @@ impl GroupMember {
             .collect();
         if list.is_empty() {
             // Nobody stays (the coordinator leaves a view of its own): no view to install.
-            self.leave_now(RemovalReason::Left);
+            self.leave_or_go_alone(now);
             return;
         }
         if list.len() > MAX_VIEW_MEMBERS {
@@ -586,7 +586,7 @@ impl GroupMember {
             sent: now,
         });
         if leaving_self {
-            self.leave_now(RemovalReason::Left);
+            self.leave_or_go_alone(now);
             return;
         }
         // Every member of the new view passed this coordinator's trust check (survivors in
@@ -966,10 +966,16 @@ impl GroupMember {
                     if self.view_change.coordinator.is_some() {
                         return;
                     }
+                    // Those the Install kept or let in are the other component. Not this
+                    // member, though the Install may let it in under an incarnation it no
+                    // longer has (a stale join request): left in, this member coordinated
+                    // a change without itself and ended expelled "left" for good.
+                    let me = self.id;
                     let gone: Vec<(MemberId, RemovalReason)> = (0..view.members.len() as u16)
                         .filter(|r| install.left.binary_search(r).is_err())
                         .map(|r| view.members[usize::from(r)].id)
                         .chain(install.joined.iter().map(|j| j.member.id))
+                        .filter(|id| *id != me)
                         .map(|id| (id, RemovalReason::Suspected))
                         .collect();
                     let change = Change {
@@ -1456,6 +1462,14 @@ impl GroupMember {
         if rank != 0 {
             // Tickets go to leaders; one held by a leader that no longer leads is moot.
             self.heal.held_exchange = None;
+            // So are the changes it wanted: its new leader suspects silent members itself,
+            // a joiner asks again and a leaving member tells the new leader. Kept, they
+            // were applied whenever this member led again, however much later: six live
+            // members removed as suspected, and a member let in again under an incarnation
+            // it had left behind (tests/chaos_schedule.rs, seed 97).
+            self.view_change.change_wanted.clear();
+            self.view_change.joiners_wanted.clear();
+            self.view_change.joiners_since = None;
         }
         self.record_key(&key);
         self.group_key = Some(key);
@@ -1514,6 +1528,19 @@ impl GroupMember {
                 .push((self.id, RemovalReason::Left));
         }
         self.maybe_start_change(now);
+    }
+
+    /// A coordinator whose own change leaves it out: it is done if it asked to leave. If it
+    /// did not (no path should get here, but one did: tests/chaos_schedule.rs), it is alive
+    /// and goes on in a view of its own, which probing merges back, rather than ending
+    /// expelled "left" for good with no view and no timer.
+    fn leave_or_go_alone(&mut self, now: Timestamp) {
+        if self.leaving.is_some() {
+            self.leave_now(RemovalReason::Left);
+        } else {
+            self.drop_component();
+            self.found(now);
+        }
     }
 
     /// Whether `install` comes from its coordinator: its Ed25519 signature, or in KDC mode
