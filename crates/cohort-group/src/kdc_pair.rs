@@ -51,6 +51,9 @@ const TAG: usize = 16;
 const RESEND: Duration = Duration::from_millis(200);
 /// A channel that is not open after this long fails.
 const GIVE_UP: Duration = Duration::from_secs(5);
+/// An answered session whose Accepts go unconfirmed this long, with data waiting to go the
+/// other way, is given up for a session this side opens (five resends).
+const REOPEN: Duration = Duration::from_secs(1);
 /// KDC requests are resent this often, up to `KDC_TRIES` times.
 const KDC_RESEND: Duration = Duration::from_millis(300);
 const KDC_TRIES: u32 = 10;
@@ -463,10 +466,22 @@ impl KdcPairTable {
             }
             return;
         }
-        let mut nonce_i = [0u8; NONCE];
-        self.rng.fill_bytes(&mut nonce_i);
         let mut queue = VecDeque::new();
         queue.push_back(Zeroizing::new(data.to_vec()));
+        self.start_opener(now, addr, expect, queue);
+    }
+
+    /// Opens a session to `addr` as the opener (a Hello now, resent until answered), with
+    /// `queue` waiting for it.
+    fn start_opener(
+        &mut self,
+        now: Timestamp,
+        addr: SocketAddr,
+        expect: Option<MemberId>,
+        queue: VecDeque<Zeroizing<Vec<u8>>>,
+    ) {
+        let mut nonce_i = [0u8; NONCE];
+        self.rng.fill_bytes(&mut nonce_i);
         self.slots.insert(
             addr,
             Slot {
@@ -1259,6 +1274,21 @@ impl KdcPairTable {
             self.events.push_back(PairEvent::Failed { addr, reason });
             return;
         }
+        if s.role == Role::Answerer
+            && matches!(s.state, State::Accepted)
+            && !s.queue.is_empty()
+            && now.saturating_duration_since(s.started) >= REOPEN
+        {
+            // Our Accepts go unanswered while data waits: the opener may have dropped its
+            // session (a member forgets the channels of those it removes) and will not
+            // send another Hello. Open one of our own rather than hold the data until
+            // GIVE_UP: a ticket queued here once held a merge back by 4 s
+            // (tests/chaos_schedule.rs, KDC mode).
+            let (expect, queue) = (s.expect.or(s.peer), std::mem::take(&mut s.queue));
+            self.slots.remove(&addr);
+            self.start_opener(now, addr, expect, queue);
+            return;
+        }
         s.resend_at = now.saturating_add(RESEND);
         match s.state {
             State::HelloSent => self.send_hello(addr),
@@ -1532,6 +1562,47 @@ mod tests {
         a.send(now, addr(B), None, b"back");
         pump(now, &mut a, &mut b2, &mut k);
         assert_eq!(messages(&mut b2), vec![b"back".to_vec()]);
+    }
+
+    /// The opener forgets its half-open session (a member forgets the channels of those it
+    /// removes) while the answerer's Accept is on the way: the answerer, with data to send
+    /// back, opens a session of its own after [`REOPEN`] instead of holding the data until
+    /// [`GIVE_UP`] and dropping it (found in KDC mode by tests/chaos_schedule.rs).
+    #[test]
+    fn an_answerer_whose_opener_forgot_the_session_opens_its_own_for_waiting_data() {
+        let start = Timestamp::from_millis(1000);
+        let (mut a, mut b, mut k) = (table("a", "b", 1), table("b", "a", 2), kdc());
+        b.send(start, addr(A), None, b"first");
+        let mut buf = Vec::new();
+        drain(start, &mut b, addr(B), &mut a, &mut k, &mut buf);
+        // A asks the KDC and answers; its Accept is lost, and B forgets the session.
+        while let Some(t) = a.poll_transmit(start, &mut buf) {
+            let d = buf[..t.size].to_vec();
+            buf.clear();
+            if t.destination == addr(KDC) {
+                if let Some(r) = k.handle_request(addr(A), &d) {
+                    a.handle_kdc(start, &r);
+                }
+            }
+        }
+        b.forget(addr(A));
+        a.send(start, addr(B), None, b"for b");
+        let mut now = start;
+        let mut got = Vec::new();
+        while got.is_empty() && now.saturating_duration_since(start) < GIVE_UP {
+            now = now.saturating_add(RESEND);
+            a.handle_timeout(now);
+            b.handle_timeout(now);
+            pump(now, &mut a, &mut b, &mut k);
+            got = messages(&mut b);
+        }
+        assert_eq!(got, vec![b"for b".to_vec()]);
+        let took = now.saturating_duration_since(start);
+        assert!(took <= REOPEN + RESEND * 2, "took {took:?}");
+        assert_eq!(
+            a.peer_at(addr(B)),
+            Some(MemberId::from_principal(&name("b")))
+        );
     }
 
     #[test]
