@@ -1343,7 +1343,24 @@ impl KdcPairTable {
             }
             p.tries += 1;
             p.resend_at = now.saturating_add(KDC_RESEND);
-            let bytes = p.request.bytes().to_vec();
+            // A fresh nonce for every retry: the KDC drops a nonce it has seen, so when the
+            // first request got through and only the answer was lost (a one-way cut from
+            // the KDC), resending the same bytes could never succeed (found in KDC mode by
+            // tests/chaos_schedule.rs). A late answer to the old nonce no longer opens.
+            let Some(peer_name) = m.principal() else {
+                continue;
+            };
+            let mut nonce = [0u8; NONCE];
+            self.rng.fill_bytes(&mut nonce);
+            let Ok(request) =
+                PairKeyRequest::new(&self.provider, self.name, &self.key, peer_name, nonce)
+            else {
+                continue;
+            };
+            let bytes = request.bytes().to_vec();
+            if let Some(p) = self.pending.get_mut(&m) {
+                p.request = request;
+            }
             self.outbox.push_back((self.kdc, bytes));
         }
     }
@@ -1603,6 +1620,33 @@ mod tests {
             a.peer_at(addr(B)),
             Some(MemberId::from_principal(&name("b")))
         );
+    }
+
+    /// The KDC answers the answerer's first request, but the answer is lost: the retry
+    /// carries a fresh nonce (the KDC drops one it has seen) and gets the key.
+    #[test]
+    fn a_retry_after_a_lost_kdc_answer_gets_the_key() {
+        let start = Timestamp::from_millis(1000);
+        let (mut a, mut b, mut k) = (table("a", "b", 1), table("b", "a", 2), kdc());
+        b.send(start, addr(A), None, b"hello");
+        let mut buf = Vec::new();
+        drain(start, &mut b, addr(B), &mut a, &mut k, &mut buf);
+        let mut asked = 0;
+        while let Some(t) = a.poll_transmit(start, &mut buf) {
+            let d = buf[..t.size].to_vec();
+            buf.clear();
+            if t.destination == addr(KDC) {
+                asked += 1;
+                // The KDC answers; the answer is lost on the way back.
+                assert!(k.handle_request(addr(A), &d).is_some());
+            }
+        }
+        assert_eq!(asked, 1);
+        let now = start.saturating_add(KDC_RESEND);
+        a.handle_timeout(now);
+        pump(now, &mut a, &mut b, &mut k);
+        assert_eq!(messages(&mut a), vec![b"hello".to_vec()]);
+        assert_eq!(a.kdc_answers(), 1);
     }
 
     #[test]
