@@ -13,7 +13,7 @@ use cohort_crypto::CryptoProvider;
 use cohort_group::kdc_pair::KdcCredentials;
 use cohort_group::{AuthMode, Channel, GroupConfig, GroupEvent, GroupMember, MemberId};
 use cohort_kdc::{PrincipalKey, Registry};
-use cohort_sim::{FnRule, NodeId, Sim, SimFailure, SimRng, Verdict};
+use cohort_sim::{FnRule, NodeId, Sim, SimFailure, SimRng, StandardFaults, Verdict};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use std::collections::BTreeSet;
@@ -354,12 +354,16 @@ fn run(
     mut extra: Option<ChaCha8Rng>,
     faults: usize,
     restarts: bool,
+    lossy: bool,
 ) -> Result<(), SimFailure> {
     for i in 0..N {
         let contacts = contacts(g, i);
         g.with_member(i, |m, now| m.start(now, &contacts));
     }
     wait_converged(g, Duration::from_secs(30))?;
+    // Beyond the script: 3 % of datagrams lost, duplicated and reordered, 5 % delayed and
+    // 1 % tampered with, all the time.
+    let noise = lossy.then(|| StandardFaults::light().add_to(g.sim_mut()));
     let ms =
         |rng: &mut SimRng, lo: u64, hi: u64| Duration::from_millis(lo + rng.next_u64() % (hi - lo));
     for fault in 0..faults {
@@ -463,33 +467,41 @@ fn run(
     if restarts {
         return Ok(());
     }
+    // The last messages sent get time to arrive (with the noise gone) before every member
+    // must have delivered its own.
+    if let Some(noise) = noise {
+        noise.remove(g.sim_mut());
+    }
+    let until = g.sim().now().saturating_add(Duration::from_secs(2));
+    g.sim_mut().run_until(until)?;
     g.check_run().unwrap_or(Ok(()))
 }
 
+/// What a run does besides the script's cuts and trust changes.
+#[derive(Clone, Copy)]
+struct Options {
+    /// Crashes and restarts members.
+    restarts: bool,
+    /// Rekeys, and killed leaders if `restarts`.
+    extras: bool,
+    /// Loss, duplication, reordering, delay and tampering all the time.
+    lossy: bool,
+}
+
 /// One identity-mode run: `seed` picks the schedule.
-fn identity_run(seed: u64, faults: usize, restarts: bool, extras: bool) -> Result<(), SimFailure> {
+fn identity_run(seed: u64, faults: usize, o: Options) -> Result<(), SimFailure> {
     let mut g = Group::new(seed, N, chaos_timers);
     let mut rng = g.sim.fork_rng();
-    run(
-        &mut g,
-        &mut rng,
-        extras.then(|| ChaCha8Rng::seed_from_u64(seed)),
-        faults,
-        restarts,
-    )
+    let extra = o.extras.then(|| ChaCha8Rng::seed_from_u64(seed));
+    run(&mut g, &mut rng, extra, faults, o.restarts, o.lossy)
 }
 
 /// One KDC-mode run: `seed` picks the schedule.
-fn kdc_run(seed: u64, faults: usize, restarts: bool, extras: bool) -> Result<(), SimFailure> {
+fn kdc_run(seed: u64, faults: usize, o: Options) -> Result<(), SimFailure> {
     let mut g = KdcGroup::new(seed);
     let mut rng = g.sim.fork_rng();
-    run(
-        &mut g,
-        &mut rng,
-        extras.then(|| ChaCha8Rng::seed_from_u64(seed)),
-        faults,
-        restarts,
-    )
+    let extra = o.extras.then(|| ChaCha8Rng::seed_from_u64(seed));
+    run(&mut g, &mut rng, extra, faults, o.restarts, o.lossy)
 }
 
 /// Seeds 97 and 179 (identity mode, restarts, no extras) are the schedules that expelled a
@@ -498,11 +510,17 @@ fn kdc_run(seed: u64, faults: usize, restarts: bool, extras: bool) -> Result<(),
 /// (every checker runs there); `explore` runs a long one.
 #[test]
 fn no_member_is_expelled_and_every_fault_heals() {
-    let mut runs: Vec<(u64, bool, bool)> = vec![(97, true, false), (179, true, false)];
-    runs.extend((0..10).map(|s| (s, s % 2 == 0, true)));
+    let options = |restarts, extras| Options {
+        restarts,
+        extras,
+        lossy: false,
+    };
+    let mut runs: Vec<(u64, Options)> =
+        vec![(97, options(true, false)), (179, options(true, false))];
+    runs.extend((0..10).map(|s| (s, options(s % 2 == 0, true))));
     let failed: Vec<String> = runs
         .iter()
-        .filter_map(|(s, r, x)| identity_run(*s, 40, *r, *x).err().map(|e| e.to_string()))
+        .filter_map(|(s, o)| identity_run(*s, 40, *o).err().map(|e| e.to_string()))
         .collect();
     assert!(failed.is_empty(), "{failed:#?}");
 }
@@ -512,17 +530,21 @@ fn no_member_is_expelled_and_every_fault_heals() {
 fn kdc_mode_no_member_is_expelled_and_every_fault_heals() {
     let failed: Vec<String> = (0..6)
         .filter_map(|s| {
-            kdc_run(s, 40, s % 2 == 0, true)
-                .err()
-                .map(|e| e.to_string())
+            let o = Options {
+                restarts: s % 2 == 0,
+                extras: true,
+                lossy: false,
+            };
+            kdc_run(s, 40, o).err().map(|e| e.to_string())
         })
         .collect();
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
 /// A sweep: `FROM` (0), `COUNT` (10) seeds of `FAULTS` (30) faults each, in KDC mode if
-/// `KDC` is set, with restarts unless `NO_RESTARTS` is set and rekeys and killed leaders
-/// unless `NO_EXTRAS` is; `VERBOSE` prints the faults.
+/// `KDC` is set, with restarts unless `NO_RESTARTS` is set, rekeys and killed leaders
+/// unless `NO_EXTRAS` is, and datagrams lost, duplicated, reordered, delayed and tampered
+/// with all the time if `LOSSY` is; `VERBOSE` prints the faults.
 /// `cargo test -p cohort-group --test chaos_schedule -- --ignored --nocapture`.
 #[test]
 #[ignore]
@@ -535,13 +557,17 @@ fn explore() {
     };
     let set = |name: &str| std::env::var(name).is_ok();
     let (from, count, faults) = (var("FROM", 0), var("COUNT", 10), var("FAULTS", 30));
-    let (restarts, extras) = (!set("NO_RESTARTS"), !set("NO_EXTRAS"));
+    let o = Options {
+        restarts: !set("NO_RESTARTS"),
+        extras: !set("NO_EXTRAS"),
+        lossy: set("LOSSY"),
+    };
     let mut failed = Vec::new();
     for seed in from..from + count {
         let result = if set("KDC") {
-            kdc_run(seed, faults as usize, restarts, extras)
+            kdc_run(seed, faults as usize, o)
         } else {
-            identity_run(seed, faults as usize, restarts, extras)
+            identity_run(seed, faults as usize, o)
         };
         match result {
             Ok(()) => println!("seed {seed}: ok"),
