@@ -209,14 +209,28 @@ impl Members {
             && total <= usize::from(u16::MAX)
             && survivors.windows(2).all(|w| w[0] < w[1])
             && survivors.last().is_none_or(|r| usize::from(*r) < n_old);
-        let list: Vec<Member> = survivors
-            .iter()
-            .filter_map(|r| old.list.get(usize::from(*r)).copied())
-            .chain(joined.iter().copied())
-            .collect();
         if !well_formed {
+            let list: Vec<Member> = survivors
+                .iter()
+                .filter_map(|r| old.list.get(usize::from(*r)).copied())
+                .chain(joined.iter().copied())
+                .collect();
             return Members::new(list);
         }
+        // Survivors come in runs of consecutive ranks (a change removes a few): each run
+        // is copied whole.
+        let mut list: Vec<Member> = Vec::with_capacity(total);
+        let mut rest = survivors;
+        while let Some(&first) = rest.first() {
+            let run = rest
+                .windows(2)
+                .position(|w| w[1] != w[0] + 1)
+                .map_or(rest.len(), |i| i + 1);
+            let from = usize::from(first);
+            list.extend_from_slice(&old.list[from..from + run]);
+            rest = &rest[run..];
+        }
+        list.extend_from_slice(joined);
         let list = list.into_boxed_slice();
         // Old rank -> new rank (u16::MAX: left).
         let mut remap = vec![u16::MAX; n_old];

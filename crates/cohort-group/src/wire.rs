@@ -303,14 +303,41 @@ impl Install {
 /// [`Install::digest`] and sent in parts to a member that lacks it: `count: u16`, then per
 /// member its id, address and incarnation.
 pub fn encode_roster(members: &[Member], incarnations: &[u64]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2 + 60 * members.len());
-    let mut w = Writer::new(&mut out);
-    w.u16(members.len() as u16);
-    for (i, m) in members.iter().enumerate() {
-        put_member(&mut w, m);
-        w.u64(incarnations.get(i).copied().unwrap_or(0));
-    }
+    let mut out = Vec::new();
+    encode_roster_into(members, incarnations, &mut out);
     out
+}
+
+/// [`encode_roster`] into `out` (cleared first), reusing its allocation.
+pub fn encode_roster_into(members: &[Member], incarnations: &[u64], out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(2 + 59 * members.len());
+    out.extend_from_slice(&(members.len() as u16).to_be_bytes());
+    // Each entry assembled on the stack and appended in one copy (the bytes of
+    // `put_member` then a `u64`): the leader of 10,000 encodes one per view change.
+    let mut entry = [0u8; 32 + 1 + 16 + 2 + 8];
+    for (i, m) in members.iter().enumerate() {
+        entry[..32].copy_from_slice(m.id.as_bytes());
+        let mut at = 33;
+        match m.addr.ip() {
+            IpAddr::V4(ip) => {
+                entry[32] = 4;
+                entry[at..at + 4].copy_from_slice(&ip.octets());
+                at += 4;
+            }
+            IpAddr::V6(ip) => {
+                entry[32] = 6;
+                entry[at..at + 16].copy_from_slice(&ip.octets());
+                at += 16;
+            }
+        }
+        entry[at..at + 2].copy_from_slice(&m.addr.port().to_be_bytes());
+        at += 2;
+        let incarnation = incarnations.get(i).copied().unwrap_or(0);
+        entry[at..at + 8].copy_from_slice(&incarnation.to_be_bytes());
+        at += 8;
+        out.extend_from_slice(&entry[..at]);
+    }
 }
 
 /// Parses [`encode_roster`]'s bytes; `None` if malformed, empty or longer than
@@ -555,17 +582,25 @@ fn get_count(r: &mut Reader<'_>, max: usize) -> Option<usize> {
 /// change, not with the view): `n: u16` (one past the highest survivor), then the count and
 /// the ranks left out, ascending (rank `n - 1` never among them).
 fn put_survivors(w: &mut Writer<'_>, survivors: &[u16]) {
-    let n = survivors.iter().max().map_or(0, |m| u32::from(*m) + 1);
-    let mut sorted = survivors.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let out: Vec<u16> = (0..n)
-        .filter(|r| sorted.binary_search(&(*r as u16)).is_err())
-        .map(|r| r as u16)
-        .collect();
-    w.u16(n as u16).u16(out.len() as u16);
-    for r in out {
-        w.u16(r);
+    // A coordinator's survivors come ascending: then they are walked as they are, with no
+    // copy and no search per rank (a Flush at 10,000 members).
+    let owned;
+    let sorted: &[u16] = if survivors.windows(2).all(|p| p[0] < p[1]) {
+        survivors
+    } else {
+        let mut v = survivors.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        owned = v;
+        &owned
+    };
+    let n = sorted.last().map_or(0, |m| usize::from(*m) + 1);
+    w.u16(n as u16).u16((n - sorted.len()) as u16);
+    let mut next = sorted.iter().peekable();
+    for r in 0..n as u16 {
+        if next.next_if_eq(&&r).is_none() {
+            w.u16(r);
+        }
     }
 }
 
@@ -1540,6 +1575,67 @@ mod tests {
     }
 
     /// A wrap of another length than `WRAP_LEN` fails the whole Install's decoding.
+    /// The roster encoded entry by entry on the stack is the field-by-field encoding
+    /// (`put_member`, then the incarnation), for IPv4 and IPv6 members, into a buffer that
+    /// held a longer roster before; and it decodes back.
+    #[test]
+    fn a_roster_is_its_members_field_by_field_and_decodes_back() {
+        let members: Vec<Member> = (0u8..5)
+            .map(|b| Member {
+                id: MemberId::from_bytes([b; 32]),
+                addr: if b % 2 == 0 {
+                    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, b)), 4000 + u16::from(b))
+                } else {
+                    SocketAddr::new(
+                        IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, u16::from(b))),
+                        u16::MAX - u16::from(b),
+                    )
+                },
+            })
+            .collect();
+        let incarnations: Vec<u64> = (0..5).map(|i| u64::MAX - i).collect();
+        let mut expected = Vec::new();
+        let mut w = Writer::new(&mut expected);
+        w.u16(5);
+        for (m, inc) in members.iter().zip(&incarnations) {
+            put_member(&mut w, m);
+            w.u64(*inc);
+        }
+        let mut out = vec![0xaa; 4096];
+        encode_roster_into(&members, &incarnations, &mut out);
+        assert_eq!(out, expected);
+        assert_eq!(encode_roster(&members, &incarnations), expected);
+        assert_eq!(decode_roster(&out), Some((members, incarnations)));
+    }
+
+    /// A Flush's survivors encode the same whether they come ascending (walked as they
+    /// are) or in any order with repeats (sorted first), and decode ascending.
+    #[test]
+    fn a_flush_encodes_its_survivors_in_any_order_alike() {
+        let flush = |survivors: Vec<u16>| {
+            let mut out = Vec::new();
+            Msg::Flush {
+                proposal: view(3, 2),
+                survivors,
+            }
+            .encode(&mut out);
+            out
+        };
+        let ascending = flush(vec![0, 1, 3, 4, 7, 8, 9]);
+        assert_eq!(ascending, flush(vec![9, 3, 0, 8, 1, 4, 7, 3, 9]));
+        match Msg::decode(&ascending) {
+            Some(Msg::Flush { survivors, .. }) => assert_eq!(survivors, vec![0, 1, 3, 4, 7, 8, 9]),
+            _ => panic!("a Flush did not decode"),
+        }
+        // Nobody, and one member: no ranks left out below the highest survivor.
+        for s in [vec![], vec![0], vec![5]] {
+            match Msg::decode(&flush(s.clone())) {
+                Some(Msg::Flush { survivors, .. }) => assert_eq!(survivors, s),
+                _ => panic!("a Flush did not decode"),
+            }
+        }
+    }
+
     #[test]
     fn a_wrap_of_another_length_is_malformed() {
         let install = Install {

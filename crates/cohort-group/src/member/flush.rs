@@ -844,6 +844,9 @@ impl GroupMember {
             }
         }
         c.final_order = order;
+        if appended.is_empty() {
+            return;
+        }
         let targets: Vec<u16> = c.survivors.clone();
         for (o, m) in appended {
             let msg = Msg::Ordered {

@@ -18,8 +18,9 @@ use crate::event::{Drop, GroupEvent, RemovalReason};
 use crate::id::{Member, MemberId, Members, View, ViewId};
 use crate::keys::{self, GroupKey, KeyWrap, ViewKeys, GROUP_KEY_LEN};
 use crate::wire::{
-    decode_roster, encode_roster, roster_digest, Install, InstallCopies, Joined, KeyDelivery, Msg,
-    PairMsg, MAX_PARTS, MAX_PART_LEN, PART_GRANT, PART_LIST, PART_WELCOME,
+    decode_roster, encode_roster, encode_roster_into, roster_digest, Install, InstallCopies,
+    Joined, KeyDelivery, Msg, PairMsg, MAX_PARTS, MAX_PART_LEN, PART_GRANT, PART_LIST,
+    PART_WELCOME,
 };
 use cohort_core::Timestamp;
 use cohort_crypto::Secret;
@@ -50,26 +51,46 @@ pub(super) struct Announce {
 
 /// The members of an announced view that have not acknowledged its Install, by their rank
 /// in it: an acknowledgement takes its member out in O(1) once its rank is known (the
-/// leader of 10,000 took every folded acknowledgement out with a scan of all members).
+/// leader of 10,000 took every folded acknowledgement out with a scan of all members). The
+/// list is the view's own (shared, not copied), with one byte of state a rank.
 #[cfg_attr(feature = "fuzzing", derive(Clone))]
 pub(super) struct Unacked {
-    /// By new rank: (member, is a joiner) while unacknowledged; `None` once acknowledged
-    /// (and for the coordinator itself).
-    slots: Vec<Option<(Member, bool)>>,
+    members: Members,
+    /// By rank: whether the member still owes an acknowledgement, and as what.
+    state: Vec<Owed>,
     left: usize,
+}
+
+/// What the member at one rank of an [`Unacked`] still owes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owed {
+    /// Acknowledged (or the coordinator itself).
+    Nothing,
+    /// A survivor's acknowledgement.
+    Survivor,
+    /// A joiner's acknowledgement.
+    Joiner,
 }
 
 impl Unacked {
     /// Every member of `members` but `me` unacknowledged; `joiner` tells which are joiners.
     /// `joiner` is asked with each member's rank.
     fn new(members: &Members, me: &MemberId, joiner: impl Fn(usize, &MemberId) -> bool) -> Self {
-        let slots: Vec<Option<(Member, bool)>> = members
+        let state: Vec<Owed> = members
             .iter()
             .enumerate()
-            .map(|(r, m)| (m.id != *me).then(|| (*m, joiner(r, &m.id))))
+            .map(|(r, m)| match (m.id == *me, joiner(r, &m.id)) {
+                (true, _) => Owed::Nothing,
+                (false, false) => Owed::Survivor,
+                (false, true) => Owed::Joiner,
+            })
             .collect();
-        let left = slots.iter().filter(|s| s.is_some()).count();
-        Unacked { slots, left }
+        let left = state.iter().filter(|s| **s != Owed::Nothing).count();
+        Unacked {
+            members: members.clone(),
+            state,
+            left,
+        }
     }
 
     /// Whether every member acknowledged.
@@ -78,25 +99,28 @@ impl Unacked {
     }
 
     /// The members still unacknowledged, by rank, with whether each is a joiner.
-    pub(super) fn iter(&self) -> impl Iterator<Item = &(Member, bool)> {
-        self.slots.iter().flatten()
+    pub(super) fn iter(&self) -> impl Iterator<Item = (Member, bool)> + '_ {
+        self.ranked().map(|(_, owed)| owed)
     }
 
     /// As [`iter`](Self::iter), with each member's rank.
-    pub(super) fn ranked(&self) -> impl Iterator<Item = (usize, &(Member, bool))> {
-        self.slots
+    pub(super) fn ranked(&self) -> impl Iterator<Item = (usize, (Member, bool))> + '_ {
+        self.state
             .iter()
+            .zip(self.members.iter())
             .enumerate()
-            .filter_map(|(r, s)| s.as_ref().map(|s| (r, s)))
+            .filter(|(_, (s, _))| **s != Owed::Nothing)
+            .map(|(r, (s, m))| (r, (*m, *s == Owed::Joiner)))
     }
 
     /// The member at `rank` acknowledged (if it is `id`: a rank of another list is ignored).
     pub(super) fn acked_at(&mut self, rank: usize, id: &MemberId) {
-        if let Some(slot) = self.slots.get_mut(rank) {
-            if slot.as_ref().is_some_and(|(m, _)| m.id == *id) {
-                *slot = None;
-                self.left -= 1;
-            }
+        let (Some(slot), Some(m)) = (self.state.get_mut(rank), self.members.get(rank)) else {
+            return;
+        };
+        if *slot != Owed::Nothing && m.id == *id {
+            *slot = Owed::Nothing;
+            self.left -= 1;
         }
     }
 }
@@ -305,24 +329,20 @@ impl GroupMember {
         let Some(base) = self.view.clone() else {
             return;
         };
-        let Some(c) = self.view_change.coordinator.take() else {
+        let Some(mut c) = self.view_change.coordinator.take() else {
             return;
         };
         let old_epoch = self.group_key.as_ref().map_or(0, |k| k.epoch);
         let key_epoch = c.new_key.as_ref().map_or(old_epoch, |k| k.epoch);
         // The change: survivors keep their old order, joiners are appended (`new_members`).
+        // The coordinator's survivors are taken, not copied (a merge Install puts them
+        // back): they come ascending already, so the sort only checks that.
         let n = base.members.len();
-        let mut survivors: Vec<u16> = c
-            .survivors
-            .iter()
-            .copied()
-            .filter(|r| usize::from(*r) < n)
-            .collect();
+        let mut survivors = std::mem::take(&mut c.survivors);
+        survivors.retain(|r| usize::from(*r) < n);
         survivors.sort_unstable();
         survivors.dedup();
-        let left: Vec<u16> = (0..n as u16)
-            .filter(|r| survivors.binary_search(r).is_err())
-            .collect();
+        let left = ranks_left_out(n, &survivors);
         let mut joined: Vec<Joined> = Vec::new();
         for (j, next_seq, incarnation) in &c.joiners {
             let survives = base
@@ -337,11 +357,15 @@ impl GroupMember {
                 incarnation: *incarnation,
             });
         }
-        let list: Vec<Member> = survivors
-            .iter()
-            .map(|r| base.members[usize::from(*r)])
-            .chain(joined.iter().map(|j| j.member))
-            .collect();
+        let total = survivors.len() + joined.len();
+        if total == 0 {
+            // Nobody stays (the coordinator leaves a view of its own): no view to install.
+            self.leave_or_go_alone(now);
+            return;
+        }
+        if total > MAX_VIEW_MEMBERS {
+            return;
+        }
         let incarnations: Vec<u64> = survivors
             .iter()
             .map(|r| self.incarnations.get(usize::from(*r)).copied().unwrap_or(0))
@@ -352,29 +376,28 @@ impl GroupMember {
             .map(|r| c.answers.get(r).map_or(0, |a| a.next_seq))
             .chain(joined.iter().map(|j| j.next_seq))
             .collect();
-        if list.is_empty() {
-            // Nobody stays (the coordinator leaves a view of its own): no view to install.
-            self.leave_or_go_alone(now);
-            return;
-        }
-        if list.len() > MAX_VIEW_MEMBERS {
-            return;
-        }
-        let roster_bytes = encode_roster(&list, &incarnations);
-        let digest = roster_digest(self.provider.keyed_blake3, &roster_bytes);
-        let members: Members = if left.is_empty() && joined.is_empty() {
+        // The new list is built once (`Members::changed`: the indexes from the base view's,
+        // not sorted again) and the roster encoded from it, into the buffer the view before
+        // last's roster used: at 10,000 members each is over half a megabyte, and fresh
+        // memory that size costs the leader page faults in every view change.
+        let unchanged = left.is_empty() && joined.is_empty();
+        let built = if unchanged {
             base.members.clone()
         } else {
-            // The indexes from the base view's (`Members::changed`), not sorted again.
             let joiners: Vec<Member> = joined.iter().map(|j| j.member).collect();
-            Members::intern_built(
-                &digest,
-                Members::changed(&base.members, &survivors, &joiners),
-            )
+            Members::changed(&base.members, &survivors, &joiners)
+        };
+        let mut roster_bytes = std::mem::take(&mut self.roster_spare);
+        encode_roster_into(&built, &incarnations, &mut roster_bytes);
+        let digest = roster_digest(self.provider.keyed_blake3, &roster_bytes);
+        let members: Members = if unchanged {
+            built
+        } else {
+            Members::intern_built(&digest, built)
         };
         let roster = Roster {
             members: members.clone(),
-            incarnations: intern_incarnations(&digest, incarnations.clone()),
+            incarnations: intern_incarnations(&digest, incarnations),
         };
         // The sequencer of the new view needs every member's next message number: it has
         // them when it is this coordinator; otherwise the Install carries them.
@@ -443,7 +466,12 @@ impl GroupMember {
                 Err(_) => return, // the backend failed: no view change this time
             }
         }
-        self.roster_bytes = Some((install.view, Arc::new(roster_bytes)));
+        let replaced = self
+            .roster_bytes
+            .replace((install.view, Arc::new(roster_bytes)));
+        if let Some(spare) = replaced.and_then(|(_, b)| Arc::try_unwrap(b).ok()) {
+            self.roster_spare = spare;
+        }
         let fresh_key = c.new_key.is_some() && c.exchange_from.is_none();
         let new_key = match c.new_key {
             Some(k) => k,
@@ -484,12 +512,12 @@ impl GroupMember {
         // survivors keep their order and come first).
         let mut copies: Vec<(u16, u16, SocketAddr)> = Vec::new();
         for (r, (m, joiner)) in unacked.ranked() {
-            if down_tree && !*joiner {
+            if down_tree && !joiner {
                 continue;
             }
-            if *joiner {
+            if joiner {
                 let copy = install_copy_for(&install, Some(r as u16));
-                self.send_welcome(now, m, copy, &welcome_key);
+                self.send_welcome(now, &m, copy, &welcome_key);
             } else {
                 match survivors.get(r) {
                     Some(old) => copies.push((r as u16, *old, m.addr)),
@@ -530,13 +558,14 @@ impl GroupMember {
             // Install and serves the positions it needs meanwhile. Dissolving at once left a
             // member that missed the one copy waiting out its takeover turn, then alone,
             // then merging through an Exchange of its own: seconds (the group chaos runs).
-            let waiting: Vec<Member> = unacked.iter().map(|(m, _)| *m).collect();
+            let waiting: Vec<Member> = unacked.iter().map(|(m, _)| m).collect();
             self.view_change.coordinator = Some(Coordinator {
                 phase: Phase::Dissolving { target },
                 deadline: now.saturating_add(self.config.flush_timeout),
                 resend_at: now.saturating_add(interval::flush_resend(&self.config)),
                 final_order: install.final_order,
                 dissolving: Some((install, waiting)),
+                survivors,
                 new_key: None,
                 pair_keys: Vec::new(),
                 ..c
@@ -797,7 +826,7 @@ impl GroupMember {
         };
         a.resend_at = now.saturating_add(interval::flush_resend(&self.config));
         let old = self.old_views.last().map(|o| o.view.id);
-        let waiting: Vec<(Member, bool)> = a.unacked.iter().copied().collect();
+        let waiting: Vec<(Member, bool)> = a.unacked.iter().collect();
         for (m, joiner) in waiting {
             let copy = install_copy_for(&a.install, a.members.rank_of(&m.id).map(|r| r as u16));
             if joiner {
@@ -1668,6 +1697,19 @@ fn lookup_incarnations(key: &[u8; 32]) -> Option<Arc<[u64]>> {
 
 /// `incarnations`, shared with the same list under `key` if this process holds it already
 /// (the caller checked that `key` names this content), else remembered under `key`.
+/// The ranks of `0..n` not in `survivors` (ascending, each below `n`), ascending: one walk
+/// over both, not a search per rank.
+fn ranks_left_out(n: usize, survivors: &[u16]) -> Vec<u16> {
+    let mut left = Vec::with_capacity(n.saturating_sub(survivors.len()));
+    let mut next = survivors.iter().peekable();
+    for r in 0..n as u16 {
+        if next.next_if_eq(&&r).is_none() {
+            left.push(r);
+        }
+    }
+    left
+}
+
 fn intern_incarnations(key: &[u8; 32], incarnations: Vec<u64>) -> Arc<[u64]> {
     let mut guard = INCARNATIONS.lock().unwrap_or_else(|e| e.into_inner());
     let map = guard.get_or_insert_with(HashMap::new);
@@ -1705,7 +1747,7 @@ mod tests {
         assert_eq!(u.iter().count(), 5);
         assert!(u
             .iter()
-            .all(|(m, j)| *j == (m.id == list[4].id || m.id == list[5].id)));
+            .all(|(m, j)| j == (m.id == list[4].id || m.id == list[5].id)));
         // A rank that holds another member, a rank out of range and the coordinator's own
         // rank change nothing.
         u.acked_at(2, &list[3].id);
@@ -1718,7 +1760,7 @@ mod tests {
             u.acked_at(r, &list[r].id);
             assert!(!u.is_empty());
         }
-        let left: Vec<(usize, Member)> = u.ranked().map(|(r, (m, _))| (r, *m)).collect();
+        let left: Vec<(usize, Member)> = u.ranked().map(|(r, (m, _))| (r, m)).collect();
         assert_eq!(left, vec![(5, list[5])]);
         u.acked_at(5, &list[5].id);
         assert!(u.is_empty());

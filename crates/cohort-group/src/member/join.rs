@@ -262,7 +262,7 @@ impl GroupMember {
         if let Some(a) = self.view_change.announce.as_ref() {
             if a.unacked
                 .iter()
-                .any(|(m, j)| *j && m.id == peer && m.addr == addr)
+                .any(|(m, j)| j && m.id == peer && m.addr == addr)
             {
                 let rank = a.members.rank_of(&peer).map(|r| r as u16);
                 let copy = install_copy_for(&a.install, rank);

@@ -128,7 +128,9 @@ impl GroupMember {
             epoch: key.epoch,
             bind: &bind,
         };
-        let ids: Vec<_> = members.iter().map(|m| m.id).collect();
+        // Every member's id, for a reseed or a batch from scratch only: a batch on the
+        // tree takes the change from the Install (no list of 10,000 ids to build).
+        let ids = || members.iter().map(|m| m.id).collect::<Vec<_>>();
         let root = Secret::from_slice(key.expose());
         let reseed = !self.lkh_can_batch();
         // A merge Install dissolves the component: nobody keeps its keys (members open
@@ -156,11 +158,11 @@ impl GroupMember {
                 (left, joined)
             });
         let result = match (reseed, change) {
-            (true, _) => tree.reseed(&self.provider, &mut self.rng, &ctx, &ids, &root),
+            (true, _) => tree.reseed(&self.provider, &mut self.rng, &ctx, &ids(), &root),
             (false, Some((left, joined))) => {
                 tree.batch_change(&self.provider, &mut self.rng, &ctx, &left, &joined, &root)
             }
-            (false, None) => tree.batch(&self.provider, &mut self.rng, &ctx, &ids, &root),
+            (false, None) => tree.batch(&self.provider, &mut self.rng, &ctx, &ids(), &root),
         };
         let Ok(batch) = result else {
             // The backend failed (or the tree outgrew MAX_DEPTH): no member opens this
@@ -172,7 +174,7 @@ impl GroupMember {
         let ranks: HashMap<_, usize> = if batch.copies.is_empty() {
             HashMap::new()
         } else {
-            ids.iter().enumerate().map(|(r, id)| (*id, r)).collect()
+            members.iter().enumerate().map(|(r, m)| (m.id, r)).collect()
         };
         for m in &batch.copies {
             if *m == self.id {
@@ -194,7 +196,7 @@ impl GroupMember {
         let (wrap_bytes, path_bytes) = delivery.wire_len();
         self.lkh.last = Some(LkhRekeyStats {
             epoch: key.epoch,
-            members: ids.len(),
+            members: members.len(),
             depth: delivery.depth,
             reseed,
             wraps: delivery.wraps.len(),

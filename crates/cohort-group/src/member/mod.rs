@@ -146,6 +146,9 @@ pub struct GroupMember {
     /// The current view's member list encoded for members that fetch it (built once per
     /// view, at the coordinator when it sends the Install or on the first request).
     roster_bytes: Option<(ViewId, Arc<Vec<u8>>)>,
+    /// The buffer of a replaced `roster_bytes`, for the next Install this member sends
+    /// (`send_install`): reused instead of allocated afresh.
+    roster_spare: Vec<u8>,
     /// Largest part of an Install, Welcome or member list (`wire::MAX_PART_LEN`; lower in
     /// tests, to split small groups' messages).
     part_limit: usize,
@@ -222,6 +225,7 @@ impl GroupMember {
             incarnation: self.incarnation,
             incarnations: Arc::clone(&self.incarnations),
             roster_bytes: self.roster_bytes.clone(),
+            roster_spare: Vec::new(),
             part_limit: self.part_limit,
             expelled: self.expelled,
             view: self.view.clone(),
@@ -348,6 +352,7 @@ impl GroupMember {
             incarnation: 0,
             incarnations: Arc::from(Vec::new()),
             roster_bytes: None,
+            roster_spare: Vec::new(),
             part_limit: crate::wire::MAX_PART_LEN,
             expelled: false,
             view: None,
