@@ -214,6 +214,11 @@ fn fold_acks(view: ViewId, acks: &[u16]) -> Vec<Msg> {
 
 /// Whether every rank of `runs` lies in `root`'s overlay subtree of a view of `n`.
 fn runs_in_subtree(root: u16, n: usize, runs: &[(u16, u16)]) -> bool {
+    if root == 0 {
+        // Every rank lies below the root: only the range is checked (the leader of 10,000
+        // walked each acknowledged rank up the tree).
+        return runs_to_ranks(runs).all(|r| usize::from(r) < n);
+    }
     runs_to_ranks(runs).all(|r| usize::from(r) < n && in_subtree(root, r))
 }
 
@@ -712,6 +717,32 @@ fn silent_within(c: &Coordinator, round: u32) -> Vec<u16> {
 mod tests {
     use super::*;
     use crate::id::MemberId;
+
+    /// Runs under the root are checked by range only: the same answers as walking each
+    /// rank up the tree, for runs inside the view, past its end, and wrapping past u16.
+    #[test]
+    fn runs_under_the_root_need_only_lie_in_the_view() {
+        let n = 10_000;
+        let walked = |root: u16, runs: &[(u16, u16)]| {
+            runs_to_ranks(runs).all(|r| usize::from(r) < n && in_subtree(root, r))
+        };
+        let cases: [&[(u16, u16)]; 6] = [
+            &[],
+            &[(0, 1)],
+            &[(1, 9_999)],
+            &[(3, 16), (400, 3), (9_990, 10)],
+            &[(9_990, 11)],
+            &[(65_535, 2)],
+        ];
+        for runs in cases {
+            assert_eq!(runs_in_subtree(0, n, runs), walked(0, runs), "{runs:?}");
+        }
+        assert!(runs_in_subtree(0, n, &[(1, 9_999)]));
+        assert!(!runs_in_subtree(0, n, &[(9_990, 11)]));
+        // Below another root, ranks of other subtrees still fail.
+        assert!(runs_in_subtree(1, n, &[(3, 16)]));
+        assert!(!runs_in_subtree(1, n, &[(19, 1)]));
+    }
 
     #[test]
     fn the_flush_tree_skips_members_that_do_not_survive() {
