@@ -596,12 +596,16 @@ fn put_survivors(w: &mut Writer<'_>, survivors: &[u16]) {
     };
     let n = sorted.last().map_or(0, |m| usize::from(*m) + 1);
     w.u16(n as u16).u16((n - sorted.len()) as u16);
-    let mut next = sorted.iter().peekable();
-    for r in 0..n as u16 {
-        if next.next_if_eq(&&r).is_none() {
-            w.u16(r);
-        }
+    for r in ranks_left_out(n, sorted) {
+        w.u16(r);
     }
+}
+
+/// The ranks of `0..n` not in `survivors` (ascending, each below `n`), ascending: one walk
+/// over both, not a search per rank.
+pub(crate) fn ranks_left_out(n: usize, survivors: &[u16]) -> impl Iterator<Item = u16> + '_ {
+    let mut next = survivors.iter().peekable();
+    (0..n as u16).filter(move |r| next.next_if_eq(&r).is_none())
 }
 
 fn get_survivors(r: &mut Reader<'_>) -> Option<Vec<u16>> {

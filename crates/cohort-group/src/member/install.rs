@@ -18,9 +18,9 @@ use crate::event::{Drop, GroupEvent, RemovalReason};
 use crate::id::{Member, MemberId, Members, View, ViewId};
 use crate::keys::{self, GroupKey, KeyWrap, ViewKeys, GROUP_KEY_LEN};
 use crate::wire::{
-    decode_roster, encode_roster, encode_roster_into, roster_digest, Install, InstallCopies,
-    Joined, KeyDelivery, Msg, PairMsg, MAX_PARTS, MAX_PART_LEN, PART_GRANT, PART_LIST,
-    PART_WELCOME,
+    decode_roster, encode_roster, encode_roster_into, ranks_left_out, roster_digest, Install,
+    InstallCopies, Joined, KeyDelivery, Msg, PairMsg, MAX_PARTS, MAX_PART_LEN, PART_GRANT,
+    PART_LIST, PART_WELCOME,
 };
 use cohort_core::Timestamp;
 use cohort_crypto::Secret;
@@ -342,7 +342,7 @@ impl GroupMember {
         survivors.retain(|r| usize::from(*r) < n);
         survivors.sort_unstable();
         survivors.dedup();
-        let left = ranks_left_out(n, &survivors);
+        let left: Vec<u16> = ranks_left_out(n, &survivors).collect();
         let mut joined: Vec<Joined> = Vec::new();
         for (j, next_seq, incarnation) in &c.joiners {
             let survives = base
@@ -1697,19 +1697,6 @@ fn lookup_incarnations(key: &[u8; 32]) -> Option<Arc<[u64]>> {
 
 /// `incarnations`, shared with the same list under `key` if this process holds it already
 /// (the caller checked that `key` names this content), else remembered under `key`.
-/// The ranks of `0..n` not in `survivors` (ascending, each below `n`), ascending: one walk
-/// over both, not a search per rank.
-fn ranks_left_out(n: usize, survivors: &[u16]) -> Vec<u16> {
-    let mut left = Vec::with_capacity(n.saturating_sub(survivors.len()));
-    let mut next = survivors.iter().peekable();
-    for r in 0..n as u16 {
-        if next.next_if_eq(&&r).is_none() {
-            left.push(r);
-        }
-    }
-    left
-}
-
 fn intern_incarnations(key: &[u8; 32], incarnations: Vec<u64>) -> Arc<[u64]> {
     let mut guard = INCARNATIONS.lock().unwrap_or_else(|e| e.into_inner());
     let map = guard.get_or_insert_with(HashMap::new);
