@@ -138,6 +138,9 @@ struct Slot {
     opened_at: Option<Timestamp>,
     /// When the peer last sent something authenticated on this session.
     last_heard: Timestamp,
+    /// An answered session's number (from 1, never reused; 0 for an opener): how
+    /// `KdcPairTable::answered` and `awaiting_kdc` name it wherever it moves.
+    serial: u64,
 }
 
 impl Slot {
@@ -157,8 +160,38 @@ impl Slot {
             resend_at: now.saturating_add(RESEND),
             opened_at: None,
             last_heard: now,
+            serial: 0,
         }
     }
+}
+
+/// Whether the answered session `serial` at `addr` still waits for σ from the KDC.
+fn waits_for_kdc(
+    slots: &BTreeMap<SocketAddr, Slot>,
+    replacing: &BTreeMap<SocketAddr, Slot>,
+    addr: SocketAddr,
+    serial: u64,
+) -> bool {
+    half_open_in(slots, replacing, addr, serial)
+        .is_some_and(|(_, s)| matches!(s.state, State::AwaitKdc))
+}
+
+/// The answered session `serial` at `addr`, if it is not open yet: whether it waits aside
+/// (in `replacing`), and the session.
+fn half_open_in<'a>(
+    slots: &'a BTreeMap<SocketAddr, Slot>,
+    replacing: &'a BTreeMap<SocketAddr, Slot>,
+    addr: SocketAddr,
+    serial: u64,
+) -> Option<(bool, &'a Slot)> {
+    let is_it = |s: &&Slot| {
+        s.serial == serial && s.role == Role::Answerer && !matches!(s.state, State::Open)
+    };
+    slots
+        .get(&addr)
+        .filter(is_it)
+        .map(|s| (false, s))
+        .or_else(|| replacing.get(&addr).filter(is_it).map(|s| (true, s)))
 }
 
 /// The body of an Accept or a Confirm: sender, receiver, both nonces, and the tag over
@@ -228,9 +261,22 @@ pub struct KdcPairTable {
     /// slot (a leader of 10,000 holds 10,000 open channels and ticks every heartbeat).
     /// Every session not open has an entry at or before its `resend_at` (added by
     /// `schedule` when it is created or resent); an entry may be early or outlive its
-    /// session (a spurious wake-up, harmless), never late. It also lists every session
-    /// not open, so the half-open bound and the KDC's answers look here, not at every slot.
+    /// session (a spurious wake-up, harmless), never late.
     due: BTreeSet<(Timestamp, SocketAddr)>,
+    /// Answered sessions (address and serial) in the order they were answered: a superset
+    /// of those not yet open, each named once. Entries of sessions that opened or went are
+    /// dropped when the queue reaches `MAX_HALF_OPEN`, so it holds at most that many and the
+    /// half-open bound costs nothing per Hello until then (it used to collect every
+    /// session not open into a new set on every Hello: most of a KDC leader's CPU in a cold
+    /// start of thousands).
+    answered: VecDeque<(SocketAddr, u64)>,
+    /// Answered sessions waiting for σ from the KDC, by the principal they wait for: what
+    /// an answer from the KDC opens, without a walk over every session in flight. A
+    /// superset (sessions that moved on are skipped); a principal's list goes when the KDC
+    /// answers for it, and keeps only its waiting sessions when its request gives up.
+    awaiting_kdc: HashMap<MemberId, Vec<(SocketAddr, u64)>>,
+    /// The last serial given to an answered session.
+    last_serial: u64,
     /// By peer: addresses where a channel to it opened (a superset, checked on lookup), so
     /// that [`pair_key`](Self::pair_key) looks at a few slots, not all: a leader wraps a key
     /// for every member with it.
@@ -270,6 +316,9 @@ impl KdcPairTable {
             unknown: HashMap::new(),
             pending: BTreeMap::new(),
             due: BTreeSet::new(),
+            answered: VecDeque::new(),
+            awaiting_kdc: HashMap::new(),
+            last_serial: 0,
             opened: HashMap::new(),
             outbox: VecDeque::new(),
             events: VecDeque::new(),
@@ -397,12 +446,6 @@ impl KdcPairTable {
             });
             addrs.push(addr);
         }
-    }
-
-    /// Every address with a session that is not open (from `due`, so it does not grow with
-    /// the open channels), in address order.
-    fn unopened(&self) -> BTreeSet<SocketAddr> {
-        self.due.iter().map(|(_, a)| *a).collect()
     }
 
     /// Runs `f` with the replacing session at `addr` standing in for the open one. If it is
@@ -690,42 +733,7 @@ impl KdcPairTable {
         i_name: PrincipalName,
         nonce_i: [u8; NONCE],
     ) {
-        // At most MAX_HALF_OPEN answered sessions wait: the oldest goes.
-        // Half-open sessions are not open, so `due` lists their addresses: looking there
-        // costs what is in flight, not what is open. The oldest is the one that started
-        // first, a slot before a session aside, then the lower address.
-        let half_open = |s: &Slot| s.role == Role::Answerer && !matches!(s.state, State::Open);
-        let mut waiting = 0usize;
-        let mut oldest: Option<(Timestamp, bool, SocketAddr)> = None;
-        for a in self.unopened() {
-            let here = [(false, self.slots.get(&a)), (true, self.replacing.get(&a))];
-            for (aside, s) in here {
-                let Some(s) = s.filter(|s| half_open(s)) else {
-                    continue;
-                };
-                waiting += 1;
-                let key = (s.started, aside, a);
-                if oldest.is_none_or(|o| key < o) {
-                    oldest = Some(key);
-                }
-            }
-        }
-        if waiting >= MAX_HALF_OPEN {
-            if let Some((_, aside, a)) = oldest {
-                let gone = if aside {
-                    self.replacing.remove(&a)
-                } else {
-                    self.slots.remove(&a)
-                };
-                // Its deadline goes too (a flood would otherwise leave one early wake-up
-                // per evicted session); one of another session at `a` is listed again.
-                if let Some(gone) = gone {
-                    self.due.remove(&(gone.resend_at, a));
-                    self.schedule(a);
-                }
-                self.drops.refused += 1;
-            }
-        }
+        self.bound_half_open();
         let queue = self
             .slots
             .remove(&from)
@@ -733,6 +741,8 @@ impl KdcPairTable {
             .unwrap_or_default();
         let mut nonce_r = [0u8; NONCE];
         self.rng.fill_bytes(&mut nonce_r);
+        self.last_serial += 1;
+        let serial = self.last_serial;
         self.slots.insert(
             from,
             Slot {
@@ -740,9 +750,11 @@ impl KdcPairTable {
                 nonce_i,
                 nonce_r,
                 queue,
+                serial,
                 ..Slot::new(Role::Answerer, State::AwaitKdc, now)
             },
         );
+        self.answered.push_back((from, serial));
         self.schedule(from);
         if self.from_kdc.contains_key(&i) {
             self.accept_with_cached(from);
@@ -772,9 +784,71 @@ impl KdcPairTable {
                 Err(_) => {
                     self.drops.failed += 1;
                     self.slots.remove(&from);
+                    return;
                 }
             }
         }
+        self.wait_for_kdc(i, from, serial);
+    }
+
+    /// At most `MAX_HALF_OPEN` answered sessions wait (for the KDC or a Confirm): before a
+    /// new one, the oldest goes when the bound is reached. The oldest is the one that
+    /// started first, a slot before a session aside, then the lower address.
+    fn bound_half_open(&mut self) {
+        if self.answered.len() < MAX_HALF_OPEN {
+            return;
+        }
+        let (slots, replacing) = (&self.slots, &self.replacing);
+        self.answered
+            .retain(|&(a, serial)| half_open_in(slots, replacing, a, serial).is_some());
+        if self.answered.len() < MAX_HALF_OPEN {
+            return;
+        }
+        let oldest = self
+            .answered
+            .iter()
+            .enumerate()
+            .filter_map(|(k, &(a, serial))| {
+                half_open_in(slots, replacing, a, serial)
+                    .map(|(aside, s)| ((s.started, aside, a), k))
+            })
+            .min();
+        let Some(((_, aside, a), k)) = oldest else {
+            return;
+        };
+        self.answered.remove(k);
+        let gone = if aside {
+            self.replacing.remove(&a)
+        } else {
+            self.slots.remove(&a)
+        };
+        // Its deadline goes too (a flood would otherwise leave one early wake-up per
+        // evicted session); one of another session at `a` is listed again.
+        if let Some(gone) = gone {
+            self.due.remove(&(gone.resend_at, a));
+            self.schedule(a);
+        }
+        self.drops.refused += 1;
+    }
+
+    /// The answered session `serial` at `addr` waits for σ of `peer` from the KDC.
+    fn wait_for_kdc(&mut self, peer: MemberId, addr: SocketAddr, serial: u64) {
+        // Lists of principals whose requests gave up keep sessions that have since gone:
+        // past a bound on the principals listed, every list keeps only what still waits.
+        if self.awaiting_kdc.len() > MAX_HALF_OPEN + MAX_KDC_PENDING {
+            let (slots, replacing) = (&self.slots, &self.replacing);
+            self.awaiting_kdc.retain(|_, list| {
+                list.retain(|&(a, n)| waits_for_kdc(slots, replacing, a, n));
+                !list.is_empty()
+            });
+        }
+        let list = self.awaiting_kdc.entry(peer).or_default();
+        if list.len() >= MAX_HALF_OPEN {
+            // A flood of Hellos for one principal while its request is out.
+            let (slots, replacing) = (&self.slots, &self.replacing);
+            list.retain(|&(a, n)| waits_for_kdc(slots, replacing, a, n));
+        }
+        list.push((addr, serial));
     }
 
     /// σ for the opener at `addr` came (or was cached): derive the session, send Accept.
@@ -1179,23 +1253,22 @@ impl KdcPairTable {
             return;
         };
         self.pending.remove(&peer);
-        let unopened = self.unopened();
-        let waiting: Vec<SocketAddr> = unopened
-            .iter()
-            .filter_map(|a| self.slots.get_key_value(a))
-            .filter(|(_, s)| {
-                s.role == Role::Answerer
-                    && s.peer == Some(peer)
-                    && matches!(s.state, State::AwaitKdc)
-            })
-            .map(|(a, _)| *a)
-            .collect();
-        let waiting_aside: Vec<SocketAddr> = unopened
-            .iter()
-            .filter_map(|a| self.replacing.get_key_value(a))
-            .filter(|(_, s)| s.peer == Some(peer) && matches!(s.state, State::AwaitKdc))
-            .map(|(a, _)| *a)
-            .collect();
+        // The sessions waiting for this σ, slots then sessions aside, each in address order.
+        let (mut waiting, mut waiting_aside) = (Vec::new(), Vec::new());
+        for (a, serial) in self.awaiting_kdc.remove(&peer).unwrap_or_default() {
+            match half_open_in(&self.slots, &self.replacing, a, serial) {
+                Some((aside, s)) if s.peer == Some(peer) && matches!(s.state, State::AwaitKdc) => {
+                    if aside {
+                        waiting_aside.push(a);
+                    } else {
+                        waiting.push(a);
+                    }
+                }
+                _ => {}
+            }
+        }
+        waiting.sort_unstable();
+        waiting_aside.sort_unstable();
         match outcome {
             Ok(sigma) => {
                 self.kdc_answers += 1;
@@ -1338,6 +1411,14 @@ impl KdcPairTable {
                     self.close_where(PairFailure::KdcUnknownMemberHint, |_, s| {
                         s.peer == Some(m) && matches!(s.state, State::AwaitKdc)
                     });
+                }
+                // A later request for `m` may still open the sessions that wait.
+                let (slots, replacing) = (&self.slots, &self.replacing);
+                if let Some(list) = self.awaiting_kdc.get_mut(&m) {
+                    list.retain(|&(a, n)| waits_for_kdc(slots, replacing, a, n));
+                    if list.is_empty() {
+                        self.awaiting_kdc.remove(&m);
+                    }
                 }
                 continue;
             }
@@ -1527,6 +1608,47 @@ mod tests {
         assert!(messages(&mut a).contains(&b"still here".to_vec()));
         // At most MAX_HALF_OPEN sessions wait on the side.
         assert!(a.replacing.len() <= 1 && a.slots.len() <= MAX_HALF_OPEN + 1);
+    }
+
+    /// Hellos from one principal at more addresses than the half-open bound, while its one
+    /// request to the KDC is out: the index of answered sessions and the list of those
+    /// waiting for σ stay within the bound, and the KDC's answer sends an Accept to every
+    /// session that still waits (the newest `MAX_HALF_OPEN`), in address order, and to no
+    /// evicted one.
+    #[test]
+    fn sessions_waiting_for_the_kdc_stay_bounded_and_all_open_on_its_answer() {
+        let now = Timestamp::from_millis(1000);
+        let (mut a, mut k) = (table("a", "b", 1), kdc());
+        let b_id = MemberId::from_principal(&name("b"));
+        let spoofed = |i: usize| SocketAddr::from(([172, 16, (i >> 8) as u8, i as u8], 4000));
+        let extra = 300;
+        let (mut buf, mut requests) = (Vec::new(), Vec::new());
+        for i in 0..MAX_HALF_OPEN + extra {
+            a.handle_datagram(now, spoofed(i), &hello_from("b", i as u8));
+            while let Some(t) = a.poll_transmit(now, &mut buf) {
+                assert_eq!(t.destination, addr(KDC), "nothing but the KDC request yet");
+                requests.push(buf[..t.size].to_vec());
+                buf.clear();
+            }
+            assert!(a.answered.len() <= MAX_HALF_OPEN);
+            assert!(a.awaiting_kdc.get(&b_id).map_or(0, Vec::len) <= MAX_HALF_OPEN);
+        }
+        assert_eq!(requests.len(), 1, "one request per principal in flight");
+        assert_eq!(a.drops.refused, extra as u64, "the oldest went");
+        let answer = k
+            .handle_request(addr(A), &requests[0])
+            .expect("the KDC answers");
+        a.handle_kdc(now, &answer);
+        let mut accepted = Vec::new();
+        while let Some(t) = a.poll_transmit(now, &mut buf) {
+            assert_eq!(buf[2], 2, "an Accept");
+            accepted.push(t.destination);
+            buf.clear();
+        }
+        let expected: Vec<SocketAddr> = (extra..MAX_HALF_OPEN + extra).map(spoofed).collect();
+        assert_eq!(accepted, expected);
+        assert!(a.awaiting_kdc.is_empty());
+        assert_eq!(a.kdc_answers(), 1);
     }
 
     #[test]
