@@ -33,6 +33,7 @@ use crate::pair::{PairDrops, PairEvent, PairFailure, MAX_QUEUED};
 use cohort_core::wire::{Reader, Writer};
 use cohort_core::{Timestamp, Transmit};
 use cohort_crypto::{ct_eq, AeadAlgorithm, AeadKey, CryptoProvider, Secret};
+use cohort_kdc::wire::{Response, ResponseBody};
 use cohort_kdc::{member_shared_key, KdcError, PairKeyRequest, PrincipalKey, PrincipalName};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -57,8 +58,14 @@ const REOPEN: Duration = Duration::from_secs(1);
 /// KDC requests are resent this often, up to `KDC_TRIES` times.
 const KDC_RESEND: Duration = Duration::from_millis(300);
 const KDC_TRIES: u32 = 10;
-/// Most KDC requests outstanding at once (a flood of hellos cannot make more).
-const MAX_KDC_PENDING: usize = 32;
+/// Most KDC requests outstanding at once (a flood of hellos cannot make more); a Hello that
+/// needs one more is refused, and its opener sends it again after `RESEND`. This bounds how
+/// fast a leader admits new principals: at most this many per round trip to the KDC. At 32
+/// (until 2026-11-27) a cold start of 10,000 over 5 ms links admitted about 3,200 joiners a
+/// second, so the last ones waited past `3 × suspect_timeout` with no answer, founded groups
+/// of their own, and were merged back one Exchange at a time (17 s to one view). Each
+/// request holds a few hundred bytes until answered or given up (`KDC_TRIES`).
+const MAX_KDC_PENDING: usize = 256;
 /// Most σ kept from the KDC.
 const MAX_CACHED: usize = 4096;
 /// How long a principal the KDC said it does not know is refused without asking again.
@@ -1231,8 +1238,22 @@ impl KdcPairTable {
 
     /// A datagram from the KDC's address: the answer to one of this table's requests.
     pub fn handle_kdc(&mut self, now: Timestamp, data: &[u8]) {
+        // An answer that names its principal is tried against that principal's request
+        // alone (with `MAX_KDC_PENDING` requests out, trying each cost up to that many MAC
+        // checks an answer). A hint names none: it is tried against every request.
+        let named = match Response::parse(data).map(|r| r.body) {
+            Ok(ResponseBody::PairKey { principal, .. })
+            | Ok(ResponseBody::UnknownPrincipal { principal, .. }) => {
+                Some(MemberId::from_principal(&principal))
+            }
+            _ => None,
+        };
         let mut done = None;
-        for (peer, p) in self.pending.iter_mut() {
+        let candidates = self
+            .pending
+            .iter_mut()
+            .filter(|(peer, _)| named.is_none_or(|m| **peer == m));
+        for (peer, p) in candidates {
             match p.request.open_response(data) {
                 Ok(sigma) => {
                     done = Some((*peer, Ok(Secret::from_slice(sigma.expose()))));
@@ -1649,6 +1670,71 @@ mod tests {
         assert_eq!(accepted, expected);
         assert!(a.awaiting_kdc.is_empty());
         assert_eq!(a.kdc_answers(), 1);
+    }
+
+    /// With requests out for two principals, each answer from the KDC opens the sessions
+    /// of the principal it names and no other, in whichever order the answers come; an
+    /// answer with a broken MAC opens nothing and is counted.
+    #[test]
+    fn a_kdc_answer_opens_only_the_sessions_of_the_principal_it_names() {
+        let now = Timestamp::from_millis(1000);
+        let mut a = KdcPairTable::new(
+            CryptoProvider::default_provider(),
+            KdcCredentials {
+                name: name("a"),
+                key: PrincipalKey::from_bytes([1; 32]),
+                kdc: addr(KDC),
+            },
+            "g",
+            vec![
+                MemberId::from_principal(&name("b")),
+                MemberId::from_principal(&name("c")),
+            ],
+            false,
+            [1; 32],
+        );
+        let mut k = kdc();
+        k.replace_registry({
+            let mut r = Registry::new();
+            r.insert(name("a"), PrincipalKey::from_bytes([1; 32]));
+            r.insert(name("b"), PrincipalKey::from_bytes([2; 32]));
+            r.insert(name("c"), PrincipalKey::from_bytes([3; 32]));
+            r
+        });
+        let (at_b, at_c) = (addr("10.0.0.2:7000"), addr("10.0.0.3:7000"));
+        a.handle_datagram(now, at_b, &hello_from("b", 1));
+        a.handle_datagram(now, at_c, &hello_from("c", 2));
+        let mut buf = Vec::new();
+        let mut answers = Vec::new();
+        while let Some(t) = a.poll_transmit(now, &mut buf) {
+            assert_eq!(t.destination, addr(KDC));
+            answers.push(k.handle_request(addr(A), &buf[..t.size]).expect("answered"));
+            buf.clear();
+        }
+        assert_eq!(answers.len(), 2, "one request per principal");
+        let mut sent_to = |a: &mut KdcPairTable| {
+            let mut to = Vec::new();
+            while let Some(t) = a.poll_transmit(now, &mut buf) {
+                assert_eq!(buf[2], 2, "an Accept");
+                to.push(t.destination);
+                buf.clear();
+            }
+            to
+        };
+        let mut forged = answers[1].clone();
+        let last = forged.len() - 1;
+        forged[last] ^= 1;
+        a.handle_kdc(now, &forged);
+        assert!(sent_to(&mut a).is_empty());
+        assert_eq!(a.drops.unexpected, 1);
+        a.handle_kdc(now, &answers[1]);
+        assert_eq!(sent_to(&mut a), vec![at_c]);
+        a.handle_kdc(now, &answers[0]);
+        assert_eq!(sent_to(&mut a), vec![at_b]);
+        assert_eq!(a.kdc_answers(), 2);
+        a.handle_kdc(now, &answers[0]);
+        assert!(sent_to(&mut a).is_empty(), "an answer is taken once");
+        assert_eq!(a.drops.unexpected, 2);
     }
 
     #[test]
