@@ -541,10 +541,34 @@ impl World {
             let view = w.leader_view();
             if let Some((_, len)) = view.filter(|(_, len)| trace && *len != last.get()) {
                 last.set(len);
+                let id = view.map(|(id, _)| id);
+                let (mut here, mut other, mut none) = (0usize, 0usize, 0usize);
+                let mut dropped = [0u64; 16];
+                let mut names = Vec::new();
+                for i in 0..n {
+                    match w.peer(i).view {
+                        Some((v, _)) if Some(v) == id => here += 1,
+                        Some(_) => other += 1,
+                        None => none += 1,
+                    }
+                    for (k, (name, c)) in w.member(i).counters().iter().enumerate() {
+                        if i == 0 {
+                            names.push(name);
+                        }
+                        dropped[k] += c;
+                    }
+                }
+                let drops: Vec<String> = names
+                    .iter()
+                    .zip(dropped)
+                    .filter(|(_, c)| *c > 0)
+                    .map(|(name, c)| format!("{name} {c}"))
+                    .collect();
                 eprintln!(
-                    "  {:>8.3} s virtual, {:>7.1} s wall: leader's view {len}",
+                    "  {:>8.3} s virtual, {:>7.1} s wall: leader's view {len}; members already in it {here}, in an earlier or another view {other}, in none {none}; drops of all members: {}",
                     w.sim.now().saturating_duration_since(begin).as_secs_f64(),
-                    wall.elapsed().as_secs_f64()
+                    wall.elapsed().as_secs_f64(),
+                    drops.join(", ")
                 );
             }
             view.is_some_and(|(id, len)| len == n && w.all_in(&all, id, n))
