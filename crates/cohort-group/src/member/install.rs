@@ -185,7 +185,14 @@ impl Assembly {
         if !self.complete() {
             return None;
         }
-        Some(self.parts.into_iter().flatten().flatten().collect())
+        // One allocation and one copy per part (collecting the bytes one at a time through
+        // a flattened iterator was a tenth of the simulator's CPU in a cold start of 5,000).
+        let len = self.parts.iter().flatten().map(Vec::len).sum();
+        let mut out = Vec::with_capacity(len);
+        for part in self.parts.iter().flatten() {
+            out.extend_from_slice(part);
+        }
+        Some(out)
     }
 }
 
@@ -1822,6 +1829,26 @@ mod tests {
             agreed[0] > 100 && agreed[1] > 100,
             "both outcomes were tried: {agreed:?}"
         );
+    }
+
+    #[test]
+    fn parts_that_came_in_any_order_join_in_index_order_once_all_are_in() {
+        let view = ViewId {
+            coordinator: MemberId::from_bytes([1; 32]),
+            seq: 3,
+        };
+        let mut a = Assembly::new(view, PART_INSTALL, 3);
+        assert_eq!(a.add(2, 3, b"ef".to_vec()), Ok(()));
+        assert_eq!(a.add(0, 3, b"abc".to_vec()), Ok(()));
+        assert!(!a.complete());
+        assert_eq!(a.first_missing(), Some(1));
+        assert_eq!(a.add(1, 4, b"d".to_vec()), Err(()), "another total");
+        assert_eq!(a.add(1, 3, b"d".to_vec()), Ok(()));
+        assert_eq!(a.add(1, 3, b"x".to_vec()), Ok(()), "a copy is ignored");
+        assert_eq!(a.take(), Some(b"abcdef".to_vec()));
+        let mut b = Assembly::new(view, PART_INSTALL, 2);
+        assert_eq!(b.add(0, 2, b"ab".to_vec()), Ok(()));
+        assert_eq!(b.take(), None, "incomplete");
     }
 
     #[test]
