@@ -1695,8 +1695,6 @@ impl GroupMember {
     }
 }
 
-/// Whether `install`'s change can apply to `base`: ranks that left are in it, and the
-/// count adds up.
 /// Whether `list` is `base` without the positions in `left` (strictly ascending, each
 /// below `base.len()`, as a decoded Install's are), followed by `joined`: the survivors
 /// compared a run at a time.
@@ -1730,6 +1728,8 @@ fn is_change_of<T: PartialEq + Copy>(
     n == rest.len() && joined.next().is_none()
 }
 
+/// Whether `install`'s change can apply to `base`: ranks that left are in it, and the
+/// count adds up.
 fn delta_fits(base: &View, install: &Install) -> bool {
     let n = base.members.len();
     install.left.last().is_none_or(|r| usize::from(*r) < n)
