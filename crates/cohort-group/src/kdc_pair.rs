@@ -1512,7 +1512,17 @@ mod tests {
     }
 
     fn table(me: &str, peer: &str, seed: u8) -> KdcPairTable {
-        let key = if me == "a" { 1 } else { 2 };
+        table_trusting(me, vec![MemberId::from_principal(&name(peer))], false, seed)
+    }
+
+    /// The table of `me` ("a", "b" or "c", long-term keys 1, 2, 3), trusting `trust` (or,
+    /// with `any`, every principal the KDC knows).
+    fn table_trusting(me: &str, trust: Vec<MemberId>, any: bool, seed: u8) -> KdcPairTable {
+        let key = match me {
+            "a" => 1,
+            "b" => 2,
+            _ => 3,
+        };
         KdcPairTable::new(
             CryptoProvider::default_provider(),
             KdcCredentials {
@@ -1521,8 +1531,8 @@ mod tests {
                 kdc: addr(KDC),
             },
             "g",
-            vec![MemberId::from_principal(&name(peer))],
-            false,
+            trust,
+            any,
             [seed; 32],
         )
     }
@@ -1678,21 +1688,8 @@ mod tests {
     #[test]
     fn a_kdc_answer_opens_only_the_sessions_of_the_principal_it_names() {
         let now = Timestamp::from_millis(1000);
-        let mut a = KdcPairTable::new(
-            CryptoProvider::default_provider(),
-            KdcCredentials {
-                name: name("a"),
-                key: PrincipalKey::from_bytes([1; 32]),
-                kdc: addr(KDC),
-            },
-            "g",
-            vec![
-                MemberId::from_principal(&name("b")),
-                MemberId::from_principal(&name("c")),
-            ],
-            false,
-            [1; 32],
-        );
+        let trust = ["b", "c"].map(|p| MemberId::from_principal(&name(p)));
+        let mut a = table_trusting("a", trust.to_vec(), false, 1);
         let mut k = kdc();
         k.replace_registry({
             let mut r = Registry::new();
@@ -1880,18 +1877,7 @@ mod tests {
     #[test]
     fn a_principal_the_kdc_refused_is_refused_again_without_asking() {
         let now = Timestamp::from_millis(1000);
-        let mut a = KdcPairTable::new(
-            CryptoProvider::default_provider(),
-            KdcCredentials {
-                name: name("a"),
-                key: PrincipalKey::from_bytes([1; 32]),
-                kdc: addr(KDC),
-            },
-            "g",
-            Vec::new(),
-            true,
-            [1; 32],
-        );
+        let mut a = table_trusting("a", Vec::new(), true, 1);
         let mut k = kdc(); // knows a and b, not c
         let mut to_kdc = 0;
         let mut buf = Vec::new();
