@@ -543,24 +543,20 @@ impl World {
                 last.set(len);
                 let id = view.map(|(id, _)| id);
                 let (mut here, mut other, mut none) = (0usize, 0usize, 0usize);
-                let mut dropped = [0u64; 16];
-                let mut names = Vec::new();
+                let mut dropped: Vec<(&str, u64)> = w.member(0).counters().iter().collect();
+                dropped.iter_mut().for_each(|(_, c)| *c = 0);
                 for i in 0..n {
                     match w.peer(i).view {
                         Some((v, _)) if Some(v) == id => here += 1,
                         Some(_) => other += 1,
                         None => none += 1,
                     }
-                    for (k, (name, c)) in w.member(i).counters().iter().enumerate() {
-                        if i == 0 {
-                            names.push(name);
-                        }
-                        dropped[k] += c;
+                    for (sum, (_, c)) in dropped.iter_mut().zip(w.member(i).counters().iter()) {
+                        sum.1 += c;
                     }
                 }
-                let drops: Vec<String> = names
-                    .iter()
-                    .zip(dropped)
+                let drops: Vec<String> = dropped
+                    .into_iter()
                     .filter(|(_, c)| *c > 0)
                     .map(|(name, c)| format!("{name} {c}"))
                     .collect();

@@ -1701,7 +1701,7 @@ impl GroupMember {
 fn is_change_of<T: PartialEq + Copy>(
     base: &[T],
     left: &[u16],
-    joined: impl Iterator<Item = T>,
+    mut joined: impl Iterator<Item = T>,
     list: &[T],
 ) -> bool {
     let (mut from, mut at) = (0usize, 0usize);
@@ -1716,8 +1716,8 @@ fn is_change_of<T: PartialEq + Copy>(
         at += run.len();
         from = end + 1;
     }
-    let rest = &list[at.min(list.len())..];
-    let mut joined = joined;
+    // Every run matched a slice of `list`, so `at` is within it.
+    let rest = &list[at..];
     let mut n = 0;
     for (m, j) in rest.iter().zip(joined.by_ref()) {
         if *m != j {
