@@ -5,14 +5,15 @@
 //! counted; start-up failures are one line (exit status 2 from the command); a broker that
 //! restarts gives events and the group carries on; a KDC-mode group reaches a `cohort kdc
 //! serve` over the same broker; members reach a broker over TLS with a CA file, and a wrong
-//! CA is one line at start-up.
+//! CA is one line at start-up; members of one process share one connection, on which the
+//! broker sends each broadcast once.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code; a panic is the failure report
 
 mod support;
 
 use cohort::group::carriage::{encode_prefix, kdc_subject, Subjects};
 use cohort::group::local_nats::LocalNatsServer;
-use cohort::group::{Channel, Error, Event, Events, Group, GroupConfig, MemberId};
+use cohort::group::{Channel, Error, Event, Events, Group, GroupConfig, MemberId, NatsLinks};
 use cohort_channel::identity::Identity;
 use cohort_group::kdc_pair::KdcCredentials;
 use cohort_kdc::KeyFile;
@@ -284,6 +285,135 @@ async fn the_broker_carries_one_order_and_sees_no_payload_and_no_key() {
         g.leave().await.unwrap();
     }
     drop(spy.client);
+}
+
+/// The server's monitoring answer to `GET path` (it was started with `-m -1`), as JSON.
+fn monitor(server: &NatsServer, path: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let port = server
+        .process
+        .as_ref()
+        .and_then(LocalNatsServer::monitor_port)
+        .expect("the server's log gives its monitoring port");
+    let mut http = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(http, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    http.read_to_string(&mut answer).unwrap();
+    let body = answer.split("\r\n\r\n").nth(1).expect("an HTTP body");
+    serde_json::from_str(body).unwrap()
+}
+
+/// Messages the server has sent to each client connection so far, by connection name.
+fn out_msgs_by_name(server: &NatsServer) -> Vec<(String, u64)> {
+    let connz = monitor(server, "/connz");
+    connz["connections"]
+        .as_array()
+        .expect("connections")
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or_default().to_string(),
+                c["out_msgs"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_of_one_process_share_a_connection_that_gets_each_broadcast_once() {
+    let server = NatsServer::start(&["-m", "-1"]);
+    let url = server.url();
+    let (ids, trust) = identities(4);
+    let links = NatsLinks::new();
+    let mut members: Vec<(Group, Events)> = Vec::new();
+    for (i, id) in ids.into_iter().enumerate() {
+        let peers: Vec<SocketAddr> = members
+            .first()
+            .map(|(g, _)| g.local_addr())
+            .into_iter()
+            .collect();
+        let config = member(
+            id,
+            &trust,
+            &url,
+            47001 + i as u16,
+            &peers,
+            Duration::from_millis(1500),
+        );
+        // Three members on the process's one connection, the fourth on its own.
+        let started = if i < 3 {
+            Group::connect_sharing(config, &links).await
+        } else {
+            Group::connect(config).await
+        }
+        .unwrap();
+        within("a view", started.0.join()).await.unwrap();
+        members.push(started);
+    }
+    within("one view of all", async {
+        while !members
+            .iter()
+            .all(|(g, _)| g.view().is_some_and(|v| v.members.len() == 4))
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let names: Vec<String> = out_msgs_by_name(&server)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        names.len(),
+        2,
+        "two connections for four members: {names:?}"
+    );
+    let own = "cohort 127.0.0.1:47004".to_string();
+    assert!(names.contains(&own), "{names:?}");
+
+    // The leader (on the shared connection) sends; every member, on either connection,
+    // delivers everything in one order.
+    let before = out_msgs_by_name(&server);
+    const SENT: usize = 200;
+    for k in 0..SENT {
+        members[0]
+            .0
+            .send(Channel::Reliable, format!("m{k}").into_bytes())
+            .await
+            .unwrap();
+    }
+    let mut orders = Vec::new();
+    for (_, events) in &mut members {
+        orders.push(reliable_deliveries(events, SENT).await);
+    }
+    assert!(orders.iter().all(|o| o == &orders[0]), "one order");
+    let after = out_msgs_by_name(&server);
+    let delta = |name: &dyn Fn(&str) -> bool| -> u64 {
+        let sum = |v: &[(String, u64)]| {
+            v.iter()
+                .filter(|(n, _)| name(n))
+                .map(|(_, m)| m)
+                .sum::<u64>()
+        };
+        sum(&after) - sum(&before)
+    };
+    let to_shared = delta(&|n: &str| n != own);
+    let to_own = delta(&|n: &str| n == own);
+    // The lone member hears each broadcast once. The shared connection carries three
+    // members: one copy of each broadcast would make it about as busy, a copy per member
+    // three times as busy.
+    assert!(
+        to_own >= SENT as u64 / 2,
+        "{to_own} messages to the lone member"
+    );
+    // (Measured: 412 to the shared connection, 403 to the lone member's.)
+    assert!(
+        to_shared < 2 * to_own,
+        "{to_shared} messages to the shared connection, {to_own} to the lone member's"
+    );
+    for (g, _) in &members {
+        g.leave().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 /// What the server's log says once it accepts clients, before the address.
 const LISTENING: &str = "Listening for client connections on ";
+/// What the server's log says once it serves monitoring (`-m -1`), before the address.
+const MONITOR: &str = "Starting http monitor on ";
 /// What the server's log says once it is ready.
 const READY: &str = "Server is ready";
 
@@ -22,6 +24,7 @@ const READY: &str = "Server is ready";
 pub struct LocalNatsServer {
     child: Child,
     port: u16,
+    monitor: Option<u16>,
 }
 
 impl LocalNatsServer {
@@ -62,28 +65,33 @@ impl LocalNatsServer {
         // Reads the log until the server says it is ready, then keeps draining it so that the
         // server never blocks on a full pipe. The thread ends when the server exits.
         std::thread::spawn(move || {
-            let mut port = None;
+            let port_after = |line: &str, what: &str| {
+                let rest = line.split(what).nth(1)?;
+                rest.rsplit(':').next()?.trim().parse::<u16>().ok()
+            };
+            let (mut port, mut monitor) = (None, None);
             for line in BufReader::new(log).lines() {
                 let Ok(line) = line else { break };
-                if let Some(rest) = line.split(LISTENING).nth(1) {
-                    port = rest
-                        .rsplit(':')
-                        .next()
-                        .and_then(|p| p.trim().parse::<u16>().ok());
-                }
+                port = port.or_else(|| port_after(&line, LISTENING));
+                monitor = monitor.or_else(|| port_after(&line, MONITOR));
                 if line.contains(READY) {
-                    let _ = tx.send(port.take());
+                    let _ = tx.send((port.take(), monitor.take()));
                 }
             }
         });
         let found = rx.recv_timeout(wait);
-        let mut server = LocalNatsServer { child, port: 0 };
+        let mut server = LocalNatsServer {
+            child,
+            port: 0,
+            monitor: None,
+        };
         match found {
-            Ok(Some(port)) => {
+            Ok((Some(port), monitor)) => {
                 server.port = port;
+                server.monitor = monitor;
                 Ok(server)
             }
-            Ok(None) => Err(io::Error::other(
+            Ok((None, _)) => Err(io::Error::other(
                 "nats-server was ready but its log did not give its client port",
             )),
             Err(_) => {
@@ -99,6 +107,12 @@ impl LocalNatsServer {
     /// The loopback port clients connect to.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The port of the server's HTTP monitoring (`/connz`, `/varz`), when it was started
+    /// with `-m -1` (its log gives the port it took).
+    pub fn monitor_port(&self) -> Option<u16> {
+        self.monitor
     }
 
     /// The URL clients connect to: `nats://127.0.0.1:PORT`.

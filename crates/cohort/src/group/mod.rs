@@ -125,7 +125,7 @@ pub use config::{
 };
 pub use frag::{FragmentDrops, MAX_MESSAGE};
 #[cfg(feature = "nats")]
-pub use nats::{serve_kdc, KdcCarried, NatsKdc, NatsSetup, ReplySubject};
+pub use nats::{serve_kdc, KdcCarried, NatsKdc, NatsLinks, NatsSetup, ReplySubject};
 
 use cohort_crypto::CryptoProvider;
 use std::fmt;
@@ -395,20 +395,56 @@ impl Group {
     /// # Panics
     /// Outside a tokio runtime.
     pub async fn connect(config: GroupConfig) -> Result<(Group, Events), Error> {
+        #[cfg(feature = "nats")]
+        return Self::connect_over(config, None).await;
+        #[cfg(not(feature = "nats"))]
+        {
+            let provider = CryptoProvider::default_provider();
+            let setup = config.setup(&provider)?;
+            Self::spawn_udp(&config, setup, provider)
+        }
+    }
+
+    /// As [`Group::connect`], but over NATS the member shares the connection `links` holds
+    /// for its servers and credentials with the other members of this process that use the
+    /// same `links` (the first of them connects it). The process then subscribes to each
+    /// group's subject once: the broker sends it one copy of each broadcast, and the
+    /// process hands it to its members, instead of one copy per member. For processes that
+    /// run many members (`cohort group many`). Over UDP it is `connect`.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    #[cfg(feature = "nats")]
+    pub async fn connect_sharing(
+        config: GroupConfig,
+        links: &NatsLinks,
+    ) -> Result<(Group, Events), Error> {
+        Self::connect_over(config, Some(links)).await
+    }
+
+    /// `connect` and `connect_sharing`: a connection of the member's own without `links`.
+    #[cfg(feature = "nats")]
+    async fn connect_over(
+        config: GroupConfig,
+        links: Option<&NatsLinks>,
+    ) -> Result<(Group, Events), Error> {
         let provider = CryptoProvider::default_provider();
         let setup = config.setup(&provider)?;
         match setup.transport.clone() {
             TransportSetup::Udp => Self::spawn_udp(&config, setup, provider),
-            #[cfg(feature = "nats")]
             TransportSetup::Nats(nats) => {
                 let group = setup.config.group.clone();
                 let kdc = match &setup.credentials {
                     Credentials::Kdc(c) => Some(c.kdc),
                     _ => None,
                 };
-                let carrier = nats::connect(&nats, &group, setup.listen, kdc)
-                    .await
-                    .map_err(Error::Transport)?;
+                let carrier = match links {
+                    Some(links) => {
+                        nats::connect_shared(links, &nats, &group, setup.listen, kdc).await
+                    }
+                    None => nats::connect(&nats, &group, setup.listen, kdc).await,
+                }
+                .map_err(Error::Transport)?;
                 let local_addr = setup.listen;
                 Self::spawn(
                     &config,

@@ -114,6 +114,11 @@ pub struct BenchArgs {
     /// loopback port, and stop it after).
     #[arg(long)]
     nats: Option<String>,
+    /// With `--transport nats`: each member on a NATS connection of its own, instead of
+    /// one connection for the whole process (what `cohort group many` uses), on which
+    /// the broker sends each broadcast to the process once.
+    #[arg(long)]
+    nats_per_member: bool,
 }
 
 /// The transport `cohort group bench` measures.
@@ -177,6 +182,7 @@ pub fn run(args: &BenchArgs) -> Result<(), UsageError> {
             seconds: args.seconds,
             gear: &args.gear,
             nats: args.nats.as_deref(),
+            per_member: args.nats_per_member,
             json: args.json,
         });
     }

@@ -9,11 +9,13 @@
 //! bytes the sender sent per message and all members together, the median and p99 delivery
 //! latency over every member, and for NATS the broker's own CPU share (from
 //! /proc/PID/stat) when the bench started the broker itself (it does unless `--nats` names
-//! one).
+//! one). Over NATS the members share one connection, as `cohort group many` does (the
+//! broker sends each broadcast to the process once), unless `--nats-per-member` gives each
+//! its own (the broker then writes one copy per member).
 
 use crate::UsageError;
 use cohort::group::local_nats::LocalNatsServer;
-use cohort::group::{Channel, Event, Events, Group, GroupConfig, MemberId};
+use cohort::group::{Channel, Event, Events, Group, GroupConfig, MemberId, NatsLinks};
 use cohort_channel::identity::Identity;
 use cohort_crypto::CryptoProvider;
 use serde_json::json;
@@ -41,6 +43,8 @@ pub struct NatsBench<'a> {
     pub gear: &'a str,
     /// A broker to use instead of starting one.
     pub nats: Option<&'a str>,
+    /// A NATS connection per member, instead of one for the process.
+    pub per_member: bool,
     /// One JSON object instead of text.
     pub json: bool,
 }
@@ -169,11 +173,16 @@ async fn measure(
     let started = Instant::now();
     let mut groups: Vec<Group> = Vec::new();
     let mut streams: Vec<Events> = Vec::new();
+    let links = NatsLinks::new();
     for (i, id) in ids.into_iter().enumerate() {
         let leader = groups.first().map(Group::local_addr);
-        let (g, e) = Group::connect(config(b, id, &trust, i, nats, leader)?)
-            .await
-            .map_err(|e| e.to_string())?;
+        let config = config(b, id, &trust, i, nats, leader)?;
+        let started = if b.per_member {
+            Group::connect(config).await
+        } else {
+            Group::connect_sharing(config, &links).await
+        };
+        let (g, e) = started.map_err(|e| e.to_string())?;
         groups.push(g);
         streams.push(e);
     }
@@ -386,6 +395,7 @@ fn report(b: &NatsBench, nats: &Run, udp: &Run) {
                 "size": b.size,
                 "gear": b.gear,
                 "seconds": b.seconds,
+                "nats_connections": connections(b),
                 "nats": one(nats),
                 "udp": one(udp),
                 "nats_over_udp": ratio,
@@ -397,12 +407,25 @@ fn report(b: &NatsBench, nats: &Run, udp: &Run) {
     println!("  nats/udp: {ratio:.2}x");
 }
 
+/// Whether the NATS run's members share a connection: `process` or `member`.
+fn connections(b: &NatsBench) -> &'static str {
+    if b.per_member {
+        "member"
+    } else {
+        "process"
+    }
+}
+
 /// One transport's line (the first one also says what ran).
 fn print_run(b: &NatsBench, r: &Run) {
     if r.transport == "nats" {
         println!(
-            "group bench: {} members, {} bytes, gear {}, {} s; the leader sends",
-            b.members, b.size, b.gear, b.seconds
+            "group bench: {} members, {} bytes, gear {}, {} s, NATS connections: one per {}; the leader sends",
+            b.members,
+            b.size,
+            b.gear,
+            b.seconds,
+            connections(b)
         );
     }
     println!(

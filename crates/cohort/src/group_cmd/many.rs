@@ -93,12 +93,19 @@ async fn serve(configs: &[PathBuf]) -> Result<(), UsageError> {
         }
     }
     let mut members = Vec::with_capacity(configs.len());
+    // Over NATS the members share a connection per set of servers and credentials: the
+    // broker then sends the process each broadcast once.
+    #[cfg(feature = "nats")]
+    let links = cohort::group::NatsLinks::new();
     for (path, config) in loaded {
         let (input, output) = io_paths(path);
         let emit = file_emitter(&output)?;
-        let (group, events) = Group::connect(config)
-            .await
-            .map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
+        #[cfg(feature = "nats")]
+        let started = Group::connect_sharing(config, &links).await;
+        #[cfg(not(feature = "nats"))]
+        let started = Group::connect(config).await;
+        let (group, events) =
+            started.map_err(|e| UsageError(format!("{}: {e}", path.display())))?;
         emit(&json::started(&group.id(), group.local_addr()));
         members.push((group, events, input, emit));
     }
