@@ -411,6 +411,56 @@ async fn members_of_one_process_share_a_connection_that_gets_each_broadcast_once
         to_shared < 2 * to_own,
         "{to_shared} messages to the shared connection, {to_own} to the lone member's"
     );
+
+    // A member of the process leaves; the others on its connection carry on.
+    let (gone, _) = members.remove(1);
+    gone.leave().await.unwrap();
+    drop(gone);
+    within("the view without it", async {
+        while !members
+            .iter()
+            .all(|(g, _)| g.view().is_some_and(|v| v.members.len() == 3))
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    for k in 0..20 {
+        members[0]
+            .0
+            .send(Channel::Reliable, format!("after {k}").into_bytes())
+            .await
+            .unwrap();
+    }
+    let mut orders = Vec::new();
+    for (_, events) in &mut members {
+        orders.push(reliable_deliveries(events, 20).await);
+    }
+    assert!(orders.iter().all(|o| o == &orders[0]), "one order after");
+    assert_eq!(orders[0][0].1, b"after 0");
+
+    // Once the process's last member of the group is gone, the process unsubscribes from
+    // the group's subject (the lone member, on its own connection, stays).
+    let group_subject = Subjects::new("nats test").group();
+    let subscribed = |server: &NatsServer| -> bool {
+        let connz = monitor(server, "/connz?subs=1");
+        connz["connections"].as_array().unwrap().iter().any(|c| {
+            c["name"].as_str() != Some(own.as_str())
+                && c["subscriptions_list"]
+                    .as_array()
+                    .is_some_and(|subs| subs.iter().any(|s| s.as_str() == Some(&group_subject)))
+        })
+    };
+    assert!(subscribed(&server), "the process is on {group_subject}");
+    for (g, _) in members.drain(..2) {
+        g.leave().await.unwrap();
+    }
+    within("the process's unsubscription", async {
+        while subscribed(&server) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     for (g, _) in &members {
         g.leave().await.unwrap();
     }
