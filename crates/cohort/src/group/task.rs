@@ -496,7 +496,7 @@ impl Task {
             } => {
                 let data = match channel {
                     Channel::Unreliable => data,
-                    Channel::Reliable => match self.reassembler.push(sender, &data) {
+                    Channel::Reliable => match self.reassembler.push_owned(sender, data) {
                         None => return,
                         Some((Stream::Data, data)) => data,
                         Some((Stream::State, body)) => {
