@@ -213,8 +213,9 @@ fn step(me: SocketAddr, dropped: &mut u64, message: &async_nats::Message, buf: &
 }
 
 /// Connections to the brokers shared by the members of one process, one per distinct
-/// [`NatsSetup`] (see [`connect_shared`]). Cloning gives another handle to the same
-/// connections. A connection lives while a member or a handle holds it.
+/// [`NatsSetup`] (see [`Group::connect_sharing`](super::Group::connect_sharing)). Cloning
+/// gives another handle to the same connections. A connection lives while a member or a
+/// handle holds it.
 #[derive(Clone, Default)]
 pub struct NatsLinks {
     links: Arc<tokio::sync::Mutex<HashMap<NatsSetup, Arc<Link>>>>,
