@@ -7,13 +7,14 @@
 //! A member has a connection of its own ([`connect`]), or shares one with the other
 //! members of its process ([`connect_shared`], through [`NatsLinks`]). On a shared
 //! connection the process subscribes to a group's subject once: the broker sends each
-//! broadcast to the process once, and the process hands it to each of its members of that
-//! group (not back to its sender) instead of the broker writing one copy per member.
+//! broadcast to the process once, and a task of the process ([`fan_out`]) hands what arrived
+//! to each of its members of that group, in batches, instead of the broker writing one copy
+//! per member. A batch that one member sent all of is not handed back to it.
 //!
 //! ```text
-//!   own connection:     broker --copy--> member a      shared connection:  broker --one copy--> process
-//!                       broker --copy--> member b                          process --> a, b, c (queues)
-//!                       broker --copy--> member c
+//!   own connections:  broker --copy--> member a     shared:  broker --one copy--> process
+//!                     broker --copy--> member b              fan_out --batch--> a, b, c
+//!                     broker --copy--> member c
 //! ```
 //!
 //! A KDC over NATS ([`NatsKdc`]) listens on a subject of its own; members in KDC mode
