@@ -152,19 +152,42 @@ async fn group_of(n: usize, url: &str, first_port: u16, suspect: Duration) -> Ve
         within("a view", started.0.join()).await.unwrap();
         members.push(started);
     }
-    within("one view of all", async {
-        loop {
-            let full = members
-                .iter()
-                .all(|(g, _)| g.view().is_some_and(|v| v.members.len() == n));
-            if full {
-                break;
-            }
+    views_of(&members, n).await;
+    members
+}
+
+/// The first of `members` sends `count` reliable messages (`{prefix}{k}`); returns what
+/// each member delivered, in its order.
+async fn first_sends_all_deliver(
+    members: &mut [(Group, Events)],
+    prefix: &str,
+    count: usize,
+) -> Vec<Vec<(MemberId, Vec<u8>)>> {
+    for k in 0..count {
+        members[0]
+            .0
+            .send(Channel::Reliable, format!("{prefix}{k}").into_bytes())
+            .await
+            .unwrap();
+    }
+    let mut orders = Vec::new();
+    for (_, events) in members.iter_mut() {
+        orders.push(reliable_deliveries(events, count).await);
+    }
+    orders
+}
+
+/// Waits until every one of `members` is in a view of `n` members.
+async fn views_of(members: &[(Group, Events)], n: usize) {
+    within(&format!("a view of {n} at every member"), async {
+        while !members
+            .iter()
+            .all(|(g, _)| g.view().is_some_and(|v| v.members.len() == n))
+        {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await;
-    members
 }
 
 /// Reads `events` until `count` reliable deliveries came; returns them (sender, data).
@@ -350,15 +373,7 @@ async fn members_of_one_process_share_a_connection_that_gets_each_broadcast_once
         within("a view", started.0.join()).await.unwrap();
         members.push(started);
     }
-    within("one view of all", async {
-        while !members
-            .iter()
-            .all(|(g, _)| g.view().is_some_and(|v| v.members.len() == 4))
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    views_of(&members, 4).await;
     let names: Vec<String> = out_msgs_by_name(&server)
         .into_iter()
         .map(|(n, _)| n)
@@ -375,17 +390,7 @@ async fn members_of_one_process_share_a_connection_that_gets_each_broadcast_once
     // delivers everything in one order.
     let before = out_msgs_by_name(&server);
     const SENT: usize = 200;
-    for k in 0..SENT {
-        members[0]
-            .0
-            .send(Channel::Reliable, format!("m{k}").into_bytes())
-            .await
-            .unwrap();
-    }
-    let mut orders = Vec::new();
-    for (_, events) in &mut members {
-        orders.push(reliable_deliveries(events, SENT).await);
-    }
+    let orders = first_sends_all_deliver(&mut members, "m", SENT).await;
     assert!(orders.iter().all(|o| o == &orders[0]), "one order");
     let after = out_msgs_by_name(&server);
     let delta = |name: &dyn Fn(&str) -> bool| -> u64 {
@@ -416,26 +421,8 @@ async fn members_of_one_process_share_a_connection_that_gets_each_broadcast_once
     let (gone, _) = members.remove(1);
     gone.leave().await.unwrap();
     drop(gone);
-    within("the view without it", async {
-        while !members
-            .iter()
-            .all(|(g, _)| g.view().is_some_and(|v| v.members.len() == 3))
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    for k in 0..20 {
-        members[0]
-            .0
-            .send(Channel::Reliable, format!("after {k}").into_bytes())
-            .await
-            .unwrap();
-    }
-    let mut orders = Vec::new();
-    for (_, events) in &mut members {
-        orders.push(reliable_deliveries(events, 20).await);
-    }
+    views_of(&members, 3).await;
+    let orders = first_sends_all_deliver(&mut members, "after ", 20).await;
     assert!(orders.iter().all(|o| o == &orders[0]), "one order after");
     assert_eq!(orders[0][0].1, b"after 0");
 

@@ -379,6 +379,22 @@ fn only_sender(batch: &[async_nats::Message]) -> Option<SocketAddr> {
         .then_some(first)
 }
 
+/// The connection event for the application in what a receiver of connection events got:
+/// `None`, and `open` false, once the connection's callback is gone (a closed subscription
+/// follows).
+fn event_text(got: Result<String, broadcast::error::RecvError>, open: &mut bool) -> Option<String> {
+    match got {
+        Ok(event) => Some(event),
+        Err(broadcast::error::RecvError::Lagged(n)) => {
+            Some(format!("{n} connection events missed"))
+        }
+        Err(broadcast::error::RecvError::Closed) => {
+            *open = false;
+            None
+        }
+    }
+}
+
 /// The error once a subscription ended: the connection closed for good.
 fn closed() -> io::Error {
     io::Error::new(
@@ -687,17 +703,12 @@ impl NatsCarrier {
                             false => return Err(closed()),
                         },
                         m = self.own_sub.next() => m,
-                        event = self.events.recv(), if self.events_open => match event {
-                            Ok(event) => return Ok(Carried::Event(event)),
-                            Err(broadcast::error::RecvError::Lagged(n)) => {
-                                return Ok(Carried::Event(format!("{n} connection events missed")))
+                        event = self.events.recv(), if self.events_open => {
+                            match event_text(event, &mut self.events_open) {
+                                Some(event) => return Ok(Carried::Event(event)),
+                                None => continue,
                             }
-                            // The connection's callback is gone: a closed subscription follows.
-                            Err(broadcast::error::RecvError::Closed) => {
-                                self.events_open = false;
-                                continue;
-                            }
-                        },
+                        }
                     };
                     let Some(message) = message else {
                         return Err(closed());
@@ -834,17 +845,12 @@ impl NatsKdc {
         loop {
             let message = tokio::select! {
                 m = self.sub.next() => m,
-                event = self.events.recv(), if self.events_open => match event {
-                    Ok(event) => return Ok(KdcCarried::Event(event)),
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        return Ok(KdcCarried::Event(format!("{n} connection events missed")))
+                event = self.events.recv(), if self.events_open => {
+                    match event_text(event, &mut self.events_open) {
+                        Some(event) => return Ok(KdcCarried::Event(event)),
+                        None => continue,
                     }
-                    // The connection's callback is gone: a closed subscription follows.
-                    Err(broadcast::error::RecvError::Closed) => {
-                        self.events_open = false;
-                        continue;
-                    }
-                },
+                }
             };
             let Some(message) = message else {
                 return Err(io::Error::new(
