@@ -22,6 +22,7 @@
 //! address = "10.200.0.1/24"          # the tunnel subnet: NOT the overlay's subnet
 //! mtu = 1300
 //! # fwmark = 1                     # mark cohort's own UDP packets, for policy routing
+//! # offload = false                # no TSO reads / coalesced writes (default true)
 //!
 //! [[peer]]
 //! address = "10.77.2.2:7500"         # the other endpoint's overlay address
@@ -127,6 +128,9 @@ pub struct TunSetup {
     /// cohort's own (marked) packets take the normal route, as the ALPHA implementation
     /// report does (its Figure 3).
     pub fwmark: Option<u32>,
+    /// The kernel's TUN offloads (`offload`, default on): TSO super-packets read and split,
+    /// packets coalesced before they are written (see `hop_cmd::tun::TunDevice`).
+    pub offload: bool,
 }
 
 /// One `[[peer]]` table.
@@ -247,6 +251,8 @@ pub struct TunFile {
     pub mtu: Option<Whole>,
     /// Firewall mark for cohort's own UDP socket.
     pub fwmark: Option<Whole>,
+    /// The kernel's TUN offloads (default true).
+    pub offload: Option<bool>,
 }
 
 /// The keys a relay's file may hold.
@@ -626,6 +632,7 @@ impl TunFile {
             prefix,
             mtu,
             fwmark,
+            offload: self.offload.unwrap_or(true),
         })
     }
 }
@@ -760,9 +767,15 @@ mod tests {
                 prefix: 24,
                 mtu: DEFAULT_TUN_MTU,
                 fwmark: None,
+                offload: true,
             })
         );
         assert_eq!(setup.trust.len(), 1);
+        let no_offload = text.replace("name = \"hop0\"\n", "name = \"hop0\"\noffload = false\n");
+        let Role::Endpoint(e) = parse_in(&dir, &no_offload).unwrap().role else {
+            panic!("not an endpoint")
+        };
+        assert!(matches!(e.app, App::Tun(TunSetup { offload: false, .. })));
         let relay = "role = \"relay\"\nlisten = \"10.77.1.2:7500\"\n\
                      [[peer]]\naddress = \"10.77.2.2:7500\"\nvia = \"10.77.2.1:7500\"\n";
         let setup = parse_in(&dir, relay).unwrap();
@@ -830,6 +843,7 @@ mod tests {
             ("name = \"a b\"", "tun.name"),
             ("mtu = 100", "tun.mtu"),
             ("fwmark = 0", "tun.fwmark"),
+            ("offload = 1", "tun.offload"),
             ("size = 3", "tun.size"),
         ];
         for (line, key) in tun_cases {

@@ -9,10 +9,12 @@
 //! ```text
 //!   loop:
 //!     drain: Node::transmit (UDP now, or the delay line, held delay_ms)
-//!            Node::poll_event (until None) ─▶ stdout / TUN; Connected ─▶ open associations
+//!            Node::poll_event (until None) ─▶ stdout / the TUN queue; Connected ─▶ open
+//!            associations; then the TUN queue is written (coalesced, see tun::TunDevice)
 //!     wait for the first of: Node::wait (datagrams, the core's deadline, the delay line's
-//!       head), a TUN packet (then up to BURST more), a stdin line, a control request, the
-//!       1 s tick (counters line, metrics), SIGINT/SIGTERM
+//!       head), a TUN read (one packet or a split super-packet; then up to BURST more
+//!       reads), a stdin line, a control request, the 1 s tick (counters line, metrics),
+//!       SIGINT/SIGTERM
 //! ```
 //!
 //! Recovery is the core's: an endpoint whose pair dies (nothing answered for `dead_after`,
@@ -32,7 +34,7 @@
 use super::config::{self, App, HopSetup, Overrides, PeerSetup, Role};
 use super::ctl::{self, CtlRequest, Request};
 use super::json;
-use super::tun::{is_ip_packet, TunDevice};
+use super::tun::{is_ip_packet, TunDevice, TunInput, TunOutput};
 use super::RunArgs;
 use crate::jsonl;
 use crate::UsageError;
@@ -53,14 +55,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Most packets taken from one input before the loop drains the core again.
+/// Most reads taken from one input before the loop drains the core again.
 const BURST: usize = 64;
 /// How long after a failed handshake a configured peer is tried again.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 /// Longest stdin command line.
 const MAX_LINE: usize = 256 * 1024;
-/// Largest TUN packet read.
-const MAX_PACKET: usize = 65_536;
 
 /// Runs `cohort hop run`.
 pub fn run(args: &RunArgs) -> Result<(), UsageError> {
@@ -85,7 +85,7 @@ pub fn run(args: &RunArgs) -> Result<(), UsageError> {
 /// What woke the loop.
 enum Wake {
     Node(std::io::Result<Woke>),
-    Tun(std::io::Result<usize>),
+    Tun(std::io::Result<()>),
     Stdin(Option<Result<json::Command, Value>>),
     Ctl(Option<CtlRequest>),
     Tick,
@@ -97,13 +97,17 @@ enum Wake {
 struct TunCounters {
     /// IP packets read from the device and handed to the endpoint.
     sent: u64,
+    /// Reads from the device (with offloads, one read may bring many packets).
+    reads: u64,
+    /// Reads whose super-packet could not be split (malformed headers): dropped.
+    read_errors: u64,
     /// IP packets the endpoint received and the loop wrote to the device.
     written: u64,
     /// Packets from the device the endpoint refused (queue full, no open association).
     refused: u64,
     /// Non-IP frames from the device, ignored.
     not_ip: u64,
-    /// Writes to the device that failed.
+    /// Packets lost in writes to the device that failed.
     write_errors: u64,
 }
 
@@ -113,6 +117,8 @@ struct Daemon {
     reconnect: HashMap<SocketAddr, Instant>,
     tun: Option<TunDevice>,
     tun_counters: TunCounters,
+    /// Packets received for the TUN device, written when the drain ends.
+    tun_out: TunOutput,
     metrics: HopMetrics,
 }
 
@@ -413,6 +419,7 @@ async fn serve(
         reconnect: HashMap::new(),
         tun,
         tun_counters: TunCounters::default(),
+        tun_out: TunOutput::new(),
         metrics,
     };
     if d.node.core().endpoint().is_some() {
@@ -435,7 +442,7 @@ async fn serve(
         .map_err(|e| UsageError(format!("cannot watch SIGTERM: {e}")))?;
     let mut interrupt = signal(SignalKind::interrupt())
         .map_err(|e| UsageError(format!("cannot watch SIGINT: {e}")))?;
-    let mut tun_buf = vec![0u8; MAX_PACKET];
+    let mut tun_in = TunInput::new();
 
     loop {
         d.drain().await;
@@ -443,7 +450,7 @@ async fn serve(
             let tun = d.tun.as_ref();
             tokio::select! {
                 r = d.node.wait() => Wake::Node(r),
-                r = tun_recv(tun, &mut tun_buf) => Wake::Tun(r),
+                r = tun_recv(tun, &mut tun_in) => Wake::Tun(r),
                 input = stdin.recv(), if stdin_open => Wake::Stdin(input),
                 request = ctl_rx.recv() => Wake::Ctl(request),
                 _ = tick.tick() => Wake::Tick,
@@ -460,16 +467,18 @@ async fn serve(
             Wake::Node(Err(e)) => {
                 return Err(UsageError(format!("the UDP socket failed: {e}")));
             }
-            Wake::Tun(Ok(len)) => {
-                d.tun_packet(&tun_buf[..len]);
+            Wake::Tun(Ok(())) => {
+                d.tun_read(&tun_in);
                 for _ in 0..BURST {
                     let Some(tun) = d.tun.as_ref() else { break };
-                    match tun.try_recv(&mut tun_buf) {
-                        Ok(len) => d.tun_packet(&tun_buf[..len]),
+                    match tun.try_recv(&mut tun_in) {
+                        Ok(()) => d.tun_read(&tun_in),
+                        Err(e) if is_split_error(&e) => d.tun_counters.read_errors += 1,
                         Err(_) => break,
                     }
                 }
             }
+            Wake::Tun(Err(e)) if is_split_error(&e) => d.tun_counters.read_errors += 1,
             Wake::Tun(Err(e)) => {
                 return Err(UsageError(format!("the TUN device failed: {e}")));
             }
@@ -519,7 +528,8 @@ impl Daemon {
     }
 
     /// The machine's call order: every transmit, then every event (which may issue
-    /// commands, so again), until neither has anything.
+    /// commands, so again), until neither has anything; then what arrived for the TUN
+    /// device is written.
     async fn drain(&mut self) {
         loop {
             self.node.transmit().await;
@@ -529,8 +539,21 @@ impl Daemon {
                 self.event(event).await;
             }
             if !any {
-                return;
+                break;
             }
+        }
+        self.write_tun().await;
+    }
+
+    /// Writes the queued packets to the TUN device (coalesced, with offloads).
+    async fn write_tun(&mut self) {
+        let (Some(tun), false) = (&self.tun, self.tun_out.is_empty()) else {
+            return;
+        };
+        let n = self.tun_out.len() as u64;
+        match tun.send(&mut self.tun_out).await {
+            Ok(_) => self.tun_counters.written += n,
+            Err(_) => self.tun_counters.write_errors += n,
         }
     }
 
@@ -539,11 +562,10 @@ impl Daemon {
             HopEvent::Relay(e) => emit(&json::relay_event(&e)),
             HopEvent::Endpoint(EndpointEvent::Received { peer, assoc, data }) => {
                 self.metrics.message("received");
-                if let Some(tun) = &self.tun {
-                    if tun.send(&data).await.is_ok() {
-                        self.tun_counters.written += 1;
-                    } else {
-                        self.tun_counters.write_errors += 1;
+                if self.tun.is_some() {
+                    self.tun_out.push(&data);
+                    if self.tun_out.len() >= TunOutput::BATCH {
+                        self.write_tun().await;
                     }
                 } else {
                     emit(&json::endpoint_event(&EndpointEvent::Received {
@@ -625,6 +647,14 @@ impl Daemon {
     }
 
     /// An IP packet from the TUN device: to the single peer, on any open association.
+    /// Hands every IP packet of one device read to the endpoint.
+    fn tun_read(&mut self, input: &TunInput) {
+        self.tun_counters.reads += 1;
+        for packet in input.packets() {
+            self.tun_packet(packet);
+        }
+    }
+
     fn tun_packet(&mut self, packet: &[u8]) {
         if !is_ip_packet(packet) {
             self.tun_counters.not_ip += 1;
@@ -801,7 +831,10 @@ impl Daemon {
             let c = &self.tun_counters;
             v["tun"] = json!({
                 "name": t.name(),
+                "offload": t.offload(),
                 "sent": c.sent,
+                "reads": c.reads,
+                "read_errors": c.read_errors,
                 "written": c.written,
                 "refused": c.refused,
                 "not_ip": c.not_ip,
@@ -837,11 +870,17 @@ fn connection_hash(packet: &[u8]) -> u64 {
     h
 }
 
-async fn tun_recv(tun: Option<&TunDevice>, buf: &mut [u8]) -> std::io::Result<usize> {
+async fn tun_recv(tun: Option<&TunDevice>, input: &mut TunInput) -> std::io::Result<()> {
     match tun {
-        Some(t) => t.recv(buf).await,
+        Some(t) => t.recv(input).await,
         None => std::future::pending().await,
     }
+}
+
+/// Whether a TUN read failed because its super-packet could not be split (tun-rs's own
+/// error, no system error behind it): that read is dropped, the device is fine.
+fn is_split_error(e: &std::io::Error) -> bool {
+    e.raw_os_error().is_none() && e.kind() != std::io::ErrorKind::WouldBlock
 }
 
 /// Writes one JSON line and flushes it. A closed stdout means nobody listens: the node goes
