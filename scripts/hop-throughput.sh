@@ -28,9 +28,13 @@ LIB="$(cd "$(dirname "$0")" && pwd)/lib"
 SECS=${2:-2}
 DELAY=${3:-5}
 # HOP_MODES / HOP_ASSOCS / HOP_DELAYS narrow a run (e.g. HOP_MODES="none m:32").
+# HOP_TUN_OFFLOAD=off opens the TUN devices without the kernel's offloads (one packet per
+# read and per write), for before/after runs in one build.
+# HOP_STATUS=1 prints each endpoint's TUN and UDP counters after every point (stderr).
 # HOP_STREAMS (default 1) is iperf3's parallel TCP connections: the tunnel keeps each
 # connection on one association, so spreading over associations needs several streams.
 STREAMS=${HOP_STREAMS:-1}
+OFFLOAD=true; [ "${HOP_TUN_OFFLOAD:-on}" = off ] && OFFLOAD=false
 read -r -a MODES <<< "${HOP_MODES:-none n c:32 m:32}"
 read -r -a ASSOCS <<< "${HOP_ASSOCS:-1 2 4 8}"
 netns_init "network namespaces, TUN devices" "$1"
@@ -55,6 +59,7 @@ app = "tun"
 [tun]
 name = "hop0"
 address = "$4"
+offload = $OFFLOAD
 [[peer]]
 address = "$5"
 via = "10.78.1.2:7500"
@@ -66,6 +71,9 @@ endpoint_config a "$KA" 10.78.1.1:7500 10.200.0.1/24 10.78.2.2:7500 true "$KB"
 endpoint_config b "$KB" 10.78.2.2:7500 10.200.0.2/24 10.78.1.1:7500 false "$KA"
 
 netns_start r "$NS_R" /dev/null "$COHORT" hop run --config "$WORK/r.toml"
+R_PID=$STARTED
+# cpu_ticks PID...: user + system time of the processes so far, in clock ticks.
+cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
 
 open_out() { "$COHORT" hop ctl --socket "$WORK/$1.sock" --json status 2>/dev/null | q open_out 2>/dev/null || echo 0; }
 
@@ -97,8 +105,18 @@ point() {
   netns_start iperf-s "$NS_B" /dev/null iperf3 -s -1 -B 10.200.0.2
   server=$STARTED
   sleep 0.3
+  local ticks0; ticks0=$(cpu_ticks "$A_PID" "$R_PID" "$B_PID")
   if ip netns exec "$NS_A" timeout $((SECS + 15)) iperf3 -c 10.200.0.2 -t "$SECS" -P "$STREAMS" -J >"$WORK/iperf.json" 2>/dev/null; then
     RESULT=$(q rate <"$WORK/iperf.json" 2>/dev/null || echo fail)
+  fi
+  if [ -n "${HOP_STATUS:-}" ]; then # the daemons' CPU, each endpoint's counters, on stderr
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); b=d["end"]["sum_received"]["bytes"]
+print("%s: the three daemons used %.2f CPU s per GB carried (%d ticks, %.0f MB)" % (sys.argv[2], (int(sys.argv[3]) / int(sys.argv[4])) / (b / 1e9), int(sys.argv[3]), b / 1e6))' \
+      "$WORK/iperf.json" "$mode" $(($(cpu_ticks "$A_PID" "$R_PID" "$B_PID") - ticks0)) "$(getconf CLK_TCK)" >&2 || true
+    for e in a b; do
+      echo "$mode $e $("$COHORT" hop ctl --socket "$WORK/$e.sock" --json status 2>/dev/null |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({k: d.get(k) for k in ("tun", "udp")}))')" >&2
+    done
   fi
   stop_process "$server"
 }
