@@ -16,7 +16,8 @@
 # into the tunnel.
 #
 # 1. ping through the tunnel (A -> B, 10.200.0.2);
-# 2. iperf3 A -> B through the tunnel for a few seconds, rate printed;
+# 2. iperf3 A -> B through the tunnel for a few seconds, rate printed; A's TUN device must
+#    have read super-packets (offloads: at least two IP packets per read on average);
 # 3. an observer at R records a few of A's datagrams during the ping; the forger (in F)
 #    replays them unchanged and, for their pair id and the live associations it reads from
 #    A's control socket, sends forged packets (random chain elements, MACs, keys; a marker
@@ -167,6 +168,14 @@ RATE=$(q rate <"$WORK/iperf.json")
 echo "iperf3 A -> B through the tunnel (ALPHA-M, batch 32, 2 associations, via the relay): $RATE Mbit/s"
 python3 -c "import sys; sys.exit(0 if float('$RATE') > 0 else 1)" || die "iperf3 moved nothing"
 ctl r >"$WORK/r-after-iperf.json"
+# The TUN offloads: A's reads brought super-packets (several IP packets each), none failed.
+ctl a >"$WORK/a-after-iperf.json"
+A_READS=$(q get tun.reads <"$WORK/a-after-iperf.json")
+A_SENT=$(q get tun.sent <"$WORK/a-after-iperf.json")
+echo "A's TUN device: $A_SENT packets in $A_READS reads (offload $(q get tun.offload <"$WORK/a-after-iperf.json"), read errors $(q get tun.read_errors <"$WORK/a-after-iperf.json"))"
+[ "$(q get tun.offload <"$WORK/a-after-iperf.json")" = True ] || die "A's TUN device has no offloads"
+[ "$A_SENT" -ge $((2 * A_READS)) ] || die "A's TUN reads did not bring super-packets ($A_SENT packets in $A_READS reads)"
+[ "$(q get tun.read_errors <"$WORK/a-after-iperf.json")" -eq 0 ] || die "A failed to split TUN reads"
 echo "relay after iperf3: verified $(q get counters.verified <"$WORK/r-after-iperf.json"), forwarded $(q get counters.forwarded <"$WORK/r-after-iperf.json")"
 sleep 1
 
