@@ -646,7 +646,6 @@ impl Daemon {
         }
     }
 
-    /// An IP packet from the TUN device: to the single peer, on any open association.
     /// Hands every IP packet of one device read to the endpoint.
     fn tun_read(&mut self, input: &TunInput) {
         self.tun_counters.reads += 1;
@@ -655,6 +654,7 @@ impl Daemon {
         }
     }
 
+    /// An IP packet from the TUN device: to the single peer, on any open association.
     fn tun_packet(&mut self, packet: &[u8]) {
         if !is_ip_packet(packet) {
             self.tun_counters.not_ip += 1;

@@ -27,14 +27,13 @@
 use super::config::TunSetup;
 use std::io;
 
-/// How many IP packets one read from the device can yield: a TSO super-packet of up to
-/// 64 KiB split at the smallest MSS the configuration allows (MTU 576: 536 bytes) is 123
-/// segments.
+/// Room for the IP packets of one read from the device: a TSO super-packet of up to 64 KiB
+/// split at the smallest MSS the configuration allows (MTU 576: 536 bytes) is at most 123
+/// segments, within tun-rs's batch of 128.
 #[cfg(target_os = "linux")]
 const SEGMENTS: usize = tun_rs::IDEAL_BATCH_SIZE;
 
-/// The largest IP packet (or TSO super-packet) the device hands up, and the largest
-/// coalesced packet written to it.
+/// The largest IP packet (or TSO super-packet) the device hands up.
 const MAX_IP: usize = 65_535;
 
 /// Room in front of every packet written: the virtio-net header the device takes with
