@@ -176,6 +176,8 @@ echo "A's TUN device: $A_SENT packets in $A_READS reads (offload $(q get tun.off
 [ "$(q get tun.offload <"$WORK/a-after-iperf.json")" = True ] || die "A's TUN device has no offloads"
 [ "$A_SENT" -ge $((2 * A_READS)) ] || die "A's TUN reads did not bring super-packets ($A_SENT packets in $A_READS reads)"
 [ "$(q get tun.read_errors <"$WORK/a-after-iperf.json")" -eq 0 ] || die "A failed to split TUN reads"
+# B wrote every packet it received: none failed the IP length checks.
+[ "$(ctl b | q get tun.received_not_ip)" -eq 0 ] || die "B dropped received packets as not whole IP packets"
 echo "relay after iperf3: verified $(q get counters.verified <"$WORK/r-after-iperf.json"), forwarded $(q get counters.forwarded <"$WORK/r-after-iperf.json")"
 sleep 1
 

@@ -34,7 +34,7 @@
 use super::config::{self, App, HopSetup, Overrides, PeerSetup, Role};
 use super::ctl::{self, CtlRequest, Request};
 use super::json;
-use super::tun::{is_ip_packet, TunDevice, TunInput, TunOutput};
+use super::tun::{is_ip_packet, is_whole_ip_packet, TunDevice, TunInput, TunOutput};
 use super::RunArgs;
 use crate::jsonl;
 use crate::UsageError;
@@ -103,6 +103,8 @@ struct TunCounters {
     read_errors: u64,
     /// IP packets the endpoint received and the loop wrote to the device.
     written: u64,
+    /// Messages the endpoint received that are not whole IP packets: dropped.
+    received_not_ip: u64,
     /// Packets from the device the endpoint refused (queue full, no open association).
     refused: u64,
     /// Non-IP frames from the device, ignored.
@@ -562,7 +564,10 @@ impl Daemon {
             HopEvent::Relay(e) => emit(&json::relay_event(&e)),
             HopEvent::Endpoint(EndpointEvent::Received { peer, assoc, data }) => {
                 self.metrics.message("received");
-                if self.tun.is_some() {
+                if self.tun.is_some() && !is_whole_ip_packet(&data) {
+                    // What the kernel's IP input would drop; kept from the coalescing too.
+                    self.tun_counters.received_not_ip += 1;
+                } else if self.tun.is_some() {
                     self.tun_out.push(&data);
                     if self.tun_out.len() >= TunOutput::BATCH {
                         self.write_tun().await;
@@ -836,6 +841,7 @@ impl Daemon {
                 "reads": c.reads,
                 "read_errors": c.read_errors,
                 "written": c.written,
+                "received_not_ip": c.received_not_ip,
                 "refused": c.refused,
                 "not_ip": c.not_ip,
                 "write_errors": c.write_errors,

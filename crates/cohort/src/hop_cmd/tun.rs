@@ -259,6 +259,27 @@ pub fn is_ip_packet(packet: &[u8]) -> bool {
     matches!(packet.first().map(|b| b >> 4), Some(4) | Some(6))
 }
 
+/// Whether a packet the peer sent is an IP packet whose header lengths hold, as the
+/// kernel's own IPv4 and IPv6 input checks them: an IPv4 header of at least 20 bytes inside
+/// the packet and a total length between the header's and the packet's; an IPv6 packet of
+/// at least its 40-byte header with the payload length inside it. Anything else is dropped
+/// and counted before it reaches the device (and its coalescing, which parses these
+/// headers).
+pub fn is_whole_ip_packet(packet: &[u8]) -> bool {
+    match packet.first().map(|b| b >> 4) {
+        Some(4) if packet.len() >= 20 => {
+            let header = usize::from(packet[0] & 0x0f) * 4;
+            let total = usize::from(u16::from_be_bytes([packet[2], packet[3]]));
+            header >= 20 && header <= total && total <= packet.len()
+        }
+        Some(6) if packet.len() >= 40 => {
+            let payload = usize::from(u16::from_be_bytes([packet[4], packet[5]]));
+            40 + payload <= packet.len()
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,5 +290,40 @@ mod tests {
         assert!(is_ip_packet(&[0x60]));
         assert!(!is_ip_packet(&[]));
         assert!(!is_ip_packet(&[0x00, 1]));
+    }
+
+    #[test]
+    fn packets_from_the_peer_must_have_consistent_ip_lengths() {
+        let mut v4 = vec![0u8; 60];
+        v4[0] = 0x45;
+        v4[2..4].copy_from_slice(&60u16.to_be_bytes());
+        assert!(is_whole_ip_packet(&v4));
+        // Trailing bytes past the total length: the kernel trims them, so they pass.
+        v4[2..4].copy_from_slice(&40u16.to_be_bytes());
+        assert!(is_whole_ip_packet(&v4));
+        // A total length past the end, or inside the header.
+        v4[2..4].copy_from_slice(&61u16.to_be_bytes());
+        assert!(!is_whole_ip_packet(&v4));
+        v4[2..4].copy_from_slice(&19u16.to_be_bytes());
+        assert!(!is_whole_ip_packet(&v4));
+        // A header length under 20 bytes, or past the total length.
+        v4[2..4].copy_from_slice(&60u16.to_be_bytes());
+        v4[0] = 0x44;
+        assert!(!is_whole_ip_packet(&v4));
+        v4[0] = 0x4f;
+        v4[2..4].copy_from_slice(&40u16.to_be_bytes());
+        assert!(!is_whole_ip_packet(&v4));
+        assert!(!is_whole_ip_packet(&v4[..19]));
+
+        let mut v6 = vec![0u8; 100];
+        v6[0] = 0x60;
+        v6[4..6].copy_from_slice(&60u16.to_be_bytes());
+        assert!(is_whole_ip_packet(&v6));
+        v6[4..6].copy_from_slice(&61u16.to_be_bytes());
+        assert!(!is_whole_ip_packet(&v6));
+        assert!(!is_whole_ip_packet(&v6[..39]));
+
+        assert!(!is_whole_ip_packet(&[]));
+        assert!(!is_whole_ip_packet(&[0x00; 60]));
     }
 }
