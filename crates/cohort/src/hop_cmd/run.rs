@@ -105,6 +105,8 @@ struct TunCounters {
     written: u64,
     /// Messages the endpoint received that are not whole IP packets: dropped.
     received_not_ip: u64,
+    /// Batches handed to the device (each written as one or more coalesced packets).
+    write_calls: u64,
     /// Packets from the device the endpoint refused (queue full, no open association).
     refused: u64,
     /// Non-IP frames from the device, ignored.
@@ -553,6 +555,7 @@ impl Daemon {
             return;
         };
         let n = self.tun_out.len() as u64;
+        self.tun_counters.write_calls += 1;
         match tun.send(&mut self.tun_out).await {
             Ok(_) => self.tun_counters.written += n,
             Err(_) => self.tun_counters.write_errors += n,
@@ -842,6 +845,7 @@ impl Daemon {
                 "read_errors": c.read_errors,
                 "written": c.written,
                 "received_not_ip": c.received_not_ip,
+                "write_calls": c.write_calls,
                 "refused": c.refused,
                 "not_ip": c.not_ip,
                 "write_errors": c.write_errors,

@@ -227,7 +227,11 @@ impl TunOutput {
     /// Queues one IP packet (copied behind the header room).
     pub fn push(&mut self, packet: &[u8]) {
         if self.len == self.bufs.len() {
-            self.bufs.push(Vec::with_capacity(HEADROOM + packet.len()));
+            // Room for a whole coalesced packet: tun-rs appends a flow's later segments to
+            // its first one only within the buffer's capacity (it never reallocates), so
+            // a buffer sized for one packet would coalesce nothing. The pages are touched
+            // only as far as packets fill them.
+            self.bufs.push(Vec::with_capacity(2 * HEADROOM + MAX_IP));
         }
         let buf = &mut self.bufs[self.len];
         buf.clear();
