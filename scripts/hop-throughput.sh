@@ -33,7 +33,11 @@ DELAY=${3:-5}
 # HOP_STATUS=1 prints each endpoint's TUN and UDP counters after every point (stderr).
 # HOP_STREAMS (default 1) is iperf3's parallel TCP connections: the tunnel keeps each
 # connection on one association, so spreading over associations needs several streams.
+# HOP_WINDOW sets the endpoints' `window` (rounds in flight per association, 1..=8; absent:
+# cohort's default), e.g. HOP_WINDOW=1 for the one-round-at-a-time protocol.
 STREAMS=${HOP_STREAMS:-1}
+WINDOW_LINE=""
+[ -n "${HOP_WINDOW:-}" ] && WINDOW_LINE="window = $HOP_WINDOW"
 OFFLOAD=true; [ "${HOP_TUN_OFFLOAD:-on}" = off ] && OFFLOAD=false
 read -r -a MODES <<< "${HOP_MODES:-none n c:32 m:32}"
 read -r -a ASSOCS <<< "${HOP_ASSOCS:-1 2 4 8}"
@@ -56,6 +60,7 @@ role = "endpoint"
 identity = "$1.key"
 listen = "$3"
 app = "tun"
+$WINDOW_LINE
 [tun]
 name = "hop0"
 address = "$4"

@@ -127,6 +127,9 @@ impl FromStr for Mode {
     }
 }
 
+/// Rounds in flight per outgoing association unless configured otherwise.
+pub const DEFAULT_WINDOW: u8 = 4;
+
 /// An endpoint's settings.
 #[derive(Clone, Debug)]
 pub struct EndpointConfig {
@@ -141,6 +144,11 @@ pub struct EndpointConfig {
     pub storage: ChainStorage,
     /// Whether outgoing associations ask for A2 delivery reports.
     pub delivery_reports: bool,
+    /// Rounds an outgoing association may have between S1 and S2 at once (1 to
+    /// [`crate::guard::MAX_WINDOW`], at most half of `max_rounds` and at most
+    /// `chain_rounds`). One round at a time waits a round trip per round; a window of `w`
+    /// sends up to `w` rounds per round trip.
+    pub window: u8,
     /// Messages an outgoing association queues before it drops new ones.
     pub max_queue: usize,
     /// First retransmission timeout (handshake, S1, control messages); later ones adapt to
@@ -168,7 +176,8 @@ pub struct EndpointConfig {
 }
 
 impl EndpointConfig {
-    /// Defaults: 1024 rounds per chain, checkpoint storage, no delivery reports.
+    /// Defaults: 1024 rounds per chain, checkpoint storage, no delivery reports, a window
+    /// of [`DEFAULT_WINDOW`] rounds.
     pub fn new(identity: Identity) -> Self {
         EndpointConfig {
             identity,
@@ -176,6 +185,7 @@ impl EndpointConfig {
             chain_rounds: 1024,
             storage: ChainStorage::default(),
             delivery_reports: false,
+            window: DEFAULT_WINDOW,
             max_queue: 4096,
             retransmit: Duration::from_millis(200),
             max_retries: 8,

@@ -10,6 +10,11 @@
 //!           S2 × k (key e_i0, message[, path]) ─▶ on_s2: guard, deliver once
 //!           then the next round's S1            A2(a_i0, ack|nack secret) when reports
 //! ```
+//!
+//! With a window of `w` rounds the signer keeps up to `w` rounds between S1 and S2: their
+//! S1s go out back to back, and each round's S2s leave once its A1 and the A1s of every
+//! earlier round are in (keys are disclosed in round order). The verifier answers S1s in
+//! round order too, holding a later round's A1 until the earlier S1s are in.
 
 use crate::chain::{ChainStorage, HashChain};
 use crate::config::Mode;
@@ -32,6 +37,19 @@ pub(crate) struct OwnChain {
     pub chain: HashChain,
     /// The peer confirmed it (RenewAck, OpenAck or the handshake).
     pub confirmed: bool,
+    /// Rounds in flight the chain is laid out for ([`crate::guard::round_indices`]).
+    window: u32,
+    /// With a window above one, elements walked past on the way down to a round's key that
+    /// later rounds' S1s still need (index, element), at most `2 * window`.
+    passed: Vec<(u32, Element)>,
+}
+
+impl Drop for OwnChain {
+    fn drop(&mut self) {
+        for (_, e) in &mut self.passed {
+            e.zeroize();
+        }
+    }
 }
 
 impl OwnChain {
@@ -58,7 +76,20 @@ impl OwnChain {
             },
             chain,
             confirmed: false,
+            window: 1,
+            passed: Vec::new(),
         }
+    }
+
+    /// The same chain laid out for `window` rounds in flight (a signature chain).
+    pub fn with_window(mut self, window: u32) -> OwnChain {
+        self.window = window.max(1);
+        self
+    }
+
+    /// `(i1, i0)` of `round`: the S1 (or A1) element's index and the key's (or A2's).
+    fn indices(&self, round: u32) -> (u32, u32) {
+        crate::guard::round_indices(&self.info, self.window, round)
     }
 
     fn serves(&self, round: u32) -> bool {
@@ -69,17 +100,37 @@ impl OwnChain {
         self.info.start_round.saturating_add(self.info.length / 2)
     }
 
-    /// The element at `index`, walking the chain down to it (elements above it are
-    /// skipped for good). `None` if the chain is already below `index`.
+    /// The element at `index`, walking the chain down to it. Elements above it are skipped
+    /// for good with a window of one, and kept for later rounds' S1s with a wider one.
+    /// `None` if the chain is already below `index`.
     fn take(&mut self, provider: &CryptoProvider, index: u32) -> Option<Element> {
+        if let Some(at) = self.passed.iter().position(|(i, _)| *i == index) {
+            let (_, e) = self.passed.swap_remove(at);
+            return Some(e);
+        }
         loop {
             let next = self.chain.next_index()?;
             if next < index {
                 return None;
             }
-            let (i, e) = self.chain.next(provider)?;
+            let (i, mut e) = self.chain.next(provider)?;
             if i == index {
                 return Some(e);
+            }
+            if self.window > 1 {
+                self.passed.push((i, e));
+                // Only the lowest indices can still be needed: the highest belong to rounds
+                // that are long gone.
+                let keep = 2 * self.window as usize;
+                if self.passed.len() > keep {
+                    self.passed.sort_unstable_by_key(|(i, _)| *i);
+                    for (_, old) in self.passed.drain(keep..) {
+                        let mut old = old;
+                        old.zeroize();
+                    }
+                }
+            } else {
+                e.zeroize();
             }
         }
     }
@@ -97,6 +148,8 @@ struct Inflight {
     /// When the S1 was last sent and how often again.
     resend: Resend,
     first_sent_at: Timestamp,
+    /// Its A1 has come (its S2s wait for the earlier rounds' A1s).
+    acked: bool,
 }
 
 impl Drop for Inflight {
@@ -125,7 +178,9 @@ pub(crate) struct SendFlow {
     next_round: u32,
     plain_seq: u32,
     pub queue: VecDeque<Vec<u8>>,
-    inflight: Option<Inflight>,
+    /// Rounds whose S1 went out and whose S2s did not yet, oldest first (at most the
+    /// guard's window).
+    inflight: VecDeque<Inflight>,
     /// Packets ready for the wire (S1, S2, PLAIN), in order.
     pub ready: VecDeque<Vec<u8>>,
     /// The peer accepted the flow (OpenAck seen).
@@ -140,11 +195,20 @@ impl SendFlow {
         flow: u16,
         mode: Mode,
         reports: bool,
+        window: u8,
         first: OwnChain,
         max_rounds: usize,
         max_skip_rounds: u32,
     ) -> Option<SendFlow> {
-        let guard = FlowGuard::new(mode, reports, first.info, max_rounds, max_skip_rounds)?;
+        let guard = FlowGuard::new(
+            mode,
+            reports,
+            window,
+            first.info,
+            max_rounds,
+            max_skip_rounds,
+        )?;
+        let first = first.with_window(u32::from(window));
         Some(SendFlow {
             flow,
             mode,
@@ -153,7 +217,7 @@ impl SendFlow {
             next_round: 0,
             plain_seq: 0,
             queue: VecDeque::new(),
-            inflight: None,
+            inflight: VecDeque::new(),
             ready: VecDeque::new(),
             open: false,
             renewing: None,
@@ -183,14 +247,24 @@ impl SendFlow {
         self.next_round
     }
 
-    /// The round whose S1 awaits its A1, and its retransmissions so far.
+    /// The oldest round whose S1 awaits its A1, and its retransmissions so far.
     pub fn awaiting_ack(&self) -> Option<(u32, u32)> {
-        self.inflight.as_ref().map(|f| (f.round, f.resend.tries))
+        self.unacked().next().map(|f| (f.round, f.resend.tries))
     }
 
-    /// When the S1 awaiting its A1 was first sent, if one is.
+    /// When the oldest S1 still awaiting its A1 was first sent, if one is.
     pub fn awaiting_since(&self) -> Option<Timestamp> {
-        self.inflight.as_ref().map(|f| f.first_sent_at)
+        self.unacked().map(|f| f.first_sent_at).min()
+    }
+
+    /// Rounds in flight whose A1 has not come.
+    fn unacked(&self) -> impl Iterator<Item = &Inflight> {
+        self.inflight.iter().filter(|f| !f.acked)
+    }
+
+    /// Rounds between S1 and S2 now.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
     }
 
     /// Elements left on the current chain.
@@ -210,6 +284,7 @@ impl SendFlow {
 
     /// Adds a renewed chain (not usable until confirmed).
     pub fn push_renewal(&mut self, chain: OwnChain) {
+        let chain = chain.with_window(self.guard.window());
         self.renewing = Some(chain.info.start_round);
         self.guard.add_sig_chain(chain.info);
         self.chains.push_back(chain);
@@ -255,8 +330,9 @@ impl SendFlow {
         true
     }
 
-    /// Starts the next round if the flow is open, idle and has messages, writing its S1
-    /// (or, unprotected, sends everything queued). Returns whether anything was made ready.
+    /// Starts rounds while the flow is open, has messages and has room in its window,
+    /// writing their S1s (or, unprotected, sends everything queued). Returns whether
+    /// anything was made ready.
     pub fn pump(&mut self, provider: &CryptoProvider, pair_id: &PairId, now: Timestamp) -> bool {
         if !self.open || self.queue.is_empty() {
             return false;
@@ -280,16 +356,25 @@ impl SendFlow {
             }
             return true;
         }
-        if self.inflight.is_some() {
-            return false;
+        let mut started = false;
+        while self.inflight.len() < self.guard.window() as usize
+            && !self.queue.is_empty()
+            && self.start_round(provider, pair_id, now)
+        {
+            started = true;
         }
+        started
+    }
+
+    /// Starts the next round: its elements, MACs (or Merkle root) and S1.
+    fn start_round(&mut self, provider: &CryptoProvider, pair_id: &PairId, now: Timestamp) -> bool {
         let round = self.next_round;
         let mode = self.mode;
         let Some(chain) = self.chain_for(round) else {
             return false; // waiting for a renewal to be confirmed
         };
-        let i1 = chain.info.length - 1 - 2 * (round - chain.info.start_round);
-        let (Some(element), Some(key)) = (chain.take(provider, i1), chain.take(provider, i1 - 1))
+        let (i1, i0) = chain.indices(round);
+        let (Some(element), Some(key)) = (chain.take(provider, i1), chain.take(provider, i0))
         else {
             return false;
         };
@@ -356,7 +441,7 @@ impl SendFlow {
             return false;
         }
         self.ready.push_back(s1.clone());
-        self.inflight = Some(Inflight {
+        self.inflight.push_back(Inflight {
             round,
             tree,
             messages,
@@ -364,42 +449,46 @@ impl SendFlow {
             s1,
             resend: Resend::new(now),
             first_sent_at: now,
+            acked: false,
         });
         true
     }
 
-    /// The deadline of the in-flight S1's retransmission.
+    /// The earliest retransmission deadline of an S1 awaiting its A1.
     pub fn deadline(&self, rto: Duration) -> Option<Timestamp> {
-        self.inflight
-            .as_ref()
+        self.unacked()
             .map(|f| f.resend.deadline(resend::S1, rto))
+            .min()
     }
 
-    /// Retransmits the S1 when its time is up (never gives the round up).
+    /// Retransmits the S1s whose time is up (never gives a round up). Reports the first
+    /// round that just stalled, else the most retransmissions made now.
     pub fn on_timeout(&mut self, now: Timestamp, rto: Duration, max_retries: u32) -> SendTimeout {
-        let Some(deadline) = self.deadline(rto) else {
-            return SendTimeout::Nothing;
-        };
-        if now < deadline {
-            return SendTimeout::Nothing;
-        }
-        let Some(inflight) = self.inflight.as_mut() else {
-            return SendTimeout::Nothing;
-        };
+        let mut outcome = SendTimeout::Nothing;
         // A round is never given up: moving on would disclose the next elements, and one
         // of them hashes to this round's key while hops may still take an S1 for it (a
         // forger could then finish the round with a message of its own). The S1 is sent
         // again, backing off, until its A1 comes.
-        inflight.resend.resent(now);
-        self.ready.push_back(inflight.s1.clone());
-        if inflight.resend.tries == max_retries {
-            return SendTimeout::Stalled(inflight.round);
+        for inflight in self.inflight.iter_mut().filter(|f| !f.acked) {
+            if now < inflight.resend.deadline(resend::S1, rto) {
+                continue;
+            }
+            inflight.resend.resent(now);
+            self.ready.push_back(inflight.s1.clone());
+            let tries = inflight.resend.tries;
+            outcome = match outcome {
+                SendTimeout::Stalled(_) => outcome,
+                _ if tries == max_retries => SendTimeout::Stalled(inflight.round),
+                SendTimeout::Retransmitted(most) => SendTimeout::Retransmitted(most.max(tries)),
+                SendTimeout::Nothing => SendTimeout::Retransmitted(tries),
+            };
         }
-        SendTimeout::Retransmitted(inflight.resend.tries)
+        outcome
     }
 
-    /// An A1 arrived. On the first valid one for the in-flight round, the round's S2s are
-    /// made ready; returns the round-trip sample (first try only) when that happens.
+    /// An A1 arrived. On the first valid one for a round in flight, that round is
+    /// acknowledged, and the S2s of every acknowledged round with no unacknowledged round
+    /// before it are made ready; returns the round-trip sample (first try only).
     pub fn on_a1(
         &mut self,
         provider: &CryptoProvider,
@@ -411,11 +500,34 @@ impl SendFlow {
         if self.guard.on_a1(provider, header, element, report, now)? == Taken::Repeat {
             return Err(Refusal::Replayed);
         }
-        let Some(inflight) = self.inflight.take_if(|f| f.round == header.round) else {
+        let Some(acked) = self
+            .inflight
+            .iter_mut()
+            .find(|f| f.round == header.round && !f.acked)
+        else {
             return Ok(None);
         };
-        let sample = (inflight.resend.tries == 0)
-            .then(|| now.saturating_duration_since(inflight.first_sent_at));
+        acked.acked = true;
+        let sample =
+            (acked.resend.tries == 0).then(|| now.saturating_duration_since(acked.first_sent_at));
+        // Keys go out in round order: a round's S2s wait for every earlier round's A1.
+        while self.inflight.front().is_some_and(|f| f.acked) {
+            if let Some(inflight) = self.inflight.pop_front() {
+                self.release(provider, header, inflight, now);
+            }
+        }
+        Ok(sample)
+    }
+
+    /// Makes an acknowledged round's S2s ready (after starting the round that takes its
+    /// place in the window).
+    fn release(
+        &mut self,
+        provider: &CryptoProvider,
+        header: &FlowHeader,
+        inflight: Inflight,
+        now: Timestamp,
+    ) {
         let count = inflight.messages.len();
         // The next round's S1 goes out ahead of this round's S2s: its element reveals this
         // round's key, but every hop has locked this round's MACs (the A1 passed them), and
@@ -443,7 +555,6 @@ impl SendFlow {
             self.ready.push_back(out);
         }
         self.sent_messages += count as u64;
-        Ok(sample)
     }
 
     /// An A2 arrived: the verified delivery verdict.
@@ -462,7 +573,7 @@ impl SendFlow {
 
     /// Whether nothing is queued, in flight or waiting for the wire.
     pub fn is_idle(&self) -> bool {
-        self.queue.is_empty() && self.inflight.is_none() && self.ready.is_empty()
+        self.queue.is_empty() && self.inflight.is_empty() && self.ready.is_empty()
     }
 }
 
@@ -483,6 +594,10 @@ pub(crate) struct RecvFlow {
     ack_chains: VecDeque<OwnChain>,
     /// A1s sent, by round, to answer a retransmitted S1 with the same A1.
     a1_sent: BTreeMap<u32, Vec<u8>>,
+    /// The next round to acknowledge: A1s go out in round order.
+    next_a1: u32,
+    /// Rounds of the window whose S1 came before an earlier round's: their A1s wait.
+    held: BTreeMap<u32, FlowHeader>,
     /// A2 elements and report secrets waiting for their round to finish.
     pending_reports: BTreeMap<u32, Element>,
     report_key: Element,
@@ -521,9 +636,11 @@ impl RecvFlow {
         Some(RecvFlow {
             flow,
             mode: guard.mode(),
+            next_a1: guard.first_round(),
             guard,
             ack_chains: VecDeque::from([first_ack]),
             a1_sent: BTreeMap::new(),
+            held: BTreeMap::new(),
             pending_reports: BTreeMap::new(),
             report_key,
             ready: VecDeque::new(),
@@ -605,20 +722,53 @@ impl RecvFlow {
             Err(e) => return Err(e),
         }
         self.highest_round = self.highest_round.max(round);
-        // A round still open when the round after next starts will not complete: report it.
+        let window = self.guard.window();
+        // A round still open when a round `window + 1` later starts will not complete:
+        // report it.
         if self.guard.reports() {
-            // The signer sends a round's S1 ahead of the previous round's S2s, so only
-            // rounds before the previous one are given up on.
+            // The signer sends a round's S1 ahead of the S2s of the round `window` before it,
+            // so only rounds before that one are given up on.
             let unfinished: Vec<u32> = self
                 .pending_reports
                 .keys()
                 .copied()
-                .filter(|&r| r.saturating_add(1) < round)
+                .filter(|&r| r.saturating_add(window) < round)
                 .collect();
             for r in unfinished {
                 self.send_report(provider, header, r, false);
             }
         }
+        // A1s go out in round order (each one's element reveals the earlier ones'). A round
+        // of the window whose S1 overtook an earlier round's waits; a round a whole window
+        // ahead means the signer finished the rounds before it, so they are not waited for.
+        if round >= self.next_a1.saturating_add(window) {
+            self.next_a1 = round + 1 - window;
+        }
+        if round > self.next_a1 {
+            self.held.insert(round, *header);
+            return Ok(());
+        }
+        self.send_a1(provider, header, now)?;
+        self.next_a1 = self.next_a1.max(round.saturating_add(1));
+        while let Some(held) = self.held.remove(&self.next_a1) {
+            self.next_a1 += 1;
+            // A held round that cannot be answered now stays unanswered; its S1's
+            // retransmission will find it (the drop is counted there).
+            let _ = self.send_a1(provider, &held, now);
+        }
+        let next = self.next_a1;
+        self.held.retain(|&r, _| r > next);
+        Ok(())
+    }
+
+    /// Makes and sends the A1 for the round of `header`, whose S1 the guard has taken.
+    fn send_a1(
+        &mut self,
+        provider: &CryptoProvider,
+        header: &FlowHeader,
+        now: Timestamp,
+    ) -> Result<(), Refusal> {
+        let round = header.round;
         let Some((i1, i0)) = self.guard.ack_indices(round) else {
             return Err(Refusal::Stale);
         };
@@ -660,7 +810,8 @@ impl RecvFlow {
         .write(&mut a1);
         self.ready.push_back(a1.clone());
         self.a1_sent.insert(round, a1);
-        while self.a1_sent.len() > 8 {
+        // Enough to answer the retransmitted S1 of any round of the widest window.
+        while self.a1_sent.len() > 2 * usize::from(crate::guard::MAX_WINDOW) {
             self.a1_sent.pop_first();
         }
         while self.pending_reports.len() > 64 {

@@ -25,6 +25,24 @@
 //!   must hash to the ack or nack commitment. Like S1s, A1s that repeat the element with
 //!   other commitments are kept as candidates (bounded). One report per round.
 //!
+//!
+//! # A window of rounds
+//! A flow opened with a window `w > 1` lets the signer have up to `w` rounds between S1 and
+//! S2 at once. Its signature chain is laid out in disclosure order (see [`round_indices`]):
+//! the S1 elements of the first `w` rounds, then round `r`'s key followed by round
+//! `r + w`'s S1 element. So a round's S1 element never reveals the key of any round that may
+//! still be waiting for its A1, and the keys go out in round order. Two rules change:
+//! - An S1 for a round not stored yet may carry an element already seen (a later round's S1
+//!   of the window passed first): it is taken as long as nothing at or below the round's
+//!   key has been seen here, which is the safety condition itself.
+//! - The verifier sends A1s in round order, so an A1 for a later round proves the earlier
+//!   round's A1 was sent: once any A1 for round `r` or later passed a hop, that hop takes no
+//!   new S1 candidate for round `r`, and an A1 that arrives after a later round's (its
+//!   element already derivable) is still taken, without report commitments.
+//!
+//! The acknowledgment chain keeps the window-1 layout: the verifier discloses its elements
+//! in round order anyway.
+//!
 //! State is bounded: at most `max_rounds` rounds per flow (the oldest is evicted, and
 //! anything for an evicted round is stale) and three chain generations per direction.
 
@@ -96,11 +114,34 @@ fn split_elements(bytes: &[u8]) -> Vec<Element> {
         .collect()
 }
 
+/// Most rounds a flow may have in flight at once (its window).
+pub const MAX_WINDOW: u8 = 8;
+
+/// The chain indices `(i1, i0)` of `round` in a chain described by `info` laid out for
+/// `window` rounds in flight: `i1` is disclosed by the round's S1 (or A1), `i0` by its S2
+/// (or A2). Elements are disclosed from the top of the chain down, in this order: the S1
+/// elements of the first `window` rounds, then for each round `r` its key followed by the
+/// S1 element of round `r + window`, and at the end the keys left. With `window = 1` this
+/// is `i1 = n - 1 - 2(r - s)`, `i0 = i1 - 1`. The caller makes sure the chain serves the
+/// round and `1 <= window <= n / 2`.
+pub(crate) fn round_indices(info: &AnchorInfo, window: u32, round: u32) -> (u32, u32) {
+    let rounds = info.length / 2;
+    let r = round - info.start_round;
+    let s1_position = r.max((2 * r + 1).saturating_sub(window));
+    let key_position = (window + 2 * r).min(rounds + r);
+    (
+        info.length - 1 - s1_position,
+        info.length - 1 - key_position,
+    )
+}
+
 /// One chain generation: the rounds it serves and its verifier.
 #[derive(Clone, Debug)]
 struct Generation {
     info: AnchorInfo,
     verifier: ChainVerifier,
+    /// Rounds in flight the chain is laid out for (1 for acknowledgment chains).
+    window: u32,
 }
 
 impl Generation {
@@ -114,8 +155,7 @@ impl Generation {
 
     /// (S1 or A1 index, S2 key or A2 index) for `round`.
     fn indices(&self, round: u32) -> (u32, u32) {
-        let i1 = self.info.length - 1 - 2 * (round - self.info.start_round);
-        (i1, i1 - 1)
+        round_indices(&self.info, self.window, round)
     }
 }
 
@@ -126,11 +166,13 @@ struct Chains {
 }
 
 impl Chains {
-    fn add(&mut self, info: AnchorInfo, max_skip_rounds: u32) -> bool {
-        // The chain's rounds must fit the round counter (a peer may announce anything).
+    fn add(&mut self, info: AnchorInfo, max_skip_rounds: u32, window: u32) -> bool {
+        // The chain's rounds must fit the round counter (a peer may announce anything), and
+        // it must serve at least a window of rounds.
         if info.length < 2
             || !info.length.is_multiple_of(2)
             || info.start_round.checked_add(info.length / 2).is_none()
+            || info.length / 2 < window
         {
             return false;
         }
@@ -147,9 +189,16 @@ impl Chains {
             info.chain_id,
             info.anchor,
             info.length,
-            max_skip_rounds.saturating_mul(2).saturating_add(2),
+            max_skip_rounds
+                .saturating_add(window)
+                .saturating_mul(2)
+                .saturating_add(2),
         );
-        self.generations.push_back(Generation { info, verifier });
+        self.generations.push_back(Generation {
+            info,
+            verifier,
+            window,
+        });
         while self.generations.len() > 3 {
             self.generations.pop_front();
         }
@@ -170,18 +219,22 @@ impl Chains {
     }
 
     /// Checks the upper element of a round not stored before (an S1's, or an A1's) against
-    /// its chain. A repeat or an old element means it was already disclosed here: the
-    /// round's lower element may be public, so nothing new can be trusted for it.
+    /// its chain: `Ok(true)` if it is fresh. A repeat or an old element was already
+    /// disclosed here; with a window of one that means the round's lower element may be
+    /// public, so nothing new can be trusted for it (`Stale`). With a wider window
+    /// (`windowed`) it is `Ok(false)` and the caller decides (see the module's rules).
     fn verify_upper_element(
         &mut self,
         provider: &CryptoProvider,
         round: u32,
         element: &Element,
-    ) -> Result<(), Refusal> {
+        windowed: bool,
+    ) -> Result<bool, Refusal> {
         let generation = self.find(round).ok_or(Refusal::Stale)?;
         let (i1, _) = generation.indices(round);
         match generation.verifier.verify(provider, i1, element) {
-            Ok(Checked::Fresh) => Ok(()),
+            Ok(Checked::Fresh) => Ok(true),
+            Ok(Checked::Repeat | Checked::Old) if windowed => Ok(false),
             Ok(Checked::Repeat | Checked::Old) => Err(Refusal::Stale),
             Err(ChainError::TooFar) => Err(Refusal::Stale),
             Err(ChainError::Mismatch) => Err(Refusal::Forged),
@@ -237,28 +290,60 @@ pub struct FlowGuard {
     max_skip_rounds: u32,
     /// Rounds below this were evicted.
     evicted_below: u32,
+    /// Rounds the signer may have in flight (the signature chain's layout).
+    window: u32,
+    /// The highest round an A1 was taken for here.
+    highest_a1: Option<u32>,
 }
 
 impl FlowGuard {
-    /// A guard for a flow of `mode` whose signature chain starts with `sig`.
+    /// A guard for a flow of `mode` with `window` rounds in flight (1 to [`MAX_WINDOW`],
+    /// at most half of `max_rounds`) whose signature chain starts with `sig`.
     pub fn new(
         mode: Mode,
         reports: bool,
+        window: u8,
         sig: AnchorInfo,
         max_rounds: usize,
         max_skip_rounds: u32,
     ) -> Option<FlowGuard> {
+        let max_rounds = max_rounds.max(2);
+        if window == 0 || window > MAX_WINDOW || usize::from(window) * 2 > max_rounds {
+            return None;
+        }
         let mut guard = FlowGuard {
             mode,
             reports,
             sig: Chains::default(),
             ack: Chains::default(),
             rounds: BTreeMap::new(),
-            max_rounds: max_rounds.max(2),
+            max_rounds,
             max_skip_rounds,
             evicted_below: 0,
+            window: u32::from(window),
+            highest_a1: None,
         };
-        (mode == Mode::Unprotected || guard.sig.add(sig, max_skip_rounds)).then_some(guard)
+        (mode == Mode::Unprotected || guard.sig.add(sig, max_skip_rounds, guard.window))
+            .then_some(guard)
+    }
+
+    /// Rounds the signer may have in flight.
+    pub fn window(&self) -> u32 {
+        self.window
+    }
+
+    /// The first round of the oldest signature chain held.
+    pub fn first_round(&self) -> u32 {
+        self.sig
+            .generations
+            .front()
+            .map_or(0, |g| g.info.start_round)
+    }
+
+    /// Whether an A1 for `round` or a later round has been taken here: the verifier sends
+    /// A1s in round order, so `round`'s was sent.
+    fn acknowledged_from(&self, round: u32) -> bool {
+        self.highest_a1.is_some_and(|h| h >= round)
     }
 
     /// The flow's mode.
@@ -273,12 +358,12 @@ impl FlowGuard {
 
     /// Adds the next signature chain (a renewal); false if it does not continue the last.
     pub fn add_sig_chain(&mut self, info: AnchorInfo) -> bool {
-        self.sig.add(info, self.max_skip_rounds)
+        self.sig.add(info, self.max_skip_rounds, self.window)
     }
 
     /// Adds an acknowledgment chain (the first, from OpenAck, or a renewal).
     pub fn add_ack_chain(&mut self, info: AnchorInfo) -> bool {
-        self.ack.add(info, self.max_skip_rounds)
+        self.ack.add(info, self.max_skip_rounds, 1)
     }
 
     /// Whether an acknowledgment chain is known (the flow is fully open at this hop).
@@ -327,6 +412,10 @@ impl FlowGuard {
             if state.a1_element.is_some() || state.candidates.len() >= MAX_CANDIDATES {
                 return Err(Refusal::Forged);
             }
+            // A later round's A1 passed here: this round's A1 was sent before it.
+            if self.highest_a1.is_some_and(|h| h > round) {
+                return Err(Refusal::Stale);
+            }
             // Once anything at or below the round's key has been seen here (a later round's
             // S1, or an S2), the key may be public: no MAC offered now can be trusted.
             if self.sig.lower_element_public(round) {
@@ -339,9 +428,16 @@ impl FlowGuard {
             return Err(Refusal::Stale);
         }
         // A repeated or old element was already disclosed here (a later round's S1 or S2 has
-        // been seen) and this round was never stored: its key may be public, so no MAC can be
-        // trusted for it any more.
-        self.sig.verify_upper_element(provider, round, element)?;
+        // been seen) and this round was never stored: with a window of one its key may be
+        // public, so no MAC can be trusted for it any more. With a wider window a later
+        // round's S1 may simply have come first: what matters is whether the key may be.
+        let windowed = self.window > 1;
+        let fresh = self
+            .sig
+            .verify_upper_element(provider, round, element, windowed)?;
+        if !fresh && (self.sig.lower_element_public(round) || self.acknowledged_from(round)) {
+            return Err(Refusal::Stale);
+        }
         self.rounds.insert(
             round,
             RoundState {
@@ -383,11 +479,15 @@ impl FlowGuard {
             return Err(Refusal::Malformed);
         }
         let round = header.round;
-        let later_round_seen = self
-            .rounds
-            .range(round.saturating_add(1)..)
-            .next()
-            .is_some();
+        // With a window of one, any later round stored means a later A1 may be out; with a
+        // wider window later S1s come early, and only a later A1 counts.
+        let later_round_seen = self.highest_a1.is_some_and(|h| h > round)
+            || (self.window == 1
+                && self
+                    .rounds
+                    .range(round.saturating_add(1)..)
+                    .next()
+                    .is_some());
         let Some(state) = self.rounds.get_mut(&round) else {
             return Err(unknown_round(round, self.evicted_below));
         };
@@ -425,9 +525,18 @@ impl FlowGuard {
             state.reports.push(*r);
             return Ok(Taken::New);
         }
-        self.ack.verify_upper_element(provider, round, element)?;
+        // Fresh, or (window > 1) already derivable from a later round's A1 that came first:
+        // the round is acknowledged either way, but then its report MAC's key may be public,
+        // so its commitments are not kept (the round goes unreported at this hop).
+        let windowed = self.window > 1;
+        let fresh = self
+            .ack
+            .verify_upper_element(provider, round, element, windowed)?;
         state.a1_element = Some(*element);
-        state.reports.extend(report.copied());
+        if fresh {
+            state.reports.extend(report.copied());
+        }
+        self.highest_a1 = Some(self.highest_a1.map_or(round, |h| h.max(round)));
         let most = state
             .candidates
             .iter()
@@ -481,7 +590,7 @@ impl FlowGuard {
         if state.seen[slot] {
             return Err(Refusal::Replayed);
         }
-        // The key must be the element just below the S1's.
+        // The key must hash forward to the S1's element (one step with a window of one).
         match state.key {
             Some(known) => {
                 if !ct_eq(&known, key) {
@@ -493,7 +602,7 @@ impl FlowGuard {
                 let (i1, i0) = generation.indices(round);
                 let chain_id = generation.info.chain_id;
                 if !ct_eq(
-                    &crypto::chain_step(provider, &chain_id, i1, key),
+                    &crypto::chain_walk(provider, &chain_id, i0, key, i1),
                     &state.s1_element,
                 ) {
                     return Err(Refusal::Forged);
@@ -639,7 +748,7 @@ mod tests {
         let p = CryptoProvider::default_provider();
         let (mut sig, sig_info) = chain(&p, 1, 8);
         let (mut ack, ack_info) = chain(&p, 2, 8);
-        let mut g = FlowGuard::new(Mode::N, true, sig_info, 16, 8).unwrap();
+        let mut g = FlowGuard::new(Mode::N, true, 1, sig_info, 16, 8).unwrap();
         assert!(g.add_ack_chain(ack_info));
         let report = |mac_key: &Element, fh: &FlowHeader, secret: &Element| {
             let c = crypto::commitment(&p, secret);
@@ -691,7 +800,7 @@ mod tests {
         let p = CryptoProvider::default_provider();
         let (mut sig, sig_info) = chain(&p, 1, 8);
         let (mut ack, ack_info) = chain(&p, 2, 8);
-        let mut g = FlowGuard::new(Mode::N, false, sig_info, 16, 8).unwrap();
+        let mut g = FlowGuard::new(Mode::N, false, 1, sig_info, 16, 8).unwrap();
         assert!(g.add_ack_chain(ack_info));
         let (_, e1) = sig.next(&p).unwrap();
         let h = header(0);
@@ -730,7 +839,7 @@ mod tests {
     fn no_candidate_once_the_round_key_may_be_public() {
         let p = CryptoProvider::default_provider();
         let (mut sig, sig_info) = chain(&p, 1, 8);
-        let mut g = FlowGuard::new(Mode::N, false, sig_info, 16, 8).unwrap();
+        let mut g = FlowGuard::new(Mode::N, false, 1, sig_info, 16, 8).unwrap();
         let (_, e1) = sig.next(&p).unwrap();
         let (_, _key0) = sig.next(&p).unwrap();
         let (_, e1_next) = sig.next(&p).unwrap();
@@ -754,15 +863,189 @@ mod tests {
         );
     }
 
+    /// Every element of the chain: `all[i]` is `h_i`.
+    fn elements(p: &CryptoProvider, id: u8, rounds: u32) -> Vec<Element> {
+        let (mut c, _) = chain(p, id, rounds);
+        let mut all = vec![[0u8; ELEMENT_LEN]; (rounds * 2) as usize];
+        while let Some((i, e)) = c.next(p) {
+            all[i as usize] = e;
+        }
+        all
+    }
+
+    /// The layout for a window: every element is used once, a round's key is disclosed
+    /// after the S1s of the whole window before it and before the S1 of the round a window
+    /// later, keys go out in round order, and a window of one is the classic layout.
+    #[test]
+    fn window_layout_discloses_keys_in_order_and_after_the_window() {
+        for rounds in [8u32, 9, 64] {
+            let info = AnchorInfo {
+                chain_id: [0; 8],
+                anchor: [0; ELEMENT_LEN],
+                length: rounds * 2,
+                start_round: 5,
+            };
+            for window in 1..=u32::from(MAX_WINDOW).min(rounds) {
+                let mut used = vec![false; (rounds * 2) as usize];
+                for r in 5..5 + rounds {
+                    let (i1, i0) = round_indices(&info, window, r);
+                    assert!(i0 < i1, "w {window} r {r}");
+                    for i in [i1, i0] {
+                        assert!(!used[i as usize], "w {window}: index {i} used twice");
+                        used[i as usize] = true;
+                    }
+                    if window == 1 {
+                        assert_eq!(i1, info.length - 1 - 2 * (r - 5));
+                        assert_eq!(i0, i1 - 1);
+                    }
+                    // The S1s of the rounds of the window are disclosed before this key.
+                    for later in r + 1..(r + window).min(5 + rounds) {
+                        assert!(
+                            round_indices(&info, window, later).0 > i0,
+                            "w {window} r {r}"
+                        );
+                    }
+                    // The S1 of the round a window later comes after it, and so do the keys
+                    // of later rounds.
+                    if r + window < 5 + rounds {
+                        assert!(round_indices(&info, window, r + window).0 < i0);
+                    }
+                    if r + 1 < 5 + rounds {
+                        assert!(round_indices(&info, window, r + 1).1 < i0);
+                    }
+                }
+                assert!(used.iter().all(|&u| u), "w {window}: an element is unused");
+            }
+        }
+    }
+
+    /// With a window of two: a later round's S1 may come first, and the earlier round is
+    /// still taken while its key is secret; an S1 whose element a forger derived from the
+    /// later one stays a harmless candidate; once the key is out, or a later round's A1
+    /// passed, nothing new is taken for the round; and an A1 overtaken by a later one is
+    /// taken without its report commitments.
+    #[test]
+    fn a_window_takes_early_s1s_while_the_key_is_secret() {
+        let p = CryptoProvider::default_provider();
+        let all = elements(&p, 1, 8);
+        let (_, sig_info) = chain(&p, 1, 8);
+        let acks = elements(&p, 2, 8);
+        let (_, ack_info) = chain(&p, 2, 8);
+        let n = crate::wire::mode_code::N;
+        let window = 2;
+        let at = |r: u32| round_indices(&sig_info, window, r);
+        let e = |i: u32| all[i as usize];
+        let mut g = FlowGuard::new(Mode::N, true, 2, sig_info, 16, 8).unwrap();
+        assert!(g.add_ack_chain(ack_info));
+        let mac = |r: u32, msg: &[u8]| {
+            let key = e(at(r).1);
+            crypto::mac(&p, &key, &[&header(r).to_bytes(), &0u16.to_be_bytes(), msg])
+        };
+        // Round 1's S1 first, then round 0's (its element is now derivable, its key is not).
+        let s1 = |g: &mut FlowGuard, r: u32, macs: &Element| {
+            g.on_s1(&p, &header(r), n, &e(at(r).0), 1, macs, T0)
+        };
+        assert_eq!(s1(&mut g, 1, &mac(1, b"one")), Ok(Taken::New));
+        // A forger's S1 for round 0, with the element derived from round 1's.
+        let derived = crypto::chain_walk(&p, &[1; 8], at(1).0, &e(at(1).0), at(0).0);
+        assert_eq!(derived, e(at(0).0));
+        let forged_mac = crypto::mac(&p, &[0x66; 16], &[b"EVIL"]);
+        assert_eq!(s1(&mut g, 0, &forged_mac), Ok(Taken::New));
+        // The signer's S1 for round 0 is another candidate.
+        assert_eq!(s1(&mut g, 0, &mac(0, b"zero")), Ok(Taken::New));
+        // Round 0's A1 (with reports), then round 1's.
+        let report = |r: u32| {
+            let c = crypto::commitment(&p, &[9; 16]);
+            let (_, a0) = round_indices(&ack_info, 1, r);
+            ReportCommitment {
+                ack: c,
+                nack: c,
+                mac: crypto::mac(&p, &acks[a0 as usize], &[&header(r).to_bytes(), &c, &c]),
+            }
+        };
+        let a1 = |r: u32| acks[round_indices(&ack_info, 1, r).0 as usize];
+        assert_eq!(
+            g.on_a1(&p, &header(0), &a1(0), Some(&report(0)), T0),
+            Ok(Taken::New)
+        );
+        // After the A1, no new candidate for round 0.
+        assert_eq!(s1(&mut g, 0, &mac(0, b"late")), Err(Refusal::Forged));
+        // Round 0's S2 with the key: the forger's candidate does not match, the signer's does.
+        let key0 = e(at(0).1);
+        assert_eq!(
+            g.on_s2(&p, &header(0), 0, &key0, &[], b"EVIL"),
+            Err(Refusal::Forged)
+        );
+        assert_eq!(g.on_s2(&p, &header(0), 0, &key0, &[], b"zero"), Ok(()));
+        // Round 0's key is out, and with it the S1 element of round 2, a window later.
+        assert_eq!(s1(&mut g, 2, &mac(2, b"two")), Ok(Taken::New));
+        // Round 2's A1 overtakes round 1's: round 1's is still taken (fresh or not), but
+        // its report commitments are not kept, so no A2 for round 1 passes here.
+        assert_eq!(
+            g.on_a1(&p, &header(2), &a1(2), Some(&report(2)), T0),
+            Ok(Taken::New)
+        );
+        assert_eq!(
+            g.on_a1(&p, &header(1), &a1(1), Some(&report(1)), T0),
+            Ok(Taken::New)
+        );
+        let (_, a2_1) = round_indices(&ack_info, 1, 1);
+        assert_eq!(
+            g.on_a2(&p, &header(1), &acks[a2_1 as usize], true, &[9; 16]),
+            Err(Refusal::Unverifiable)
+        );
+        // Round 1's messages still verify.
+        assert_eq!(g.on_s2(&p, &header(1), 0, &e(at(1).1), &[], b"one"), Ok(()));
+    }
+
+    /// Once a later round's A1 passed a hop, that hop takes no S1 for an earlier round it
+    /// never stored: the verifier acknowledged that round before, so the signer may be
+    /// about to disclose its key.
+    #[test]
+    fn no_new_round_behind_a_later_a1() {
+        let p = CryptoProvider::default_provider();
+        let all = elements(&p, 1, 8);
+        let (_, sig_info) = chain(&p, 1, 8);
+        let acks = elements(&p, 2, 8);
+        let (_, ack_info) = chain(&p, 2, 8);
+        let n = crate::wire::mode_code::N;
+        let at = |r: u32| round_indices(&sig_info, 4, r);
+        let mut g = FlowGuard::new(Mode::N, false, 4, sig_info, 16, 8).unwrap();
+        assert!(g.add_ack_chain(ack_info));
+        let s1 = |g: &mut FlowGuard, r: u32| {
+            g.on_s1(&p, &header(r), n, &all[at(r).0 as usize], 1, &[7; 16], T0)
+        };
+        assert_eq!(s1(&mut g, 2), Ok(Taken::New));
+        let a1_2 = acks[round_indices(&ack_info, 1, 2).0 as usize];
+        assert_eq!(g.on_a1(&p, &header(2), &a1_2, None, T0), Ok(Taken::New));
+        assert_eq!(s1(&mut g, 1), Err(Refusal::Stale));
+        assert_eq!(s1(&mut g, 0), Err(Refusal::Stale));
+        assert_eq!(s1(&mut g, 3), Ok(Taken::New));
+    }
+
+    /// A window must fit the flow's bounds.
+    #[test]
+    fn windows_out_of_bounds_are_refused() {
+        let p = CryptoProvider::default_provider();
+        let (_, info) = chain(&p, 1, 8);
+        assert!(FlowGuard::new(Mode::N, false, 0, info, 16, 8).is_none());
+        assert!(FlowGuard::new(Mode::N, false, MAX_WINDOW + 1, info, 32, 8).is_none());
+        assert!(FlowGuard::new(Mode::N, false, 8, info, 15, 8).is_none());
+        assert!(FlowGuard::new(Mode::N, false, 8, info, 16, 8).is_some());
+        // A chain shorter than the window.
+        let (_, short) = chain(&p, 1, 2);
+        assert!(FlowGuard::new(Mode::N, false, 4, short, 16, 8).is_none());
+    }
+
     /// A chain whose rounds would run past the round counter is refused, first or renewed.
     #[test]
     fn chains_past_the_round_counter_are_refused() {
         let p = CryptoProvider::default_provider();
         let (_, mut info) = chain(&p, 1, 8);
         info.start_round = u32::MAX - 2;
-        assert!(FlowGuard::new(Mode::N, false, info, 16, 8).is_none());
+        assert!(FlowGuard::new(Mode::N, false, 1, info, 16, 8).is_none());
         info.start_round = u32::MAX - 8;
-        let mut g = FlowGuard::new(Mode::N, false, info, 16, 8).unwrap();
+        let mut g = FlowGuard::new(Mode::N, false, 1, info, 16, 8).unwrap();
         let (_, mut next) = chain(&p, 2, 8);
         next.start_round = u32::MAX;
         assert!(!g.add_sig_chain(next));

@@ -240,7 +240,7 @@ impl Relay {
         let max_rounds = self.config.max_rounds;
         let skip = self.config.max_skip_rounds;
         let control = |sig, ack| {
-            let mut g = FlowGuard::new(Mode::N, false, sig, max_rounds, skip)?;
+            let mut g = FlowGuard::new(Mode::N, false, 1, sig, max_rounds, skip)?;
             g.add_ack_chain(ack).then_some(g)
         };
         let (Some(from_initiator), Some(from_responder)) = (
@@ -485,6 +485,7 @@ impl Relay {
                 mode,
                 batch,
                 reports,
+                window,
                 chain,
                 signature,
             } => {
@@ -497,7 +498,7 @@ impl Relay {
                 let Some(mode) = Mode::from_code(*mode, *batch) else {
                     return;
                 };
-                if let Some(g) = FlowGuard::new(mode, *reports, *chain, max_rounds, skip) {
+                if let Some(g) = FlowGuard::new(mode, *reports, *window, *chain, max_rounds, skip) {
                     pair.flows.insert(*flow, g);
                 }
             }
@@ -615,7 +616,17 @@ mod tests {
             unreachable!("the tests use IPv4")
         };
         let mut c = vec![
-            0x01, 0x02, 0x9b, 0x32, 0x58, 0x24, 0x7b, 0xaa, 0xf7, 0x21, 0x04,
+            crate::wire::VERSION,
+            0x02,
+            0x9b,
+            0x32,
+            0x58,
+            0x24,
+            0x7b,
+            0xaa,
+            0xf7,
+            0x21,
+            0x04,
         ];
         c.extend_from_slice(&v4.ip().octets());
         c.extend_from_slice(&v4.port().to_be_bytes());

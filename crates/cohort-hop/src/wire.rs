@@ -1,4 +1,4 @@
-//! cohort-hop's wire format, version 1 (documented byte by byte in `docs/wire.md`).
+//! cohort-hop's wire format, version 2 (documented byte by byte in `docs/wire.md`).
 //!
 //! Every packet starts with a version byte and a type byte. Handshake packets carry the two
 //! endpoints' overlay addresses so that a relay can forward them before it holds any state;
@@ -14,7 +14,7 @@ use cohort_core::wire::{Reader, Truncated, Writer};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// The one version this code speaks.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Length of a pair id.
 pub const PAIR_ID_LEN: usize = 8;
 /// Length of an Ed25519 public key.
@@ -700,6 +700,9 @@ pub enum Control<'a> {
         batch: u16,
         /// Whether the sender wants A2 delivery reports.
         reports: bool,
+        /// Rounds the sender may have in flight (1 to [`crate::guard::MAX_WINDOW`]); the
+        /// signature chain is laid out for it ([`crate::guard::round_indices`]).
+        window: u8,
         /// The signature chain (unused for unprotected flows, all zero).
         chain: AnchorInfo,
         /// Ed25519 signature over [`control_signed_bytes`].
@@ -791,6 +794,10 @@ impl<'a> Control<'a> {
                     1 => true,
                     _ => return Err(Malformed),
                 },
+                window: match r.u8()? {
+                    w @ 1..=crate::guard::MAX_WINDOW => w,
+                    _ => return Err(Malformed),
+                },
                 chain: AnchorInfo::read(&mut r)?,
                 signature: r.bytes(SIGNATURE_LEN)?,
             },
@@ -846,6 +853,7 @@ impl<'a> Control<'a> {
                 mode,
                 batch,
                 reports,
+                window,
                 chain,
                 ..
             } => {
@@ -853,7 +861,8 @@ impl<'a> Control<'a> {
                     .u16(*flow)
                     .u8(*mode)
                     .u16(*batch)
-                    .u8(u8::from(*reports));
+                    .u8(u8::from(*reports))
+                    .u8(*window);
                 chain.write(&mut w);
             }
             Control::OpenAck { flow, chain, .. } => {
@@ -1048,6 +1057,7 @@ mod tests {
                 mode: mode_code::M,
                 batch: 32,
                 reports: true,
+                window: 4,
                 chain: anchor(),
                 signature: &sig,
             },

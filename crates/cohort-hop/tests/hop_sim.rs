@@ -381,9 +381,11 @@ fn faults_and_adversary(seed: u64) -> Result<(), SimFailure> {
     };
     let reports = pick.next_u32() % 2 == 0;
     let chain_rounds = [8, 64, 1024][(pick.next_u32() % 3) as usize];
+    let window = [1, 2, 4, 8][(pick.next_u32() % 4) as usize];
     let mut path = Path::new(seed, relays, |c| {
         c.delivery_reports = reports;
         c.chain_rounds = chain_rounds;
+        c.window = window;
     });
     let (tap, epoch) = wiretap(&mut path);
     path.connect()?;
@@ -397,7 +399,9 @@ fn faults_and_adversary(seed: u64) -> Result<(), SimFailure> {
     };
     let restart_what = pick.next_u32() as usize % (relays + 3);
     let mut cut: Option<(cohort_sim::RuleId, u32)> = None;
-    let context = format!("relays {relays}, mode {mode}, reports {reports}, chain {chain_rounds}");
+    let context = format!(
+        "relays {relays}, mode {mode}, reports {reports}, chain {chain_rounds}, window {window}"
+    );
 
     // Faults: 3 % loss, duplication and reordering, 5 % delay of 1 to 40 ms, 1 % tampering.
     let faults = StandardFaults::light().add_to(&mut path.sim);

@@ -117,10 +117,16 @@ impl Endpoint {
         p.next_assoc = if assoc == MAX_ASSOC { 1 } else { assoc + 1 };
         let flow = p.my_dir() | assoc;
         let reports = self.config.delivery_reports && mode != Mode::Unprotected;
+        let window = if mode == Mode::Unprotected {
+            1
+        } else {
+            self.config.window
+        };
         let mut send = SendFlow::new(
             flow,
             mode,
             reports,
+            window,
             chain,
             self.config.max_rounds,
             self.config.max_skip_rounds,
@@ -134,6 +140,7 @@ impl Endpoint {
             mode: mode.code(),
             batch: mode.batch(),
             reports,
+            window,
             chain: anchor,
             signature: &[],
         };

@@ -53,6 +53,7 @@ impl Endpoint {
                 mode,
                 batch,
                 reports,
+                window,
                 chain,
                 signature,
             } => {
@@ -75,6 +76,7 @@ impl Endpoint {
                         let Some(guard) = FlowGuard::new(
                             mode,
                             reports,
+                            window,
                             chain,
                             self.config.max_rounds,
                             self.config.max_skip_rounds,

@@ -350,6 +350,7 @@ impl Endpoint {
             p.my_dir(),
             Mode::N,
             false,
+            1,
             my_sig,
             self.config.max_rounds,
             self.config.max_skip_rounds,
@@ -363,6 +364,7 @@ impl Endpoint {
         let Some(guard) = FlowGuard::new(
             Mode::N,
             false,
+            1,
             their_sig,
             self.config.max_rounds,
             self.config.max_skip_rounds,

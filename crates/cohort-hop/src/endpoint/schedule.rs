@@ -176,7 +176,7 @@ mod tests {
         p.next_assoc = 3;
         for assoc in [1u16, 2] {
             let chain = OwnChain::generate(&provider, &mut rng, 4, 0, ChainStorage::Full);
-            let mut f = SendFlow::new(assoc, Mode::Unprotected, false, chain, 4, 4).unwrap();
+            let mut f = SendFlow::new(assoc, Mode::Unprotected, false, 1, chain, 4, 4).unwrap();
             f.open = true;
             for i in 0..3u8 {
                 f.ready.push_back(vec![assoc as u8, i]);

@@ -32,8 +32,12 @@ pub struct AssocStatus {
     pub messages: u64,
     /// Outgoing: the next round to start; incoming: the highest round seen.
     pub round: u32,
-    /// Outgoing: the round whose S1 awaits its A1, and how often it was sent again.
+    /// Outgoing: the oldest round whose S1 awaits its A1, and how often it was sent again.
     pub awaiting_ack: Option<(u32, u32)>,
+    /// The association's window: rounds it may have between S1 and S2 at once.
+    pub window: u32,
+    /// Outgoing: rounds between S1 and S2 now.
+    pub in_flight: usize,
 }
 
 /// A snapshot of one peer.
@@ -91,6 +95,8 @@ impl Endpoint {
                         messages: f.sent_messages,
                         round: f.next_round(),
                         awaiting_ack: f.awaiting_ack(),
+                        window: f.guard.window(),
+                        in_flight: f.in_flight(),
                     })
                     .collect();
                 associations.extend(p.in_flows.iter().map(|(&id, f)| AssocStatus {
@@ -104,6 +110,8 @@ impl Endpoint {
                     messages: f.received_messages,
                     round: f.highest_round,
                     awaiting_ack: None,
+                    window: f.guard.window(),
+                    in_flight: 0,
                 }));
                 PeerStatus {
                     addr: p.addr,

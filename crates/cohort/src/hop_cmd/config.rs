@@ -15,7 +15,8 @@
 //! mode = "m:32"                      # default for peers: "none", "n", "c:K", "m:K"
 //! associations = 1                   # outgoing associations opened per peer
 //! # optional: ctl, delay_ms, metrics ("IP:PORT": Prometheus over HTTP), chain_rounds,
-//! #           storage, delivery_reports, max_queue, retransmit_ms, max_retries
+//! #           storage, delivery_reports, window (rounds in flight, 1..=8, default 4),
+//! #           max_queue, retransmit_ms, max_retries
 //!
 //! [tun]                              # only with app = "tun"
 //! name = "cohort0"
@@ -95,6 +96,8 @@ pub struct EndpointSetup {
     pub storage: Option<ChainStorage>,
     /// Ask for authenticated delivery reports (`delivery_reports`).
     pub delivery_reports: Option<bool>,
+    /// Rounds an association may have in flight (`window`).
+    pub window: Option<u8>,
     /// Most messages queued per association (`max_queue`).
     pub max_queue: Option<usize>,
     /// Retransmission interval for S1 / signalling (`retransmit_ms`).
@@ -211,6 +214,8 @@ pub struct HopFile {
     pub storage: Option<String>,
     /// Endpoint: ask for authenticated delivery reports.
     pub delivery_reports: Option<bool>,
+    /// Endpoint: rounds an association may have between S1 and S2 at once.
+    pub window: Option<Whole>,
     /// Endpoint: most messages queued per association.
     pub max_queue: Option<Whole>,
     /// Endpoint: retransmission interval.
@@ -334,6 +339,7 @@ impl HopFile {
                     ("chain_rounds", self.chain_rounds.is_some()),
                     ("storage", self.storage.is_some()),
                     ("delivery_reports", self.delivery_reports.is_some()),
+                    ("window", self.window.is_some()),
                     ("max_queue", self.max_queue.is_some()),
                     ("retransmit_ms", self.retransmit_ms.is_some()),
                     ("max_retries", self.max_retries.is_some()),
@@ -534,6 +540,20 @@ impl HopFile {
             .as_deref()
             .map(|t| parse_storage(t).map_err(|e| err("storage", e)))
             .transpose()?;
+        let max_window = cohort_hop::MAX_WINDOW;
+        let window = match self.window.map(|n| n.0) {
+            None => None,
+            Some(n) if (1..=u64::from(max_window)).contains(&n) => u8::try_from(n).ok(),
+            Some(n) => return Err(err("window", format!("must be 1..={max_window} ({n})"))),
+        };
+        if let (Some(w), Some(rounds)) = (window, chain_rounds) {
+            if u32::from(w) > rounds {
+                return Err(err(
+                    "window",
+                    format!("must be at most chain_rounds ({w} > {rounds})"),
+                ));
+            }
+        }
         let max_queue = match self.max_queue.map(|n| n.0) {
             Some(0) => return Err(err("max_queue", "must be at least 1")),
             Some(n) => Some(usize::try_from(n).map_err(|_| err("max_queue", "too large"))?),
@@ -553,6 +573,7 @@ impl HopFile {
             chain_rounds,
             storage,
             delivery_reports: self.delivery_reports,
+            window,
             max_queue,
             retransmit,
             max_retries,
@@ -689,6 +710,7 @@ mod tests {
         let text = format!(
             "{EP}trust = [\"{public}\"]\nmode = \"c:16\"\nassociations = 2\ndelay_ms = 5\n\
              chain_rounds = 500\nstorage = \"checkpoint:8\"\ndelivery_reports = true\n\
+             window = 8\n\
              max_queue = 100\nretransmit_ms = 40\nmax_retries = 3\nctl = \"x.sock\"\n\
              [[peer]]\naddress = \"127.0.0.1:7501\"\nvia = \"127.0.0.1:7600\"\nmode = \"m:8\"\n\
              associations = 4\nconnect = false\n\
@@ -717,6 +739,7 @@ mod tests {
         };
         assert_eq!(e.app, App::Stdio);
         assert_eq!(e.chain_rounds, Some(500));
+        assert_eq!(e.window, Some(8));
         assert_eq!(e.storage, Some(ChainStorage::Checkpoint { interval: 8 }));
         assert_eq!(e.retransmit, Some(Duration::from_millis(40)));
         // Defaults.
@@ -801,6 +824,9 @@ mod tests {
             ("storage = \"pebbles\"", "storage"),
             ("storage = \"checkpoint:0\"", "storage"),
             ("max_queue = 0", "max_queue"),
+            ("window = 0", "window"),
+            ("window = 9", "window"),
+            ("chain_rounds = 2\nwindow = 3", "window"),
             ("retransmit_ms = \"soon\"", "retransmit_ms"),
             ("app = \"gui\"", "app"),
             ("ctl = \"\"", "ctl"),

@@ -156,6 +156,8 @@ pub fn endpoint_status(status: &EndpointStatus) -> Value {
                     "elements_left": a.elements_left,
                     "queued": a.queued,
                     "messages": a.messages,
+                    "window": a.window,
+                    "in_flight": a.in_flight,
                 })
             })
         })

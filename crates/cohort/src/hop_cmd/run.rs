@@ -352,6 +352,12 @@ async fn serve(
             if let Some(b) = e.delivery_reports {
                 config.delivery_reports = b;
             }
+            // A chain serves at least a window of rounds: short chains narrow the default.
+            config.window = e.window.unwrap_or(
+                config
+                    .window
+                    .min(u8::try_from(config.chain_rounds).unwrap_or(u8::MAX)),
+            );
             if let Some(n) = e.max_queue {
                 config.max_queue = n;
             }
