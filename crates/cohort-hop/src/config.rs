@@ -128,7 +128,7 @@ impl FromStr for Mode {
 }
 
 /// Rounds in flight per outgoing association unless configured otherwise.
-pub const DEFAULT_WINDOW: u8 = 4;
+pub const DEFAULT_WINDOW: u8 = 8;
 
 /// An endpoint's settings.
 #[derive(Clone, Debug)]
@@ -145,9 +145,10 @@ pub struct EndpointConfig {
     /// Whether outgoing associations ask for A2 delivery reports.
     pub delivery_reports: bool,
     /// Rounds an outgoing association may have between S1 and S2 at once (1 to
-    /// [`crate::guard::MAX_WINDOW`], at most half of `max_rounds` and at most
-    /// `chain_rounds`). One round at a time waits a round trip per round; a window of `w`
-    /// sends up to `w` rounds per round trip.
+    /// [`crate::guard::MAX_WINDOW`]; an association uses at most half of `max_rounds` and at
+    /// most `chain_rounds`). One round at a time waits a round trip per round; a window of
+    /// `w` sends up to `w` rounds per round trip. Relays must remember at least `2w` rounds
+    /// (their `max_rounds`) to follow the association.
     pub window: u8,
     /// Messages an outgoing association queues before it drops new ones.
     pub max_queue: usize,

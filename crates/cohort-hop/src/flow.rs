@@ -356,9 +356,15 @@ impl SendFlow {
             }
             return true;
         }
+        // A round starts at once when nothing is in flight; beside rounds in flight, only a
+        // full one does. Partial rounds would spend the window (and an S1, an A1 and a
+        // round's hashing each) on a few messages, while the messages queued behind them
+        // would leave as soon as an earlier round's A1 comes anyway.
+        let batch = usize::from(self.mode.batch());
         let mut started = false;
         while self.inflight.len() < self.guard.window() as usize
             && !self.queue.is_empty()
+            && (self.inflight.is_empty() || self.queue.len() >= batch)
             && self.start_round(provider, pair_id, now)
         {
             started = true;

@@ -36,9 +36,12 @@
 //!   of the window passed first): it is taken as long as nothing at or below the round's
 //!   key has been seen here, which is the safety condition itself.
 //! - The verifier sends A1s in round order, so an A1 for a later round proves the earlier
-//!   round's A1 was sent: once any A1 for round `r` or later passed a hop, that hop takes no
-//!   new S1 candidate for round `r`, and an A1 that arrives after a later round's (its
-//!   element already derivable) is still taken, without report commitments.
+//!   round's A1 was sent: once an A1 for a later round passed a hop, that hop takes no new
+//!   S1 candidate for a round it holds, and an A1 that arrives after a later round's (its
+//!   element already derivable) is still taken, without report commitments. A round this
+//!   hop never stored is still taken then (while its key is secret): the verifier may have
+//!   had its S1 from a replay injected past this hop, and the signer's retransmission must
+//!   get through.
 //!
 //! The acknowledgment chain keeps the window-1 layout: the verifier discloses its elements
 //! in round order anyway.
@@ -340,12 +343,6 @@ impl FlowGuard {
             .map_or(0, |g| g.info.start_round)
     }
 
-    /// Whether an A1 for `round` or a later round has been taken here: the verifier sends
-    /// A1s in round order, so `round`'s was sent.
-    fn acknowledged_from(&self, round: u32) -> bool {
-        self.highest_a1.is_some_and(|h| h >= round)
-    }
-
     /// The flow's mode.
     pub fn mode(&self) -> Mode {
         self.mode
@@ -435,7 +432,11 @@ impl FlowGuard {
         let fresh = self
             .sig
             .verify_upper_element(provider, round, element, windowed)?;
-        if !fresh && (self.sig.lower_element_public(round) || self.acknowledged_from(round)) {
+        // (An A1 for a later round may have passed already: the verifier can have had this
+        // round's S1 from elsewhere, a replay injected past this hop. Refusing the round here
+        // then would refuse the signer's retransmission for good; storing it is safe while
+        // its key is secret.)
+        if !fresh && self.sig.lower_element_public(round) {
             return Err(Refusal::Stale);
         }
         self.rounds.insert(
@@ -998,11 +999,12 @@ mod tests {
         assert_eq!(g.on_s2(&p, &header(1), 0, &e(at(1).1), &[], b"one"), Ok(()));
     }
 
-    /// Once a later round's A1 passed a hop, that hop takes no S1 for an earlier round it
-    /// never stored: the verifier acknowledged that round before, so the signer may be
-    /// about to disclose its key.
+    /// Once a later round's A1 passed a hop, an earlier round it never stored is still taken
+    /// while its key is secret (the verifier may have had that S1 from a replay injected
+    /// past this hop, and the signer's retransmission must get through), but a round it
+    /// holds takes no new candidate.
     #[test]
-    fn no_new_round_behind_a_later_a1() {
+    fn a_round_behind_a_later_a1() {
         let p = CryptoProvider::default_provider();
         let all = elements(&p, 1, 8);
         let (_, sig_info) = chain(&p, 1, 8);
@@ -1018,9 +1020,14 @@ mod tests {
         assert_eq!(s1(&mut g, 2), Ok(Taken::New));
         let a1_2 = acks[round_indices(&ack_info, 1, 2).0 as usize];
         assert_eq!(g.on_a1(&p, &header(2), &a1_2, None, T0), Ok(Taken::New));
-        assert_eq!(s1(&mut g, 1), Err(Refusal::Stale));
-        assert_eq!(s1(&mut g, 0), Err(Refusal::Stale));
+        assert_eq!(s1(&mut g, 1), Ok(Taken::New));
+        assert_eq!(s1(&mut g, 0), Ok(Taken::New));
         assert_eq!(s1(&mut g, 3), Ok(Taken::New));
+        // Round 1 is held now: another candidate for it is refused.
+        assert_eq!(
+            g.on_s1(&p, &header(1), n, &all[at(1).0 as usize], 1, &[8; 16], T0),
+            Err(Refusal::Stale)
+        );
     }
 
     /// A window must fit the flow's bounds.

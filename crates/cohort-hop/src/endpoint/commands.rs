@@ -117,10 +117,13 @@ impl Endpoint {
         p.next_assoc = if assoc == MAX_ASSOC { 1 } else { assoc + 1 };
         let flow = p.my_dir() | assoc;
         let reports = self.config.delivery_reports && mode != Mode::Unprotected;
+        // The window as configured, within what the chain and the hops' round memory allow.
         let window = if mode == Mode::Unprotected {
             1
         } else {
-            self.config.window
+            let chain = u8::try_from(self.config.chain_rounds).unwrap_or(u8::MAX);
+            let rounds = u8::try_from(self.config.max_rounds / 2).unwrap_or(u8::MAX);
+            self.config.window.min(chain).min(rounds).max(1)
         };
         let mut send = SendFlow::new(
             flow,

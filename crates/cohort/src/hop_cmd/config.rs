@@ -15,7 +15,7 @@
 //! mode = "m:32"                      # default for peers: "none", "n", "c:K", "m:K"
 //! associations = 1                   # outgoing associations opened per peer
 //! # optional: ctl, delay_ms, metrics ("IP:PORT": Prometheus over HTTP), chain_rounds,
-//! #           storage, delivery_reports, window (rounds in flight, 1..=8, default 4),
+//! #           storage, delivery_reports, window (rounds in flight, 1..=8, default 8),
 //! #           max_queue, retransmit_ms, max_retries
 //!
 //! [tun]                              # only with app = "tun"
