@@ -134,6 +134,9 @@ type Labels = Vec<(&'static str, String)>;
 struct HopMetrics {
     /// Messages the application sent and received (`direction`).
     messages: Family<Labels, Counter>,
+    /// Its two counters (received, sent), looked up once: a lookup builds and hashes a
+    /// label set, once per message otherwise.
+    message_counters: Option<(Counter, Counter)>,
     /// UDP payload bytes sent and received (`direction`).
     bytes: Family<Labels, Counter>,
     /// Packets by fate: verified, forwarded, delivered, unprotected (`fate`).
@@ -216,10 +219,18 @@ impl HopMetrics {
             .map_err(|e| UsageError(format!("cannot serve metrics on {addr}: {e}")))
     }
 
-    fn message(&self, direction: &'static str) {
-        self.messages
-            .get_or_create(&label("direction", direction))
-            .inc();
+    /// Counts one message `"received"` or `"sent"`.
+    fn message(&mut self, direction: &'static str) {
+        let messages = &self.messages;
+        let (received, sent) = self.message_counters.get_or_insert_with(|| {
+            let counter = |d| messages.get_or_create(&label("direction", d)).clone();
+            (counter("received"), counter("sent"))
+        });
+        if direction == "received" {
+            received.inc();
+        } else {
+            sent.inc();
+        }
     }
 
     fn handshake(&self, result: &'static str, reason: &'static str) {
