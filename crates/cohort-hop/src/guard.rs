@@ -125,16 +125,19 @@ pub const MAX_WINDOW: u8 = 8;
 /// (or A2). Elements are disclosed from the top of the chain down, in this order: the S1
 /// elements of the first `window` rounds, then for each round `r` its key followed by the
 /// S1 element of round `r + window`, and at the end the keys left. With `window = 1` this
-/// is `i1 = n - 1 - 2(r - s)`, `i0 = i1 - 1`. The caller makes sure the chain serves the
-/// round and `1 <= window <= n / 2`.
-pub(crate) fn round_indices(info: &AnchorInfo, window: u32, round: u32) -> (u32, u32) {
+/// is `i1 = n - 1 - 2(r - s)`, `i0 = i1 - 1`. Meaningful when the chain serves the round
+/// and `1 <= window <= n / 2` (what a flow's guard checks); other inputs give indices
+/// clamped to the chain, never a panic.
+pub fn round_indices(info: &AnchorInfo, window: u32, round: u32) -> (u32, u32) {
     let rounds = info.length / 2;
-    let r = round - info.start_round;
-    let s1_position = r.max((2 * r + 1).saturating_sub(window));
-    let key_position = (window + 2 * r).min(rounds + r);
+    let r = round.saturating_sub(info.start_round);
+    let twice = r.saturating_mul(2);
+    let s1_position = r.max(twice.saturating_add(1).saturating_sub(window));
+    let key_position = window.saturating_add(twice).min(rounds.saturating_add(r));
+    let top = info.length.saturating_sub(1);
     (
-        info.length - 1 - s1_position,
-        info.length - 1 - key_position,
+        top.saturating_sub(s1_position),
+        top.saturating_sub(key_position),
     )
 }
 
