@@ -877,6 +877,16 @@ mod tests {
         all
     }
 
+    /// A signature chain (id 1) and an acknowledgment chain (id 2) of 8 rounds: every
+    /// element of each, and their descriptions.
+    fn signature_and_ack_chains(
+        p: &CryptoProvider,
+    ) -> (Vec<Element>, AnchorInfo, Vec<Element>, AnchorInfo) {
+        let (_, sig_info) = chain(p, 1, 8);
+        let (_, ack_info) = chain(p, 2, 8);
+        (elements(p, 1, 8), sig_info, elements(p, 2, 8), ack_info)
+    }
+
     /// The layout for a window: every element is used once, a round's key is disclosed
     /// after the S1s of the whole window before it and before the S1 of the round a window
     /// later, keys go out in round order, and a window of one is the classic layout.
@@ -931,10 +941,7 @@ mod tests {
     #[test]
     fn a_window_takes_early_s1s_while_the_key_is_secret() {
         let p = CryptoProvider::default_provider();
-        let all = elements(&p, 1, 8);
-        let (_, sig_info) = chain(&p, 1, 8);
-        let acks = elements(&p, 2, 8);
-        let (_, ack_info) = chain(&p, 2, 8);
+        let (all, sig_info, acks, ack_info) = signature_and_ack_chains(&p);
         let n = crate::wire::mode_code::N;
         let window = 2;
         let at = |r: u32| round_indices(&sig_info, window, r);
@@ -1009,10 +1016,7 @@ mod tests {
     #[test]
     fn a_round_behind_a_later_a1() {
         let p = CryptoProvider::default_provider();
-        let all = elements(&p, 1, 8);
-        let (_, sig_info) = chain(&p, 1, 8);
-        let acks = elements(&p, 2, 8);
-        let (_, ack_info) = chain(&p, 2, 8);
+        let (all, sig_info, acks, ack_info) = signature_and_ack_chains(&p);
         let n = crate::wire::mode_code::N;
         let at = |r: u32| round_indices(&sig_info, 4, r);
         let mut g = FlowGuard::new(Mode::N, false, 4, sig_info, 16, 8).unwrap();
