@@ -756,11 +756,14 @@ impl RecvFlow {
         }
         self.send_a1(provider, header, now)?;
         self.next_a1 = self.next_a1.max(round.saturating_add(1));
-        while let Some(held) = self.held.remove(&self.next_a1) {
-            self.next_a1 += 1;
-            // A held round that cannot be answered now stays unanswered; its S1's
-            // retransmission will find it (the drop is counted there).
-            let _ = self.send_a1(provider, &held, now);
+        // A held round that cannot be answered now (no acknowledgment chain for it yet) stays
+        // held and next in line: its S1's retransmission tries again, as for any round.
+        while let Some(held) = self.held.get(&self.next_a1).copied() {
+            if self.send_a1(provider, &held, now).is_err() {
+                break;
+            }
+            self.held.remove(&held.round);
+            self.next_a1 = held.round.saturating_add(1);
         }
         let next = self.next_a1;
         self.held.retain(|&r, _| r > next);
