@@ -11,11 +11,15 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 pub mod kit;
+pub mod tree;
 pub use kit::identity;
 use kit::{MemberNode, SendWatch};
 
 /// One member's reliable deliveries in one view: (sender, message number), in order.
 type Deliveries = Vec<(MemberId, u64)>;
+
+/// A node's deliveries in one view and the view it went on to (`None`: none, at the end).
+type InView = (usize, Deliveries, Option<ViewId>);
 
 /// A member with a tap on what it sends, so the adversary can replay real packets.
 pub type Node = MemberNode<Tap>;
@@ -77,7 +81,13 @@ impl Group {
     /// `n` members (not started); `tweak` sees each member's index and config (say, to give
     /// each its own trust policy).
     pub fn new_each(seed: u64, n: usize, tweak: impl Fn(usize, &mut GroupConfig)) -> Group {
-        let mut sim: Sim<Node> = Sim::new(sim_config(seed));
+        Group::new_in(sim_config(seed), n, tweak)
+    }
+
+    /// `n` members (not started) in a simulator configured by `sim` (seeded by its seed).
+    pub fn new_in(sim: SimConfig, n: usize, tweak: impl Fn(usize, &mut GroupConfig)) -> Group {
+        let seed = sim.seed;
+        let mut sim: Sim<Node> = Sim::new(sim);
         let identities: Vec<Identity> = (0..n).map(|i| identity(seed, i)).collect();
         let ids: Vec<MemberId> = identities.iter().map(|i| MemberId(i.public())).collect();
         let mut config = GroupConfig::new("sim", ids.clone());
@@ -169,29 +179,83 @@ impl Group {
     }
 
     /// Whether the live nodes in `set` share one view whose members are exactly `set`, and
-    /// none of them is in the middle of a view change.
+    /// none of them is in the middle of a view change. The view ids and sizes are compared
+    /// first; each member list is read in full only once those agree, so that waiting on a
+    /// group of thousands does not copy every list at every step.
     pub fn converged(&self, set: &[usize]) -> bool {
-        if set
-            .iter()
-            .any(|i| self.sim.node(self.nodes[*i]).member.status().changing_view)
-        {
-            return false;
-        }
-        let views = self.current_views();
-        let want: BTreeSet<MemberId> = set.iter().map(|i| self.ids[*i]).collect();
         let mut id = None;
         for i in set {
-            let Some((vid, members, _)) = &views[*i] else {
-                return false;
-            };
-            if members.iter().copied().collect::<BTreeSet<_>>() != want {
+            let m = &self.sim.node(self.nodes[*i]).member;
+            if m.status().changing_view {
                 return false;
             }
-            if *id.get_or_insert(*vid) != *vid {
+            let Some(v) = m.view() else {
+                return false;
+            };
+            if *id.get_or_insert(v.id) != v.id || v.members.len() != set.len() {
                 return false;
             }
         }
-        true
+        set.iter().all(|i| {
+            let v = self.sim.node(self.nodes[*i]).member.view();
+            v.is_some_and(|v| set.iter().all(|j| v.contains(&self.ids[*j])))
+        })
+    }
+
+    /// Starts member 0 alone, then every other member with member 0 as its only contact,
+    /// `per_100ms` of them every 100 ms (all at once when it is at least the group's size),
+    /// and runs until all share one view (checked every 250 ms, up to `bound`). Returns the
+    /// simulated time from the first joiner's start.
+    pub fn form_from_cold(
+        &mut self,
+        per_100ms: usize,
+        bound: Duration,
+    ) -> Result<Duration, SimFailure> {
+        let n = self.nodes.len();
+        let first = self.sim.addr(self.nodes[0]);
+        self.sim
+            .with_node(self.nodes[0], |node, now| node.member.start(now, &[]));
+        self.run_for(Duration::from_millis(50))?;
+        let start = self.sim.now();
+        for (k, i) in (1..n).enumerate() {
+            if k > 0 && k % per_100ms.max(1) == 0 {
+                self.run_for(Duration::from_millis(100))?;
+            }
+            self.sim
+                .with_node(self.nodes[i], |node, now| node.member.start(now, &[first]));
+        }
+        let all: Vec<usize> = (0..n).collect();
+        loop {
+            self.run_for(Duration::from_millis(250))?;
+            let took = self.sim.now().saturating_duration_since(start);
+            if self.converged(&all) {
+                return Ok(took);
+            }
+            if took > bound {
+                let mut sizes: std::collections::BTreeMap<String, (usize, usize)> =
+                    Default::default();
+                let mut without = 0;
+                for n in &self.nodes {
+                    match self.sim.node(*n).member.view() {
+                        Some(v) => {
+                            sizes
+                                .entry(v.id.to_string())
+                                .or_insert((v.members.len(), 0))
+                                .1 += 1
+                        }
+                        None => without += 1,
+                    }
+                }
+                let leader = &self.sim.node(self.nodes[0]).member;
+                return Err(self.sim.failure(format!(
+                    "{n} members did not form one view within {bound:?}: {without} without a \
+                     view; views (id: members, nodes holding it) {sizes:?}; leader {}; leader \
+                     drops {:?}",
+                    leader.debug_state(),
+                    leader.counters()
+                )));
+            }
+        }
     }
 
     /// Runs until `set` converges or `bound` passes; returns the time it took.
@@ -333,7 +397,7 @@ impl Group {
         // off by a partition, which went alone): a side of their own, as a crashed member.
         let mut left_alone: HashSet<usize> = HashSet::new();
         // (view) -> node -> (deliveries, next view)
-        let mut by_view: HashMap<ViewId, Vec<(usize, Deliveries, Option<ViewId>)>> = HashMap::new();
+        let mut by_view: HashMap<ViewId, Vec<InView>> = HashMap::new();
         for (i, events) in per_node.iter().enumerate() {
             let mut last: HashMap<MemberId, u64> = HashMap::new();
             let mut current: Option<(ViewId, Vec<(MemberId, u64)>)> = None;
@@ -397,26 +461,46 @@ impl Group {
                 by_view.entry(id).or_default().push((i, list, next));
             }
         }
+        // Two nodes' lists must agree on their common prefix when the two went on to the same
+        // next view, or when either has no next view (it was still in this one at the end).
+        // A crashed member's last view has no successor: it may have been on either side of
+        // a split, and is held to neither; so is a member that left alone. Lists that
+        // agree pairwise on their common prefixes are exactly the prefixes of the longest
+        // of them, so each group of nodes that must agree is checked against its longest
+        // list: linear in the nodes, not quadratic (views of thousands of members).
         for (view, nodes) in &by_view {
-            for a in 0..nodes.len() {
-                for b in (a + 1)..nodes.len() {
-                    let (na, la, sa) = &nodes[a];
-                    let (nb, lb, sb) = &nodes[b];
-                    // A crashed member's last view has no successor: it may have been on
-                    // either side of a split. So has that of a member that left alone.
-                    let crashed = |n: &usize, s: &Option<ViewId>| {
-                        s.is_none() && (self.crashed.contains(n) || left_alone.contains(n))
-                    };
-                    let together = (sa == sb || sa.is_none() || sb.is_none())
-                        && !crashed(na, sa)
-                        && !crashed(nb, sb);
-                    if !together {
-                        continue;
-                    }
-                    let n = la.len().min(lb.len());
-                    if la[..n] != lb[..n] {
+            let dead = |n: &usize, s: &Option<ViewId>| {
+                s.is_none() && (self.crashed.contains(n) || left_alone.contains(n))
+            };
+            let open: Vec<&InView> = nodes
+                .iter()
+                .filter(|(n, _, s)| s.is_none() && !dead(n, s))
+                .collect();
+            let mut by_next: HashMap<ViewId, Vec<&InView>> = HashMap::new();
+            for node in nodes {
+                if let Some(next) = node.2 {
+                    by_next.entry(next).or_default().push(node);
+                }
+            }
+            let mut groups: Vec<Vec<&InView>> = by_next
+                .into_values()
+                .map(|mut side| {
+                    side.extend(open.iter().copied());
+                    side
+                })
+                .collect();
+            if groups.is_empty() {
+                groups.push(open);
+            }
+            for group in &groups {
+                let Some(longest) = group.iter().max_by_key(|(_, list, _)| list.len()) else {
+                    continue;
+                };
+                for (n, list, _) in group {
+                    if longest.1[..list.len()] != list[..] {
                         return Err(self.sim.failure(format!(
-                            "total order broken in view {view}: nodes {na} and {nb} differ"
+                            "total order broken in view {view}: nodes {n} and {} differ",
+                            longest.0
                         )));
                     }
                 }
