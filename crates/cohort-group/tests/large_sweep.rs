@@ -1,0 +1,206 @@
+//! Issue 14's simulator sweep at scale: a group of a few hundred members (and, in CI, a
+//! handful of seeds at 10,000) formed from cold, then run under lost, duplicated, reordered,
+//! delayed and tampered datagrams, a partition and its heal, crashes, leaves and the
+//! replaying adversary, with the LKH rekey. At the end every checker of `support` holds
+//! (integrity, FIFO and total order, agreement, self delivery, key secrecy), so do the tree
+//! checks over every key of the LKH tree (`support::tree`), and the survivors converge on
+//! one view and one key.
+//!
+//! The normal run sweeps 2 seeds at 150 members; `.ci/run` runs 40 at 300 and 4 at 1,000.
+//! `COHORT_SIM_SEEDS=<n>` runs `n` seeds, `COHORT_SIM_SEED=<seed>` replays one,
+//! `COHORT_LARGE_SWEEP_MEMBERS=<n>` sets the size and `COHORT_LARGE_SWEEP_NO_CUT=1` leaves
+//! the partition out. At 10,000 a run takes minutes of CPU per view change that sends every
+//! member the whole member list, so CI does not run that size yet (docs/performance.md,
+//! seventeenth session).
+
+mod support;
+
+use cohort_core::Timestamp;
+use cohort_group::{Channel, GroupEvent, MemberId, RekeyMethod};
+use cohort_sim::{sweep, NodeId, SimFailure, StandardFaults};
+use rand_core::RngCore;
+use std::collections::BTreeSet;
+use std::time::Duration;
+use support::tree::tree_checks;
+use support::{adversary, sim_config, Group};
+
+/// Members in the normal run's group.
+const DEFAULT_MEMBERS: usize = 150;
+
+/// Rounds of faults and traffic after the group formed.
+const ROUNDS: u64 = 24;
+
+/// Whether the run cuts the group in two and heals it (`COHORT_LARGE_SWEEP_NO_CUT` unset).
+/// CI's runs at 10,000 set it: after a heal at that size each view change of the merge sends
+/// every member the whole member list (about 300 KB, 21 datagrams, each), 3 GB and over
+/// 200,000 datagrams from one member after one input, which is past the simulator's
+/// livelock guard and its memory (docs/performance.md, seventeenth session).
+fn cut_enabled() -> bool {
+    std::env::var_os("COHORT_LARGE_SWEEP_NO_CUT").is_none()
+}
+
+fn members() -> usize {
+    std::env::var("COHORT_LARGE_SWEEP_MEMBERS")
+        .ok()
+        .map(|v| v.parse().expect("COHORT_LARGE_SWEEP_MEMBERS is a number"))
+        .unwrap_or(DEFAULT_MEMBERS)
+}
+
+/// A random member index among `n` that is not in `out`.
+fn pick(rng: &mut impl RngCore, n: usize, out: &BTreeSet<usize>) -> usize {
+    loop {
+        let i = (rng.next_u32() as usize) % n;
+        if !out.contains(&i) {
+            return i;
+        }
+    }
+}
+
+/// One seed: form `n` members from cold (no faults), then `ROUNDS` rounds of traffic from a
+/// few members at a time under light faults, with the adversary every third round, one
+/// partition cutting about an eighth of the members off (healed eight rounds later), two
+/// crashes and two leaves at random ranks (the leader among the candidates), then the faults
+/// go, the survivors must converge, each sends once more, and every check runs.
+fn large_run(seed: u64, n: usize) -> Result<(), SimFailure> {
+    let degree = if seed % 2 == 1 { 2 } else { 4 };
+    let mut sim = sim_config(seed);
+    // The simulator stops a node that sends more than this after one input, as a livelock.
+    // At 10,000 members a leader whose flush or Install went unanswered in part of the
+    // overlay (loss near its root) resends to those members directly: over 100,000 small
+    // datagrams to 9,995 members after one timeout at seed 0. A burst that ends, not a
+    // livelock; the bound still grows only with n.
+    sim.max_outputs_per_drain = sim.max_outputs_per_drain.max(n * 40);
+    let mut g = Group::new_in(sim, n, |_, c| {
+        c.rekey_method = RekeyMethod::Lkh { degree };
+    });
+    // Every member starts at once with the founder as its only contact, as the benchmark's
+    // cold start does (10,000 formed in 1.65 s of simulated time there); the bound is the
+    // issue's 60 s for 10,000.
+    let formed = g.form_from_cold(n, Duration::from_secs(60))?;
+    println!("seed {seed}: {n} members formed in {formed:?} of simulated time");
+    let mut rng = g.sim.fork_rng();
+    let faults = StandardFaults::light().add_to(&mut g.sim);
+    let mut gone: BTreeSet<usize> = BTreeSet::new();
+    let mut cut: Option<(Timestamp, BTreeSet<MemberId>)> = None;
+    let cut_round = 2 + u64::from(rng.next_u32() % 6);
+    let crash_rounds = [
+        u64::from(rng.next_u32() % 20),
+        u64::from(rng.next_u32() % 20),
+    ];
+    let leave_rounds = [
+        u64::from(rng.next_u32() % 20),
+        u64::from(rng.next_u32() % 20),
+    ];
+    for round in 0..ROUNDS {
+        for _ in 0..6 {
+            let i = pick(&mut rng, n, &gone);
+            let channel = if rng.next_u32().is_multiple_of(4) {
+                Channel::Unreliable
+            } else {
+                Channel::Reliable
+            };
+            g.send(i, channel, format!("m{i}-{round}").into_bytes());
+        }
+        if round % 3 == 0 {
+            adversary(&mut g, &mut rng);
+        }
+        if round == cut_round && cut_enabled() {
+            let (small, rest): (Vec<NodeId>, Vec<NodeId>) = g
+                .nodes
+                .iter()
+                .partition(|_| rng.next_u32().is_multiple_of(8));
+            g.sim.partition(&[&small, &rest]);
+            cut = Some((
+                g.sim.now(),
+                small.iter().map(|n| g.ids[n.index()]).collect(),
+            ));
+        }
+        if round == cut_round + 8 {
+            g.sim.heal();
+        }
+        for at in crash_rounds {
+            if at == round {
+                let victim = pick(&mut rng, n, &gone);
+                g.crash(victim);
+                gone.insert(victim);
+            }
+        }
+        for at in leave_rounds {
+            if at == round {
+                let leaver = pick(&mut rng, n, &gone);
+                g.sim
+                    .with_node(g.nodes[leaver], |node, now| node.member.leave(now));
+                gone.insert(leaver);
+            }
+        }
+        g.run_for(Duration::from_millis(150 + u64::from(rng.next_u32() % 150)))?;
+    }
+    faults.remove(&mut g.sim);
+    g.sim.heal();
+    let live: Vec<usize> = (0..n).filter(|i| !gone.contains(i)).collect();
+    let took = g.wait_converged(&live, Duration::from_secs(30))?;
+    println!(
+        "seed {seed}: {} survivors converged {took:?} after the faults ended",
+        live.len()
+    );
+    for i in live.iter().step_by((live.len() / 8).max(1)) {
+        g.send(*i, Channel::Reliable, format!("m{i}-last").into_bytes());
+    }
+    g.run_for(Duration::from_secs(2))?;
+    happened(&g, cut)?;
+    g.check_all()?;
+    let started: BTreeSet<usize> = (0..n).collect();
+    tree_checks(&g, &started, &live)
+}
+
+/// That the run did what it says, so the checks have something to check: the members cut
+/// off formed a view of their own (unless every one of them crashed or left first), the
+/// group delivered reliable messages, and members dropped and counted bad packets (the
+/// adversary's and the tampered ones).
+fn happened(g: &Group, cut: Option<(Timestamp, BTreeSet<MemberId>)>) -> Result<(), SimFailure> {
+    let (at, small) = match cut {
+        Some(cut) => cut,
+        None if !cut_enabled() => (Timestamp::MAX, BTreeSet::new()),
+        None => return Err(g.sim.failure("no partition was made".to_string())),
+    };
+    let mut cut_off_view = false;
+    let mut delivered = 0u64;
+    for (time, _, e) in g.sim.events() {
+        match e {
+            GroupEvent::View(v) if time >= at => {
+                cut_off_view |= v.ids().all(|id| small.contains(&id));
+            }
+            GroupEvent::Deliver {
+                channel: Channel::Reliable,
+                ..
+            } => delivered += 1,
+            _ => {}
+        }
+    }
+    let small_live = small
+        .iter()
+        .any(|id| g.index_of(id).is_some_and(|i| !g.crashed.contains(&i)));
+    let dropped: u64 = g
+        .nodes
+        .iter()
+        .map(|n| g.sim.node(*n).member.counters().total())
+        .sum();
+    println!(
+        "{} members cut off, a view of their own: {cut_off_view}; {delivered} reliable \
+         deliveries; {dropped} packets dropped and counted",
+        small.len()
+    );
+    if (small_live && !cut_off_view) || delivered == 0 || dropped == 0 {
+        return Err(g.sim.failure(format!(
+            "the run did not do what it should: cut-off view {cut_off_view} (cut-off members \
+             live: {small_live}), {delivered} deliveries, {dropped} drops"
+        )));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_few_hundred_members_under_faults_partitions_crashes_leaves_and_replays() {
+    let n = members();
+    sweep(2, |seed| large_run(seed, n));
+}
