@@ -467,6 +467,109 @@ fn shared_installs_go_down_the_tree() {
         .expect("a view without the crashed interior member");
 }
 
+/// An Install shared by every survivor but longer than one part goes down the tree too, in
+/// its parts, each sealed once by the leader and passed on by every member (here parts of
+/// 256 bytes, so the group's LKH Install of about 1 KB takes five; at 10,000 members a batch
+/// of many leavers makes an Install of hundreds of kilobytes). One copy per member, as
+/// before, would cost the leader over 126 parts' worth per leave.
+#[test]
+fn an_install_longer_than_a_part_goes_down_the_tree_in_parts() {
+    let n = 128;
+    let mut big = Big::formed_with(33, n, |c| c.rekey_method = RekeyMethod::lkh());
+    for node in big.nodes.clone() {
+        big.sim
+            .with_node(node, |m, _| m.member.set_part_limit_for_tests(256));
+    }
+    for round in 0..2 {
+        let leader = big.at_rank(0, 0);
+        let alive: Vec<usize> = (0..n)
+            .filter(|i| big.sim.node(big.nodes[*i]).member.view().is_some())
+            .collect();
+        let leaver = big.at_rank(leader, alive.len() / 2);
+        let before = big.sim.node(big.nodes[leader]).sent_bytes;
+        big.sim
+            .with_node(big.nodes[leaver], |node, now| node.member.leave(now));
+        let rest: BTreeSet<usize> = alive.iter().copied().filter(|i| *i != leaver).collect();
+        big.wait_view(&rest, Duration::from_secs(5))
+            .expect("every survivor installs the view without the leaver");
+        big.run_for(Duration::from_millis(50));
+        let stats = big
+            .sim
+            .node(big.nodes[leader])
+            .member
+            .lkh_last_rekey()
+            .cloned()
+            .expect("an lkh rekey");
+        let sent = big.sim.node(big.nodes[leader]).sent_bytes - before;
+        eprintln!(
+            "round {round}: reseed {} wraps {} leader sent {sent} bytes",
+            stats.reseed, stats.wraps
+        );
+        if round == 1 {
+            assert!(!stats.reseed, "the second leave is a batch");
+            // The Flush and the Install's parts go once to each child of the leader (about
+            // 2 x 6 packets of at most 256 bytes of message); copies to 126 members would
+            // be 126 x 6 packets.
+            assert!(sent < 20_000, "the leader sent {sent} bytes for one leave");
+        }
+    }
+}
+
+/// Many members leaving in one change (here 48 of 512, spread over the group, crash at
+/// once, as when part of the group is cut off) would rekey most of the LKH tree: the leader
+/// reseeds instead of batching (`lkh_batch_is_small`: a batch of more than 256 wraps), and
+/// the survivors end in one view with one key. One leaver after that is a batch again.
+#[test]
+fn many_leavers_at_once_reseed_the_tree() {
+    let n = 512;
+    let mut big = Big::formed_with(35, n, |c| c.rekey_method = RekeyMethod::lkh());
+    let leader = big.at_rank(0, 0);
+    // Make the leader's tree a batch tree first (the group's first LKH rekey reseeds).
+    let first = big.at_rank(leader, n / 2);
+    big.sim
+        .with_node(big.nodes[first], |node, now| node.member.leave(now));
+    let mut rest: BTreeSet<usize> = (0..n).filter(|i| *i != first).collect();
+    big.wait_view(&rest, Duration::from_secs(5))
+        .expect("a view without the first leaver");
+    big.run_for(Duration::from_millis(200));
+    let victims: Vec<usize> = (0..48).map(|k| big.at_rank(leader, 20 + 10 * k)).collect();
+    for v in &victims {
+        big.crash(*v);
+        rest.remove(v);
+    }
+    big.wait_view(&rest, Duration::from_secs(10))
+        .expect("a view without the 48 crashed");
+    let stats = big
+        .sim
+        .node(big.nodes[leader])
+        .member
+        .lkh_last_rekey()
+        .cloned()
+        .expect("an lkh rekey");
+    assert!(stats.reseed, "48 leavers at once reseed: {stats:?}");
+    let keys: BTreeSet<_> = rest
+        .iter()
+        .map(|i| big.sim.node(big.nodes[*i]).member.key_fingerprint())
+        .collect();
+    assert_eq!(keys.len(), 1, "one key among the survivors: {keys:?}");
+    // One more leave: a batch on the reseeded tree.
+    big.run_for(Duration::from_millis(200));
+    let last = big.at_rank(leader, 10);
+    big.sim
+        .with_node(big.nodes[last], |node, now| node.member.leave(now));
+    rest.remove(&last);
+    big.wait_view(&rest, Duration::from_secs(5))
+        .expect("a view without the last leaver");
+    let stats = big
+        .sim
+        .node(big.nodes[leader])
+        .member
+        .lkh_last_rekey()
+        .cloned()
+        .expect("an lkh rekey");
+    assert!(!stats.reseed, "one leaver is a batch: {stats:?}");
+}
+
 /// The same at 1,000 members (the most a view holds today is 1,024): the numbers the crate
 /// README quotes. Ignored in the normal run for its time; `cargo test --release -p
 /// cohort-group --test overlay_sim -- --ignored --nocapture` prints them.

@@ -239,6 +239,9 @@ pub(super) struct Coordinator {
     /// member up again (a pair table lookup was a tenth of the leader's CPU at 10,000).
     pub(super) pair_keys: Vec<(MemberId, Arc<PairKey>)>,
     pub(super) tree_holders: BTreeSet<MemberId>,
+    /// LKH: reseed instead of a batch, because the batch would carry more wraps than a
+    /// reseed costs (`member/lkh.rs`, `lkh_batch_is_small`); decided with the key phase.
+    pub(super) lkh_reseed: bool,
     /// Dissolve into the component whose leader is there.
     pub(super) merge_into: Option<SocketAddr>,
     /// Exchange: the key to install (taken into `new_key` by the key phase) and its sender.
@@ -479,6 +482,7 @@ impl GroupMember {
             new_key: None,
             pair_keys: Vec::new(),
             tree_holders: BTreeSet::new(),
+            lkh_reseed: false,
             merge_into,
             exchange: exchange_key,
             exchange_from,

@@ -25,7 +25,7 @@ use crate::wire::{
 use cohort_core::Timestamp;
 use cohort_crypto::Secret;
 use rand_core::RngCore;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -308,6 +308,35 @@ fn shared_by_survivors(install: &Install) -> bool {
     }
 }
 
+/// `install` as the messages that carry it: the Install itself when its encoding fits
+/// `limit` bytes, else its encoding split into [`Msg::InstallChunk`]s (the receiver decodes
+/// the joined parts). `None` when it would take more than [`MAX_PARTS`] parts.
+fn install_msgs(install: &Install, limit: usize) -> Option<Vec<Msg>> {
+    let msg = Msg::Install(Box::new(install.clone()));
+    let mut body = Vec::new();
+    msg.encode(&mut body);
+    if body.len() <= limit {
+        return Some(vec![msg]);
+    }
+    let parts = split_parts(&body, limit);
+    if parts.len() > MAX_PARTS {
+        return None;
+    }
+    let total = parts.len() as u16;
+    Some(
+        parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| Msg::InstallChunk {
+                view: install.view,
+                index: i as u16,
+                total,
+                data: p.to_vec(),
+            })
+            .collect(),
+    )
+}
+
 /// Splits `bytes` into parts of at most `limit` bytes (at least one part).
 pub(super) fn split_parts(bytes: &[u8], limit: usize) -> Vec<&[u8]> {
     if bytes.is_empty() {
@@ -463,7 +492,7 @@ impl GroupMember {
             install.key = KeyDelivery::Wrapped(wraps);
         }
         if let (Some(k), RekeyMethod::Lkh { .. }) = (&c.new_key, self.config.rekey_method) {
-            install.key = self.lkh_delivery(&install, k, &members);
+            install.key = self.lkh_delivery(&install, k, &members, c.lkh_reseed);
         }
         // Identity keys: the coordinator signs. KDC mode: no signature; each member's wrap
         // binds the Install's digest instead.
@@ -494,12 +523,13 @@ impl GroupMember {
             r >= first_joiner && install.joiner_rank(id).is_some()
         });
         let mut told = Vec::new();
+        let removed_ids: HashSet<MemberId> = c.removed.iter().map(|(id, _)| *id).collect();
         for r in &install.left {
             let m = base.members[usize::from(*r)];
             // Removed members hear of it (under the old key they hold; the new key is
             // wrapped for members only). One that was suspected but is alive then goes on in
             // its own component at once, instead of after its suspicion timeout.
-            if m.id != self.id && c.removed.iter().any(|(id, _)| *id == m.id) {
+            if m.id != self.id && removed_ids.contains(&m.id) {
                 told.push(m);
             }
         }
@@ -541,13 +571,15 @@ impl GroupMember {
         // member that asked to leave, when its pair channel is up: it needs only to know
         // that it is out, not the Install (an LKH Install carries every wrap: 1.5 KB at
         // 1,000 members, against a few dozen bytes for the notice).
+        let left_of_own_accord: HashSet<MemberId> = install
+            .removed
+            .iter()
+            .filter(|(_, why)| *why == RemovalReason::Left)
+            .map(|(id, _)| *id)
+            .collect();
         for m in &told {
-            let left_of_own_accord = install
-                .removed
-                .iter()
-                .any(|(id, why)| *id == m.id && *why == RemovalReason::Left);
             if self.identity.is_some()
-                && !(left_of_own_accord && self.pairs.pair_key(&m.id).is_some())
+                && !(left_of_own_accord.contains(&m.id) && self.pairs.pair_key(&m.id).is_some())
             {
                 let copy = install_copy_for(&install, None);
                 self.send_install_msg(m.addr, &copy, None);
@@ -671,22 +703,25 @@ impl GroupMember {
         self.view_change.assembly.take().and_then(Assembly::take)
     }
 
-    /// The leader of an overlay view: seals the survivors' copy of `install` once and sends
-    /// it down the tree: the flush tree of the change (`tree_flush.rs`), which goes around
-    /// the members it leaves out, and to the members reporting directly. False (nothing
-    /// sent) when it needs more than one part: the caller then sends every member its own
-    /// copy.
+    /// The leader of an overlay view: seals the survivors' copy of `install` once (or each
+    /// of its parts, when it needs more than one) and sends it down the tree: the flush
+    /// tree of the change (`tree_flush.rs`), which goes around the members it leaves out,
+    /// and to the members reporting directly. False when it would take more than
+    /// `MAX_PARTS` parts or a seal failed: the caller then sends every member its own copy.
     fn install_down_tree(&mut self, install: &Install) -> bool {
-        let msg = Msg::Install(install_copy_for(install, None));
-        let mut body = Vec::new();
-        msg.encode(&mut body);
-        if body.len() > self.part_limit {
+        // One longer than a part goes down in its parts, each sealed once: a batch of many
+        // leavers rekeys most of the LKH tree (about 460 KB of wraps at 10,000 members when
+        // an eighth of them were cut off), and one copy per member of that was 4.6 GB sent
+        // by the leader after one input.
+        let Some(msgs) = install_msgs(&install_copy_for(install, None), self.part_limit) else {
             return false;
-        }
+        };
         // A carrier that fans out reaches every member with one publish (issue 15): the
         // members do not pass packets down the tree then.
         if self.config.carrier_fans_out {
-            return self.seal_to([Destination::Group], BROADCAST, &msg);
+            return msgs
+                .iter()
+                .all(|m| self.seal_to([Destination::Group], BROADCAST, m));
         }
         let Some(view) = self.view.as_ref() else {
             return false;
@@ -706,7 +741,7 @@ impl GroupMember {
             .filter_map(|r| view.members.get(usize::from(*r)))
             .map(|m| Destination::Member(m.addr))
             .collect();
-        self.seal_to(to, BROADCAST, &msg)
+        msgs.iter().all(|m| self.seal_to(to.clone(), BROADCAST, m))
     }
 
     /// Sends each of `to` (rank in the new view, rank in the current view, address) its own
@@ -769,29 +804,8 @@ impl GroupMember {
         install: &Install,
         old: Option<ViewId>,
     ) {
-        let msg = Msg::Install(Box::new(install.clone()));
-        let mut body = Vec::new();
-        msg.encode(&mut body);
-        let limit = self.part_limit;
-        let msgs: Vec<Msg> = if body.len() <= limit {
-            vec![msg]
-        } else {
-            // The encoded message is split; the receiver decodes the joined parts.
-            let parts = split_parts(&body, limit);
-            let total = parts.len() as u16;
-            if parts.len() > MAX_PARTS {
-                return;
-            }
-            parts
-                .into_iter()
-                .enumerate()
-                .map(|(i, p)| Msg::InstallChunk {
-                    view: install.view,
-                    index: i as u16,
-                    total,
-                    data: p.to_vec(),
-                })
-                .collect()
+        let Some(msgs) = install_msgs(install, self.part_limit) else {
+            return;
         };
         for m in &msgs {
             match old {

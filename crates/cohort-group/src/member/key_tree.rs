@@ -12,7 +12,7 @@ use crate::config::RekeyMethod;
 use crate::event::Drop;
 use crate::id::{Member, MemberId, ViewId};
 use crate::keys::{GroupKey, GROUP_KEY_LEN};
-use crate::wire::PairMsg;
+use crate::wire::{ranks_left_out, PairMsg};
 use cohort_core::Timestamp;
 use cohort_crypto::Secret;
 use std::collections::BTreeSet;
@@ -119,8 +119,23 @@ impl GroupMember {
                         .iter()
                         .all(|(j, _, _)| self.pairs.pair_key(&j.id).is_some())
                 });
-                let batch = self.lkh_can_batch() && joiners_paired;
+                // Many members leaving at once would rekey most of the tree: a reseed then
+                // costs less than a batch (`lkh_batch_is_small`). Joiners do not count:
+                // their entries go to every member in the Install whichever way it is
+                // keyed, so a large batch of joiners makes a large shared Install anyway,
+                // which is best sent down the overlay once.
+                let small = match (self.view.as_ref(), self.view_change.coordinator.as_ref()) {
+                    (Some(view), Some(c)) => {
+                        let left = ranks_left_out(view.members.len(), &c.survivors);
+                        self.lkh_batch_is_small(
+                            left.filter_map(|r| view.members.get(usize::from(r)).map(|m| m.id)),
+                        )
+                    }
+                    _ => true,
+                };
+                let batch = self.lkh_can_batch() && small && joiners_paired;
                 if let Some(c) = self.view_change.coordinator.as_mut() {
+                    c.lkh_reseed = !small;
                     c.new_key = Some(key);
                     c.phase = Phase::Pairing;
                     c.resend_at = now;

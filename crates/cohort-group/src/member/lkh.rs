@@ -18,12 +18,33 @@
 
 use super::GroupMember;
 use crate::config::RekeyMethod;
-use crate::id::{Member, ViewId};
+use crate::id::{Member, MemberId, ViewId};
 use crate::keys::GroupKey;
 use crate::lkh::{self, LkhRekeyStats, NodeId, Path, Tree, WrapContext};
 use crate::wire::{Install, KeyDelivery};
 use cohort_crypto::{ct_eq, Secret};
 use std::collections::{HashMap, HashSet};
+
+/// The most wraps a batch for its leavers may carry (`batch_wraps`) before the coordinator
+/// reseeds instead (`lkh_batch_is_small`): about 14 KB of wraps, one part.
+const MAX_BATCH_WRAPS: usize = 256;
+
+/// How many wraps a batch for members leaving from leaves `slots` of a tree of `depth` and
+/// `degree` carries at most: each internal node above a leaver gets a fresh key, wrapped
+/// under each of its children's keys, and nodes shared by several leavers count once.
+/// Stops counting past [`MAX_BATCH_WRAPS`].
+fn batch_wraps(slots: impl IntoIterator<Item = u32>, depth: u8, degree: usize) -> usize {
+    let mut replaced = HashSet::new();
+    for slot in slots {
+        for level in 1..=depth {
+            replaced.insert(NodeId::ancestor(slot, level, degree));
+        }
+        if replaced.len().saturating_mul(degree) > MAX_BATCH_WRAPS {
+            break;
+        }
+    }
+    replaced.len().saturating_mul(degree)
+}
 
 /// The LKH side of a member.
 #[derive(Default)]
@@ -109,16 +130,34 @@ impl GroupMember {
         self.install_bind(&bare)
     }
 
+    /// Whether a batch for `leavers` is worth it on this member's tree: one that rekeys
+    /// most of the tree (many members leaving at once, as when part of the group is cut
+    /// off) carries wraps that every member must receive, since the Install is shared and
+    /// goes down the overlay, while a reseed sends each member only its own path, sealed.
+    /// At 10,000 members a batch for an eighth of the group cut off carried about 460 KB of
+    /// wraps, against a few hundred bytes a member for a reseed. A batch is kept up to
+    /// [`MAX_BATCH_WRAPS`] (about one part; one leave at 10,000 is 26 wraps). True without a
+    /// tree (the rekey reseeds then anyway).
+    pub(super) fn lkh_batch_is_small(&self, leavers: impl Iterator<Item = MemberId>) -> bool {
+        let Some((_, tree)) = self.lkh.tree.as_ref() else {
+            return true;
+        };
+        let slots = leavers.filter_map(|id| tree.slot_of(&id));
+        batch_wraps(slots, tree.depth(), tree.degree()) <= MAX_BATCH_WRAPS
+    }
+
     /// Coordinator: the LKH delivery of `provisional` (the Install without its key),
     /// whose new group key is `key`, for the new view's `members`: a batch on the tree,
-    /// or a reseed. Joiners (everyone, on a reseed) get their whole path sealed under
-    /// their pair key. The tree is updated at once: if this Install is never installed,
-    /// the next rekey finds the tree does not match the view and reseeds.
+    /// or a reseed (when the tree cannot batch, or when `reseed` asks for one because the
+    /// batch would be large). Joiners (everyone, on a reseed) get their whole path sealed
+    /// under their pair key. The tree is updated at once: if this Install is never
+    /// installed, the next rekey finds the tree does not match the view and reseeds.
     pub(super) fn lkh_delivery(
         &mut self,
         provisional: &Install,
         key: &GroupKey,
         members: &[Member],
+        reseed: bool,
     ) -> KeyDelivery {
         let bind = self.lkh_bind(provisional);
         let group = self.config.group.clone();
@@ -132,7 +171,7 @@ impl GroupMember {
         // tree takes the change from the Install (no list of 10,000 ids to build).
         let ids = || members.iter().map(|m| m.id).collect::<Vec<_>>();
         let root = Secret::from_slice(key.expose());
-        let reseed = !self.lkh_can_batch();
+        let reseed = reseed || !self.lkh_can_batch();
         // A merge Install dissolves the component: nobody keeps its keys (members open
         // their wrap only to authenticate it in KDC mode), so it runs on a copy.
         let merging = provisional.merge_into.is_some();
@@ -301,5 +340,25 @@ impl GroupMember {
         }
         self.lkh.path = Some(path);
         Some(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_counts_each_replaced_node_once() {
+        // Degree 4, depth 7 (up to 16,384 leaves): one leaver replaces its 7 ancestors.
+        assert_eq!(batch_wraps([5], 7, 4), 28);
+        // Two leaves under the same parent share all 7 ancestors.
+        assert_eq!(batch_wraps([4, 5], 7, 4), 28);
+        // Leaves 0 and 4 part at level 1 and meet from level 2 up: 8 nodes.
+        assert_eq!(batch_wraps([0, 4], 7, 4), 32);
+        // No leaver, no wrap.
+        assert_eq!(batch_wraps([], 7, 4), 0);
+        // Leavers spread over the tree replace most of it; the count stops past the bound.
+        let spread = batch_wraps((0..1_250).map(|k| k * 8), 7, 4);
+        assert!(spread > MAX_BATCH_WRAPS && spread <= MAX_BATCH_WRAPS + 4 * 7 + 4);
     }
 }

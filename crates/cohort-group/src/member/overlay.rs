@@ -241,8 +241,13 @@ impl GroupMember {
     /// change's flush tree (which goes around the members it leaves out); anything else to
     /// its overlay children.
     pub(super) fn send_down_for(&mut self, packet: &[u8], msg: &Msg) {
-        if let Msg::Install(install) = msg {
-            if let Some(addrs) = self.flush_tree_addrs(install.view) {
+        let install_view = match msg {
+            Msg::Install(install) => Some(install.view),
+            Msg::InstallChunk { view, .. } => Some(*view),
+            _ => None,
+        };
+        if let Some(view) = install_view {
+            if let Some(addrs) = self.flush_tree_addrs(view) {
                 self.out
                     .push_copies(addrs.into_iter().map(Destination::Member), packet);
                 return;
@@ -265,14 +270,17 @@ impl GroupMember {
 
     /// Whether a packet from `sender`, addressed to everyone and carrying `msg`, came down
     /// the tree and goes on to this member's children: the leader's Heartbeat, Orders and
-    /// Installs (those the same for every survivor, `install.rs`), and the submissions it
-    /// relays.
+    /// Installs (those the same for every survivor, `install.rs`, whole or in parts), and
+    /// the submissions it relays.
     pub(super) fn forwards(&self, sender: u16, msg: &Msg) -> bool {
         if self.rank == 0 || !self.overlay_active() || self.config.carrier_fans_out {
             return false;
         }
         match msg {
-            Msg::Heartbeat { .. } | Msg::Orders { .. } | Msg::Install(_) => sender == 0,
+            Msg::Heartbeat { .. }
+            | Msg::Orders { .. }
+            | Msg::Install(_)
+            | Msg::InstallChunk { .. } => sender == 0,
             Msg::Submit { .. } => true,
             _ => false,
         }
