@@ -10,6 +10,7 @@ mod support;
 
 use cohort_core::{Machine, Timestamp, Transmit};
 use cohort_crypto::CryptoProvider;
+use cohort_group::lkh::LkhRekeyStats;
 use cohort_group::{Channel, Drop, GroupConfig, GroupEvent, GroupMember, MemberId, RekeyMethod};
 use cohort_sim::{DuplicateRule, Loss, NodeId, ReorderRule, Sim};
 use rand_core::RngCore;
@@ -198,6 +199,16 @@ impl Big {
 
     fn crash(&mut self, i: usize) {
         self.sim.crash(self.nodes[i]);
+    }
+
+    /// The counts of the last LKH rekey node `i` coordinated.
+    fn lkh_stats(&self, i: usize) -> LkhRekeyStats {
+        self.sim
+            .node(self.nodes[i])
+            .member
+            .lkh_last_rekey()
+            .cloned()
+            .expect("an lkh rekey")
     }
 }
 
@@ -410,6 +421,33 @@ fn leader_and_next_three_crash(big: &mut Big) {
     assert_eq!(big.rank_of(heir), 0, "rank 4 took over");
 }
 
+/// The member at the middle rank of the live members leaves; returns the leader's LKH
+/// rekey counts and the bytes the leader sent from the leave until 50 ms after every
+/// survivor installed the view without it.
+fn leave_at_middle_rank(big: &mut Big, round: usize) -> (LkhRekeyStats, u64) {
+    let n = big.nodes.len();
+    let leader = big.at_rank(0, 0);
+    let alive: Vec<usize> = (0..n)
+        .filter(|i| !big.sim.is_crashed(big.nodes[*i]))
+        .filter(|i| big.sim.node(big.nodes[*i]).member.view().is_some())
+        .collect();
+    let leaver = big.at_rank(leader, alive.len() / 2);
+    let before = big.sim.node(big.nodes[leader]).sent_bytes;
+    big.sim
+        .with_node(big.nodes[leaver], |node, now| node.member.leave(now));
+    let rest: BTreeSet<usize> = alive.iter().copied().filter(|i| *i != leaver).collect();
+    big.wait_view(&rest, Duration::from_secs(5))
+        .expect("every survivor installs the view without the leaver");
+    big.run_for(Duration::from_millis(50));
+    let stats = big.lkh_stats(leader);
+    let sent = big.sim.node(big.nodes[leader]).sent_bytes - before;
+    eprintln!(
+        "round {round}: reseed {} wraps {} leader sent {sent} bytes",
+        stats.reseed, stats.wraps
+    );
+    (stats, sent)
+}
+
 /// An Install that is the same for every survivor (here an LKH batch) goes down the tree
 /// once: a leave costs the leader far fewer bytes than one copy per member would (an LKH
 /// Install of this group is about 1 KB), and when an interior member crashes, the members
@@ -422,31 +460,7 @@ fn shared_installs_go_down_the_tree() {
     // Two leaves in a row; the second is certainly a batch on the leader's tree (the same
     // Install for every survivor).
     for round in 0..2 {
-        let leader = big.at_rank(0, 0);
-        let alive: Vec<usize> = (0..n)
-            .filter(|i| !big.sim.is_crashed(big.nodes[*i]))
-            .filter(|i| big.sim.node(big.nodes[*i]).member.view().is_some())
-            .collect();
-        let leaver = big.at_rank(leader, alive.len() / 2);
-        let before = big.sim.node(big.nodes[leader]).sent_bytes;
-        big.sim
-            .with_node(big.nodes[leaver], |node, now| node.member.leave(now));
-        let rest: BTreeSet<usize> = alive.iter().copied().filter(|i| *i != leaver).collect();
-        big.wait_view(&rest, Duration::from_secs(5))
-            .expect("a view without the leaver");
-        big.run_for(Duration::from_millis(50));
-        let stats = big
-            .sim
-            .node(big.nodes[leader])
-            .member
-            .lkh_last_rekey()
-            .cloned()
-            .expect("an lkh rekey");
-        let sent = big.sim.node(big.nodes[leader]).sent_bytes - before;
-        eprintln!(
-            "round {round}: reseed {} wraps {} leader sent {sent} bytes",
-            stats.reseed, stats.wraps
-        );
+        let (stats, sent) = leave_at_middle_rank(&mut big, round);
         if round == 1 {
             assert!(!stats.reseed, "the second leave is a batch");
             // The Flush and the Install go down the tree, once per child of the leader; one
@@ -481,30 +495,7 @@ fn an_install_longer_than_a_part_goes_down_the_tree_in_parts() {
             .with_node(node, |m, _| m.member.set_part_limit_for_tests(256));
     }
     for round in 0..2 {
-        let leader = big.at_rank(0, 0);
-        let alive: Vec<usize> = (0..n)
-            .filter(|i| big.sim.node(big.nodes[*i]).member.view().is_some())
-            .collect();
-        let leaver = big.at_rank(leader, alive.len() / 2);
-        let before = big.sim.node(big.nodes[leader]).sent_bytes;
-        big.sim
-            .with_node(big.nodes[leaver], |node, now| node.member.leave(now));
-        let rest: BTreeSet<usize> = alive.iter().copied().filter(|i| *i != leaver).collect();
-        big.wait_view(&rest, Duration::from_secs(5))
-            .expect("every survivor installs the view without the leaver");
-        big.run_for(Duration::from_millis(50));
-        let stats = big
-            .sim
-            .node(big.nodes[leader])
-            .member
-            .lkh_last_rekey()
-            .cloned()
-            .expect("an lkh rekey");
-        let sent = big.sim.node(big.nodes[leader]).sent_bytes - before;
-        eprintln!(
-            "round {round}: reseed {} wraps {} leader sent {sent} bytes",
-            stats.reseed, stats.wraps
-        );
+        let (stats, sent) = leave_at_middle_rank(&mut big, round);
         if round == 1 {
             assert!(!stats.reseed, "the second leave is a batch");
             // The Flush and the Install's parts go once to each child of the leader (about
@@ -539,13 +530,7 @@ fn many_leavers_at_once_reseed_the_tree() {
     }
     big.wait_view(&rest, Duration::from_secs(10))
         .expect("a view without the 48 crashed");
-    let stats = big
-        .sim
-        .node(big.nodes[leader])
-        .member
-        .lkh_last_rekey()
-        .cloned()
-        .expect("an lkh rekey");
+    let stats = big.lkh_stats(leader);
     assert!(stats.reseed, "48 leavers at once reseed: {stats:?}");
     let keys: BTreeSet<_> = rest
         .iter()
@@ -560,13 +545,7 @@ fn many_leavers_at_once_reseed_the_tree() {
     rest.remove(&last);
     big.wait_view(&rest, Duration::from_secs(5))
         .expect("a view without the last leaver");
-    let stats = big
-        .sim
-        .node(big.nodes[leader])
-        .member
-        .lkh_last_rekey()
-        .cloned()
-        .expect("an lkh rekey");
+    let stats = big.lkh_stats(leader);
     assert!(!stats.reseed, "one leaver is a batch: {stats:?}");
 }
 
