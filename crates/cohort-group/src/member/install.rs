@@ -311,8 +311,9 @@ fn shared_by_survivors(install: &Install) -> bool {
 /// `install` as the messages that carry it: the Install itself when its encoding fits
 /// `limit` bytes, else its encoding split into [`Msg::InstallChunk`]s (the receiver decodes
 /// the joined parts). `None` when it would take more than [`MAX_PARTS`] parts.
-fn install_msgs(install: &Install, limit: usize) -> Option<Vec<Msg>> {
-    let msg = Msg::Install(Box::new(install.clone()));
+fn install_msgs(install: Box<Install>, limit: usize) -> Option<Vec<Msg>> {
+    let view = install.view;
+    let msg = Msg::Install(install);
     let mut body = Vec::new();
     msg.encode(&mut body);
     if body.len() <= limit {
@@ -328,7 +329,7 @@ fn install_msgs(install: &Install, limit: usize) -> Option<Vec<Msg>> {
             .into_iter()
             .enumerate()
             .map(|(i, p)| Msg::InstallChunk {
-                view: install.view,
+                view,
                 index: i as u16,
                 total,
                 data: p.to_vec(),
@@ -560,7 +561,7 @@ impl GroupMember {
                     Some(old) => copies.push((r as u16, *old, m.addr)),
                     None => {
                         let copy = install_copy_for(&install, Some(r as u16));
-                        self.send_install_msg(m.addr, &copy, None);
+                        self.send_install_msg(m.addr, copy, None);
                     }
                 }
             }
@@ -582,7 +583,7 @@ impl GroupMember {
                 && !(left_of_own_accord.contains(&m.id) && self.pairs.pair_key(&m.id).is_some())
             {
                 let copy = install_copy_for(&install, None);
-                self.send_install_msg(m.addr, &copy, None);
+                self.send_install_msg(m.addr, copy, None);
             } else if let Some((_, why)) = install.removed.iter().find(|(id, _)| *id == m.id) {
                 let msg = PairMsg::Removed {
                     view: install.view,
@@ -713,7 +714,7 @@ impl GroupMember {
         // leavers rekeys most of the LKH tree (about 460 KB of wraps at 10,000 members when
         // an eighth of them were cut off), and one copy per member of that was 4.6 GB sent
         // by the leader after one input.
-        let Some(msgs) = install_msgs(&install_copy_for(install, None), self.part_limit) else {
+        let Some(msgs) = install_msgs(install_copy_for(install, None), self.part_limit) else {
             return false;
         };
         // A carrier that fans out reaches every member with one publish (issue 15): the
@@ -781,7 +782,7 @@ impl GroupMember {
             }
             if body.len() - 2 > self.part_limit {
                 let copy = install_copy_for(install, Some(rank));
-                self.send_install_msg(addr, &copy, None);
+                self.send_install_msg(addr, copy, None);
                 continue;
             }
             let Some(keys) = self.keys.as_mut() else {
@@ -801,7 +802,7 @@ impl GroupMember {
     pub(super) fn send_install_msg(
         &mut self,
         to: SocketAddr,
-        install: &Install,
+        install: Box<Install>,
         old: Option<ViewId>,
     ) {
         let Some(msgs) = install_msgs(install, self.part_limit) else {
@@ -854,7 +855,7 @@ impl GroupMember {
                 let key = a.welcome_key.clone().unwrap_or_default();
                 self.send_welcome(now, &m, copy, &key);
             } else if let Some(old) = old {
-                self.send_install_msg(m.addr, &copy, Some(old));
+                self.send_install_msg(m.addr, copy, Some(old));
             }
         }
         self.view_change.announce = Some(a);
@@ -907,7 +908,7 @@ impl GroupMember {
             })
             .collect();
         for (addr, copy) in copies {
-            self.send_install_msg(addr, &copy, None);
+            self.send_install_msg(addr, copy, None);
         }
     }
 

@@ -124,16 +124,19 @@ impl GroupMember {
                 // their entries go to every member in the Install whichever way it is
                 // keyed, so a large batch of joiners makes a large shared Install anyway,
                 // which is best sent down the overlay once.
-                let small = match (self.view.as_ref(), self.view_change.coordinator.as_ref()) {
-                    (Some(view), Some(c)) => {
-                        let left = ranks_left_out(view.members.len(), &c.survivors);
-                        self.lkh_batch_is_small(
-                            left.filter_map(|r| view.members.get(usize::from(r)).map(|m| m.id)),
-                        )
-                    }
-                    _ => true,
-                };
-                let batch = self.lkh_can_batch() && small && joiners_paired;
+                // (Counted only when a batch is possible at all: otherwise it reseeds.)
+                let can_batch = self.lkh_can_batch();
+                let small = !can_batch
+                    || match (self.view.as_ref(), self.view_change.coordinator.as_ref()) {
+                        (Some(view), Some(c)) => {
+                            let left = ranks_left_out(view.members.len(), &c.survivors);
+                            self.lkh_batch_is_small(
+                                left.filter_map(|r| view.members.get(usize::from(r)).map(|m| m.id)),
+                            )
+                        }
+                        _ => true,
+                    };
+                let batch = can_batch && small && joiners_paired;
                 if let Some(c) = self.view_change.coordinator.as_mut() {
                     c.lkh_reseed = !small;
                     c.new_key = Some(key);
