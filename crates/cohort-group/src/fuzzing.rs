@@ -266,6 +266,13 @@ pub fn sample_msgs() -> Vec<Msg> {
             view: sample_view(),
             acked: vec![(1, 16), (40, 2)],
         },
+        Msg::LeftOut {
+            view: sample_view(),
+            base: sample_view(),
+            kept: crate::wire::kept_bits(12, &[2, 11]),
+            rejoined: vec![11],
+            signature: vec![0x5A; 64],
+        },
     ]
 }
 

@@ -14,7 +14,7 @@ use zeroize::Zeroizing;
 /// Protected group packets carry the gears packet version in their first byte and bind this
 /// one into their key derivation (`keys.rs`): a member of another version derives other keys,
 /// so its packets fail authentication instead of being misread.
-pub const GROUP_VERSION: u8 = 5;
+pub const GROUP_VERSION: u8 = 6;
 /// Most members a view may list (keeps every list bounded when parsing): ranks are `u16`
 /// and `u16::MAX` is the broadcast destination, so ranks run 0..=65,534.
 pub const MAX_MEMBERS: usize = u16::MAX as usize;
@@ -188,6 +188,92 @@ pub enum Msg {
         /// The ranks (in the old view) that installed it, as in [`Msg::FlushOks`].
         acked: Vec<(u16, u16)>,
     },
+    /// From the coordinator of view `view`, under the keys of `base`, to each member of
+    /// `base` the new view leaves out (identity keys only): which members of `base` it
+    /// keeps, signed. It stands in for the whole Install, which lists every member removed
+    /// and so, sent to each of them, grew with the square of a cut (a partition of 10,000).
+    /// The same bytes go to every member left out.
+    LeftOut {
+        /// The new view's id (its coordinator signed this).
+        view: ViewId,
+        /// The view the change applies to.
+        base: ViewId,
+        /// One bit per rank of `base`, set for the members the new view keeps
+        /// ([`kept_bits`]); exactly `ceil(n / 8)` bytes, unused bits zero.
+        kept: Vec<u8>,
+        /// Ranks of `base` (left out, ascending) whose member the new view lets in again
+        /// under a new incarnation: they are in the other component too.
+        rejoined: Vec<u16>,
+        /// The coordinator's signature over [`left_out_signed_bytes`].
+        signature: Vec<u8>,
+    },
+}
+
+/// Longest [`Msg::LeftOut`] bitmap: one bit for each of [`MAX_MEMBERS`] ranks.
+pub const MAX_KEPT_BYTES: usize = MAX_MEMBERS.div_ceil(8);
+
+/// [`Msg::LeftOut`]'s bitmap for a base view of `n` members of which the ranks `left`
+/// (ascending or not) do not go on: bit `r % 8` (least significant first) of byte `r / 8` is
+/// set when rank `r` is kept.
+pub fn kept_bits(n: usize, left: &[u16]) -> Vec<u8> {
+    let mut bits = vec![0xFFu8; n.div_ceil(8)];
+    if !n.is_multiple_of(8) {
+        if let Some(last) = bits.last_mut() {
+            *last = (1u8 << (n % 8)) - 1;
+        }
+    }
+    for r in left.iter().map(|r| usize::from(*r)).filter(|r| *r < n) {
+        bits[r / 8] &= !(1 << (r % 8));
+    }
+    bits
+}
+
+/// Whether `bits` ([`kept_bits`]) keeps `rank`.
+pub fn is_kept(bits: &[u8], rank: u16) -> bool {
+    let r = usize::from(rank);
+    bits.get(r / 8).is_some_and(|b| b & (1 << (r % 8)) != 0)
+}
+
+/// Whether `bits` is a well-formed bitmap for a view of `n` members: `ceil(n / 8)` bytes,
+/// no bit set at or past `n`.
+pub fn kept_bits_fit(bits: &[u8], n: usize) -> bool {
+    bits.len() == n.div_ceil(8)
+        && (n.is_multiple_of(8) || bits.last().is_none_or(|last| last >> (n % 8) == 0))
+}
+
+/// What the coordinator signs for a [`Msg::LeftOut`]: a label of its own (no Install's
+/// signature can pass for one), the group name, both view ids and the bitmap.
+pub fn left_out_signed_bytes(
+    group: &str,
+    view: &ViewId,
+    base: &ViewId,
+    kept: &[u8],
+    rejoined: &[u16],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + group.len() + 2 * 40 + kept.len() + 2 * rejoined.len());
+    out.extend_from_slice(b"cohort group left out v1");
+    out.push(group.len() as u8);
+    out.extend_from_slice(group.as_bytes());
+    let mut w = Writer::new(&mut out);
+    put_left_out_fields(&mut w, view, base, kept, rejoined);
+    out
+}
+
+/// [`Msg::LeftOut`]'s fields before its signature.
+fn put_left_out_fields(
+    w: &mut Writer<'_>,
+    view: &ViewId,
+    base: &ViewId,
+    kept: &[u8],
+    rejoined: &[u16],
+) {
+    put_view_id(w, view);
+    put_view_id(w, base);
+    w.u16(kept.len() as u16).bytes(kept);
+    w.u16(rejoined.len() as u16);
+    for r in rejoined {
+        w.u16(*r);
+    }
 }
 
 /// Most runs of ranks in one [`Msg::FlushOks`] or [`Msg::InstallAcks`].
@@ -1098,6 +1184,17 @@ impl Msg {
                 put_view_id(&mut w, view);
                 put_runs(&mut w, acked);
             }
+            Msg::LeftOut {
+                view,
+                base,
+                kept,
+                rejoined,
+                signature,
+            } => {
+                w.u8(22);
+                put_left_out_fields(&mut w, view, base, kept, rejoined);
+                w.u8(signature.len() as u8).bytes(signature);
+            }
         }
     }
 
@@ -1241,6 +1338,30 @@ impl Msg {
                 view: get_view_id(&mut r).ok()?,
                 acked: get_runs(&mut r)?,
             },
+            22 => {
+                let view = get_view_id(&mut r).ok()?;
+                let base = get_view_id(&mut r).ok()?;
+                let n = get_count(&mut r, MAX_KEPT_BYTES)?;
+                let kept = r.bytes(n).ok()?.to_vec();
+                let n = get_count(&mut r, MAX_MEMBERS)?;
+                let mut rejoined = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let rank = r.u16().ok()?;
+                    if rejoined.last().is_some_and(|l| *l >= rank) {
+                        return None;
+                    }
+                    rejoined.push(rank);
+                }
+                let n = r.u8().ok()? as usize;
+                let signature = r.bytes(n).ok()?.to_vec();
+                Msg::LeftOut {
+                    view,
+                    base,
+                    kept,
+                    rejoined,
+                    signature,
+                }
+            }
             _ => return None,
         };
         r.is_empty().then_some(msg)
@@ -1506,6 +1627,34 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // reason: test code
 
     use super::*;
+
+    /// The LeftOut bitmap keeps exactly the ranks not left, for sizes on and off a byte
+    /// boundary, and only bitmaps of the right length with no stray bits fit.
+    #[test]
+    fn kept_bits_mark_exactly_the_ranks_kept() {
+        for n in [1usize, 7, 8, 9, 16, 1000, MAX_MEMBERS] {
+            let left: Vec<u16> = (0..n as u16)
+                .filter(|r| r % 3 == 1 || *r == n as u16 - 1)
+                .collect();
+            let bits = kept_bits(n, &left);
+            assert!(kept_bits_fit(&bits, n), "n = {n}");
+            for r in 0..n as u16 {
+                assert_eq!(
+                    is_kept(&bits, r),
+                    left.binary_search(&r).is_err(),
+                    "n = {n}, rank {r}"
+                );
+            }
+            assert!(!is_kept(&bits, n as u16));
+            assert!(!kept_bits_fit(&bits, n + 8), "n = {n}");
+            if n % 8 != 0 {
+                let mut stray = kept_bits(n, &[]);
+                *stray.last_mut().unwrap() |= 0x80;
+                assert!(!kept_bits_fit(&stray, n), "n = {n}");
+            }
+        }
+        assert!(kept_bits_fit(&[], 0));
+    }
 
     fn view(seq: u64, c: u8) -> ViewId {
         ViewId {

@@ -10,7 +10,8 @@ use cohort_crypto::{CryptoProvider, Secret};
 use cohort_group::keys::{GearPlan, GroupKey, ViewKeys};
 use cohort_group::pair::{PairEvent, PairTable, PAIR_KIND};
 use cohort_group::wire::{
-    encode_roster, roster_digest, Install, Joined, KeyDelivery, Msg, PairMsg,
+    encode_roster, kept_bits, left_out_signed_bytes, roster_digest, Install, Joined, KeyDelivery,
+    Msg, PairMsg,
 };
 use cohort_group::{Drop, GroupConfig, GroupEvent, GroupMember, Member, MemberId, ViewId};
 use std::net::SocketAddr;
@@ -91,8 +92,10 @@ impl Harness {
     }
 }
 
-#[test]
-fn a_forged_install_is_refused_and_a_signed_one_installs() {
+/// A harness whose member (rank 1) was welcomed into view 1 of two members by the test
+/// (rank 0); the view's id, key, its members' roster digest and the keys the test seals
+/// with as rank 0.
+fn welcomed() -> (Harness, ViewId, [u8; 32], ViewKeys, GearPlan) {
     let provider = CryptoProvider::default_provider();
     let coordinator = identity(1);
     let member_id = identity(2);
@@ -140,33 +143,16 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
     let roster = encode_roster(&members, &[1, incarnation]);
     let digest = roster_digest(provider.keyed_blake3, &roster);
     let key1 = GroupKey::new(1, Secret::from_slice(&[0x11; 32]));
-    // An unsigned Install of both members into `view`, keeping the key of epoch 1: from
-    // `base`, letting in the member (`joined`) or not.
-    let install = |view: ViewId, base: ViewId, joined: Vec<Joined>| Install {
-        view,
-        base,
-        count: 2,
-        left: Vec::new(),
-        joined,
-        digest,
-        next_seqs: Vec::new(),
-        key_epoch: 1,
-        final_order: 0,
-        key: KeyDelivery::Same,
-        merge_into: None,
-        removed: Vec::new(),
-        signature: Vec::new(),
-    };
     let view0 = ViewId {
         seq: 0,
         coordinator: ca,
     };
-    let joiner = Joined {
+    let mut welcome = two_members(view1, view0, digest);
+    welcome.joined = vec![Joined {
         member: members[1],
         next_seq: 0,
         incarnation,
-    };
-    let mut welcome = install(view1, view0, vec![joiner]);
+    }];
     let c = h.coordinator.clone();
     h.sign(&mut welcome, &c);
     let msg = PairMsg::Welcome {
@@ -179,16 +165,47 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
     h.pairs.send(h.now, b, Some(cb), &body);
     h.pump();
     assert_eq!(h.member.view().map(|v| v.id), Some(view1), "welcomed");
+    let keys = ViewKeys::derive(&provider, "g", &key1, view1, 2, 0, &plan).expect("keys");
+    (h, view1, digest, keys, plan)
+}
+
+/// An unsigned Install of both members into `view` from `base`, keeping the key of epoch 1.
+fn two_members(view: ViewId, base: ViewId, digest: [u8; 32]) -> Install {
+    Install {
+        view,
+        base,
+        count: 2,
+        left: Vec::new(),
+        joined: Vec::new(),
+        digest,
+        next_seqs: Vec::new(),
+        key_epoch: 1,
+        final_order: 0,
+        key: KeyDelivery::Same,
+        merge_into: None,
+        removed: Vec::new(),
+        signature: Vec::new(),
+    }
+}
+
+/// `msg` sealed by rank 0 under `keys`, to rank 1.
+fn seal(keys: &mut ViewKeys, plan: &GearPlan, msg: &Msg) -> Vec<u8> {
+    let mut body = vec![0, 1]; // to rank 1
+    msg.encode(&mut body);
+    let mut packet = Vec::new();
+    keys.seal(&plan.ladder, &body, &mut packet).expect("seal");
+    packet
+}
+
+#[test]
+fn a_forged_install_is_refused_and_a_signed_one_installs() {
+    let (mut h, view1, digest, mut keys, plan) = welcomed();
+    let (a, c, ca) = (h.a, h.coordinator.clone(), view1.coordinator);
+    let insider = identity(3);
+    let install = |view: ViewId, base: ViewId, _: Vec<Joined>| two_members(view, base, digest);
+    let seal = |keys: &mut ViewKeys, msg: &Msg| seal(keys, &plan, msg);
 
     // A view change: the test's Flush under view 1's keys (rank 0, the coordinator).
-    let mut keys = ViewKeys::derive(&provider, "g", &key1, view1, 2, 0, &plan).expect("keys");
-    let seal = |keys: &mut ViewKeys, msg: &Msg| {
-        let mut body = vec![0, 1]; // to rank 1
-        msg.encode(&mut body);
-        let mut packet = Vec::new();
-        keys.seal(&plan.ladder, &body, &mut packet).expect("seal");
-        packet
-    };
     let proposal = ViewId {
         seq: 2,
         coordinator: ca,
@@ -229,4 +246,103 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
         .events
         .iter()
         .any(|e| matches!(e, GroupEvent::View(v) if v.id == proposal)));
+}
+
+/// A LeftOut (the notice that stands in for the Install to members a view change leaves
+/// out) moves the member on only when the coordinator of the new view signed it, for the
+/// member's own view, leaving it out: the same notice replayed to a member it keeps, one
+/// for another base, a malformed bitmap and one an insider signed are each refused and
+/// counted, and the member stays in its view.
+#[test]
+fn a_left_out_notice_must_be_signed_for_this_view_and_leave_this_member_out() {
+    let (mut h, view1, _, mut keys, plan) = welcomed();
+    let (a, c) = (h.a, h.coordinator.clone());
+    let insider = identity(3);
+    let proposal = ViewId {
+        seq: 2,
+        coordinator: view1.coordinator,
+    };
+    let notice = |base: ViewId, kept: Vec<u8>, by: &Identity| {
+        let provider = CryptoProvider::default_provider();
+        let signed = left_out_signed_bytes("g", &proposal, &base, &kept, &[]);
+        Msg::LeftOut {
+            view: proposal,
+            base,
+            kept,
+            rejoined: Vec::new(),
+            signature: by.sign(&provider, &signed).expect("sign"),
+        }
+    };
+    let refused = |h: &mut Harness, keys: &mut ViewKeys, msg: Msg, drop: Drop, why: &str| {
+        let before = h.member.counters().get(drop);
+        let packet = seal(keys, &plan, &msg);
+        h.member.handle_datagram(h.now, a, &packet);
+        h.pump();
+        assert_eq!(
+            h.member.counters().get(drop),
+            before + 1,
+            "{why}: not counted"
+        );
+        assert_eq!(
+            h.member.view().map(|v| v.id),
+            Some(view1),
+            "{why}: view moved"
+        );
+        assert!(
+            !h.member.status().changing_view,
+            "{why}: a view change began"
+        );
+    };
+    // Keeps both members: the copy sent to a member left out, replayed to this one.
+    refused(
+        &mut h,
+        &mut keys,
+        notice(view1, kept_bits(2, &[]), &c),
+        Drop::Unexpected,
+        "keeps this member",
+    );
+    let view0 = ViewId {
+        seq: 0,
+        coordinator: view1.coordinator,
+    };
+    refused(
+        &mut h,
+        &mut keys,
+        notice(view0, kept_bits(2, &[1]), &c),
+        Drop::Unexpected,
+        "another base",
+    );
+    refused(
+        &mut h,
+        &mut keys,
+        notice(view1, vec![0x01, 0x00], &c),
+        Drop::Unexpected,
+        "a bitmap of the wrong length",
+    );
+    refused(
+        &mut h,
+        &mut keys,
+        notice(view1, kept_bits(2, &[1]), &insider),
+        Drop::AuthFailed,
+        "signed by an insider",
+    );
+    // The coordinator's own: the member goes on at once, in a view without those kept.
+    let packet = seal(&mut keys, &plan, &notice(view1, kept_bits(2, &[1]), &c));
+    h.member.handle_datagram(h.now, a, &packet);
+    h.pump();
+    for _ in 0..20 {
+        if h.member.view().is_some_and(|v| v.id != view1) {
+            break;
+        }
+        h.advance(50);
+        h.pump();
+    }
+    let view = h.member.view().expect("a view");
+    let me = MemberId(identity(2).public());
+    assert_ne!(view.id, view1, "still in the view it was left out of");
+    assert_eq!(view.id.coordinator, me);
+    assert_eq!(
+        view.members.iter().map(|m| m.id).collect::<Vec<_>>(),
+        vec![me]
+    );
 }

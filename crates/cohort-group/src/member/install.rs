@@ -18,9 +18,9 @@ use crate::event::{Drop, GroupEvent, RemovalReason};
 use crate::id::{Member, MemberId, Members, View, ViewId};
 use crate::keys::{self, GroupKey, KeyWrap, ViewKeys, GROUP_KEY_LEN};
 use crate::wire::{
-    decode_roster, encode_roster, encode_roster_into, ranks_left_out, roster_digest, Install,
-    InstallCopies, Joined, KeyDelivery, Msg, PairMsg, MAX_PARTS, MAX_PART_LEN, PART_GRANT,
-    PART_LIST, PART_WELCOME,
+    decode_roster, encode_roster, encode_roster_into, is_kept, kept_bits, kept_bits_fit,
+    left_out_signed_bytes, ranks_left_out, roster_digest, Install, InstallCopies, Joined,
+    KeyDelivery, Msg, PairMsg, MAX_PARTS, MAX_PART_LEN, PART_GRANT, PART_LIST, PART_WELCOME,
 };
 use cohort_core::Timestamp;
 use cohort_crypto::Secret;
@@ -578,12 +578,12 @@ impl GroupMember {
             .filter(|(_, why)| *why == RemovalReason::Left)
             .map(|(id, _)| *id)
             .collect();
+        let mut left_out = Vec::new();
         for m in &told {
             if self.identity.is_some()
                 && !(left_of_own_accord.contains(&m.id) && self.pairs.pair_key(&m.id).is_some())
             {
-                let copy = install_copy_for(&install, None);
-                self.send_install_msg(m.addr, copy, None);
+                left_out.push(Destination::Member(m.addr));
             } else if let Some((_, why)) = install.removed.iter().find(|(id, _)| *id == m.id) {
                 let msg = PairMsg::Removed {
                     view: install.view,
@@ -591,6 +591,9 @@ impl GroupMember {
                 };
                 self.send_pair(now, m.addr, Some(m.id), &msg);
             }
+        }
+        if !left_out.is_empty() {
+            self.send_left_out(&base, &install, left_out);
         }
         if let Some(target) = c.merge_into {
             // The component ends here, but the coordinator stays in it until every member
@@ -816,6 +819,46 @@ impl GroupMember {
         }
     }
 
+    /// Tells the members of `base` that `install` leaves out (identity keys) that they are
+    /// out, and who goes on without them: one [`Msg::LeftOut`], signed and sealed once for
+    /// all of them. It used to be the whole Install to each, which lists every member
+    /// removed: the coordinator of the side of a partition cut off from 8,750 of 10,000
+    /// members sent 8,750 copies of a 300 KB Install.
+    fn send_left_out(&mut self, base: &View, install: &Install, to: Vec<Destination>) {
+        let Some(identity) = self.identity.as_ref() else {
+            return;
+        };
+        let kept = kept_bits(base.members.len(), &install.left);
+        let mut rejoined: Vec<u16> = install
+            .joined
+            .iter()
+            .filter_map(|j| base.members.rank_of(&j.member.id))
+            .map(|r| r as u16)
+            .collect();
+        rejoined.sort_unstable();
+        rejoined.dedup();
+        let signed = left_out_signed_bytes(
+            &self.config.group,
+            &install.view,
+            &install.base,
+            &kept,
+            &rejoined,
+        );
+        let Ok(signature) = identity.sign(&self.provider, &signed) else {
+            return; // the backend failed: they learn of it when their suspicion times out
+        };
+        let msg = Msg::LeftOut {
+            view: install.view,
+            base: install.base,
+            kept,
+            rejoined,
+            signature,
+        };
+        if let Some(packet) = self.seal(BROADCAST, &msg) {
+            self.out.push_copies(to, &packet);
+        }
+    }
+
     /// Sends a joiner its Welcome over the pair channel: in [`PairMsg::Part`]s when it is
     /// longer than a part; with the member list inline when that is short.
     pub(super) fn send_welcome(
@@ -925,6 +968,100 @@ impl GroupMember {
         self.dissolve(now, target);
     }
 
+    /// A [`Msg::LeftOut`] from the member at `rank`: the coordinator of `new_view` left this
+    /// member out of it. Taken only from that coordinator, with identity keys, for our view,
+    /// for a newer view, when it does not keep this member (a copy replayed to a member it
+    /// keeps is refused) and when the signature holds.
+    #[allow(clippy::too_many_arguments)] // the message's fields, as the other handlers take them
+    pub(super) fn on_left_out(
+        &mut self,
+        now: Timestamp,
+        rank: u16,
+        new_view: ViewId,
+        base: ViewId,
+        kept: Vec<u8>,
+        rejoined: Vec<u16>,
+        signature: Vec<u8>,
+    ) {
+        let Some(coord) = self.member_at(rank) else {
+            return;
+        };
+        if self.identity.is_none() || new_view.coordinator != coord.id {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        if !self.trusts(&coord.id) {
+            self.counters.count(Drop::Untrusted);
+            return;
+        }
+        let Some(view) = self.view.as_ref() else {
+            return;
+        };
+        let n = view.members.len();
+        if base != view.id
+            || !kept_bits_fit(&kept, n)
+            || rejoined.last().is_some_and(|r| usize::from(*r) >= n)
+            || is_kept(&kept, self.rank)
+        {
+            self.counters.count(Drop::Unexpected);
+            return;
+        }
+        let newer = self
+            .view_change
+            .flushing
+            .as_ref()
+            .is_some_and(|f| f.proposal == new_view)
+            || new_view > view.id;
+        if !newer {
+            return;
+        }
+        let signed = left_out_signed_bytes(&self.config.group, &new_view, &base, &kept, &rejoined);
+        if !new_view
+            .coordinator
+            .0
+            .verify(&self.provider, &signed, &signature)
+        {
+            self.counters.count(Drop::AuthFailed);
+            return;
+        }
+        let gone: Vec<MemberId> = (0..n as u16)
+            .filter(|r| is_kept(&kept, *r) || rejoined.binary_search(r).is_ok())
+            .map(|r| view.members[usize::from(r)].id)
+            .collect();
+        let view = view.clone();
+        self.go_on_left_out(now, &view, gone);
+    }
+
+    /// This member learned, authenticated, that the next view leaves it out of `view`, which
+    /// goes on with `gone` (kept or let in again). If it asked to leave, it has left. If it
+    /// was suspected, untrusted or lagged while alive, it goes on at once in a component of
+    /// those left out (whoever of them answers), which probing merges back later. A lagged
+    /// member used to leave for good here (no view, no join, no timer) although alive and
+    /// reachable: issue 17 §2, tests/lagged_rejoin.rs.
+    fn go_on_left_out(&mut self, now: Timestamp, view: &View, gone: Vec<MemberId>) {
+        if self.leaving.is_some() {
+            self.leave_now(RemovalReason::Left);
+            return;
+        }
+        if self.view_change.coordinator.is_some() {
+            return;
+        }
+        // Not this member, though the Install may let it in under an incarnation it no
+        // longer has (a stale join request): left in, this member coordinated a change
+        // without itself and ended expelled "left" for good.
+        let me = self.id;
+        let gone: Vec<(MemberId, RemovalReason)> = gone
+            .into_iter()
+            .filter(|id| *id != me)
+            .map(|id| (id, RemovalReason::Suspected))
+            .collect();
+        let change = Change {
+            rekey: self.config.rekey_policy.on_membership_change,
+            ..Change::removing(view, gone, now)
+        };
+        self.start_coordinating(now, change);
+    }
+
     /// Part of an Install split over group packets, from the member at `rank`: kept until
     /// every part is in, then handled as the whole Install (which its signature or wrap
     /// authenticates as a whole).
@@ -1001,41 +1138,12 @@ impl GroupMember {
             if !newer {
                 return;
             }
-            let why = install
-                .removed
-                .iter()
-                .find(|(id, _)| *id == self.id)
-                .map(|(_, r)| *r);
-            match why {
-                _ if self.leaving.is_some() => self.leave_now(RemovalReason::Left),
-                _ => {
-                    // Suspected, untrusted or lagged while alive: go on at once in a
-                    // component of those left out (whoever of them answers), which probing
-                    // merges back later. A lagged member used to leave for good here (no
-                    // view, no join, no timer) although alive and reachable: issue 17 §2,
-                    // tests/lagged_rejoin.rs.
-                    if self.view_change.coordinator.is_some() {
-                        return;
-                    }
-                    // Those the Install kept or let in are the other component. Not this
-                    // member, though the Install may let it in under an incarnation it no
-                    // longer has (a stale join request): left in, this member coordinated
-                    // a change without itself and ended expelled "left" for good.
-                    let me = self.id;
-                    let gone: Vec<(MemberId, RemovalReason)> = (0..view.members.len() as u16)
-                        .filter(|r| install.left.binary_search(r).is_err())
-                        .map(|r| view.members[usize::from(r)].id)
-                        .chain(install.joined.iter().map(|j| j.member.id))
-                        .filter(|id| *id != me)
-                        .map(|id| (id, RemovalReason::Suspected))
-                        .collect();
-                    let change = Change {
-                        rekey: self.config.rekey_policy.on_membership_change,
-                        ..Change::removing(&view, gone, now)
-                    };
-                    self.start_coordinating(now, change);
-                }
-            }
+            let gone: Vec<MemberId> = (0..view.members.len() as u16)
+                .filter(|r| install.left.binary_search(r).is_err())
+                .map(|r| view.members[usize::from(r)].id)
+                .chain(install.joined.iter().map(|j| j.member.id))
+                .collect();
+            self.go_on_left_out(now, &view, gone);
             return;
         }
         let Some(f) = self.view_change.flushing.as_ref() else {

@@ -256,6 +256,13 @@ impl GroupMember {
                     self.on_install_acks(now, base, rank, view, acked)
                 }
             }
+            Msg::LeftOut {
+                view,
+                base,
+                kept,
+                rejoined,
+                signature,
+            } => self.on_left_out(now, rank, view, base, kept, rejoined, signature),
         }
     }
 
