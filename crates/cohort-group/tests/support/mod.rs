@@ -3,7 +3,7 @@
 
 use cohort_channel::identity::Identity;
 use cohort_core::Transmit;
-use cohort_group::{Channel, GroupConfig, GroupEvent, MemberId, RemovalReason, ViewId};
+use cohort_group::{Channel, GroupConfig, GroupEvent, MemberId, Members, RemovalReason, ViewId};
 use cohort_sim::{NodeId, Sim, SimConfig, SimFailure};
 use rand_core::RngCore;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -24,14 +24,45 @@ type InView = (usize, Deliveries, Option<ViewId>);
 /// A member with a tap on what it sends, so the adversary can replay real packets.
 pub type Node = MemberNode<Tap>;
 
-/// A sample of what a member sent.
+/// A sample of what a member sent; and the group's view lists, shared.
 #[derive(Default)]
 pub struct Tap {
     pub tap: Vec<(SocketAddr, Vec<u8>)>,
     pub sent_count: u64,
+    views: SharedViews,
+}
+
+/// One copy of each view's member list for the simulator's log, which keeps every `View`
+/// event of every member for the checkers. Each member builds its own list, so the log held
+/// a copy per member per view: at 10,000 members about 64 bytes x n² a view (6.4 GB), over
+/// 12 GB while the group formed. A member's list replaces the shared one in its event only
+/// when the two are equal entry for entry; one that differs is kept as it is, so the checkers
+/// still see any disagreement.
+#[derive(Default, Clone)]
+pub struct SharedViews(std::sync::Arc<std::sync::Mutex<HashMap<ViewId, Members>>>);
+
+impl SharedViews {
+    fn share(&self, mut e: GroupEvent) -> GroupEvent {
+        if let GroupEvent::View(v) = &mut e {
+            #[allow(clippy::expect_used)] // reason: test code; a poisoned lock is a failed test
+            let mut views = self.0.lock().expect("views lock");
+            match views.get(&v.id) {
+                Some(shared) if *shared == v.members => v.members = shared.clone(),
+                Some(_) => {}
+                None => {
+                    views.insert(v.id, v.members.clone());
+                }
+            }
+        }
+        e
+    }
 }
 
 impl SendWatch for Tap {
+    fn event(&mut self, e: GroupEvent) -> GroupEvent {
+        self.views.share(e)
+    }
+
     fn sent(&mut self, t: &Transmit, buf: &[u8]) {
         self.sent_count += 1;
         // Keep a sample of the packets (every 7th, and all gossip: Ids and tickets), up to 400.
@@ -93,15 +124,18 @@ impl Group {
         let mut config = GroupConfig::new("sim", ids.clone());
         fast_timers(&mut config);
         let mut nodes = Vec::new();
+        let views = SharedViews::default();
         for (i, ident) in identities.iter().enumerate() {
             let mut seed_bytes = [0u8; 32];
             sim.rng().fill_bytes(&mut seed_bytes);
             let mut config = config.clone();
             tweak(i, &mut config);
             let ident = ident.clone();
-            let node = sim.add_node_with(|_, addr| {
-                Node::new(ident, addr, config, seed_bytes, Tap::default())
-            });
+            let tap = Tap {
+                views: views.clone(),
+                ..Tap::default()
+            };
+            let node = sim.add_node_with(|_, addr| Node::new(ident, addr, config, seed_bytes, tap));
             nodes.push(node);
         }
         tweak(0, &mut config);
