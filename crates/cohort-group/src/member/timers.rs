@@ -138,6 +138,14 @@ impl GroupMember {
         if self.view_change.flushing.is_some() {
             self.progress_flush(now);
         }
+        if self
+            .view_change
+            .left_out
+            .as_ref()
+            .is_some_and(|t| now >= t.at)
+        {
+            self.left_out_turn(now);
+        }
         if let Some(t) = self.tree.tree_wait.as_ref() {
             if now >= t.deadline {
                 self.progress_tree(now, true);
@@ -182,6 +190,9 @@ impl GroupMember {
             if let Some(c) = self.view_change.coordinator.as_ref() {
                 consider(c.deadline);
                 consider(c.resend_at);
+            }
+            if let Some(t) = self.view_change.left_out.as_ref() {
+                consider(t.at);
             }
             // Only with a view: `on_tick` runs the tree flush's deadlines only then.
             if let Some(t) = self.view_change.tree.as_ref() {
