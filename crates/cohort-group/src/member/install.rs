@@ -590,22 +590,18 @@ impl GroupMember {
         // member that asked to leave, when its pair channel is up: it needs only to know
         // that it is out, not the Install (an LKH Install carries every wrap: 1.5 KB at
         // 1,000 members, against a few dozen bytes for the notice).
-        let left_of_own_accord: HashSet<MemberId> = install
-            .removed
-            .iter()
-            .filter(|(_, why)| *why == RemovalReason::Left)
-            .map(|(id, _)| *id)
-            .collect();
+        let reasons: HashMap<MemberId, RemovalReason> = install.removed.iter().copied().collect();
         let mut left_out = Vec::new();
         for m in &told {
+            let why = reasons.get(&m.id).copied();
             if self.identity.is_some()
-                && !(left_of_own_accord.contains(&m.id) && self.pairs.pair_key(&m.id).is_some())
+                && !(why == Some(RemovalReason::Left) && self.pairs.pair_key(&m.id).is_some())
             {
                 left_out.push(Destination::Member(m.addr));
-            } else if let Some((_, why)) = install.removed.iter().find(|(id, _)| *id == m.id) {
+            } else if let Some(why) = why {
                 let msg = PairMsg::Removed {
                     view: install.view,
-                    reason: *why,
+                    reason: why,
                 };
                 self.send_pair(now, m.addr, Some(m.id), &msg);
             }
@@ -1644,7 +1640,10 @@ impl GroupMember {
         // Keep the old view for its grace window.
         if let (Some(old_view), Some(old_keys)) = (self.view.take(), self.keys.take()) {
             let log = std::mem::take(&mut self.reliable.log);
-            let removed = install.removed.clone();
+            // Looked up by id: a scan of the list per member removed was O(k²) for each
+            // member (the side of a cut of 10,000 that removes 8,750).
+            let removed: HashMap<MemberId, RemovalReason> =
+                install.removed.iter().copied().collect();
             // Survivors keep their relative order and joiners are appended, so a walk
             // along the new list finds almost every survivor in O(1); a member the walk
             // does not meet next is looked up (a removed member, or an order a merge set).
@@ -1656,9 +1655,9 @@ impl GroupMember {
                 }
                 if view.rank_of(&m.id).is_none() {
                     let reason = removed
-                        .iter()
-                        .find(|(id, _)| *id == m.id)
-                        .map_or(RemovalReason::Suspected, |(_, r)| *r);
+                        .get(&m.id)
+                        .copied()
+                        .unwrap_or(RemovalReason::Suspected);
                     self.events.push_back(GroupEvent::Removed {
                         member: m.id,
                         reason,
