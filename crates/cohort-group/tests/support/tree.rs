@@ -114,8 +114,8 @@ pub fn tree_checks(g: &Group, started: &BTreeSet<usize>, set: &[usize]) -> Resul
         .iter()
         .map(|i| (*i, !g.crashed.contains(i), &g.sim.node(g.nodes[*i]).member))
         .collect();
-    let per_node = g.events_per_node();
-    let left = left_as_coordinator(per_node.iter().flatten());
+    let per_node = g.event_refs_per_node();
+    let left = left_as_coordinator(per_node.iter().flatten().copied());
     check_tree(&members, &exchanged, &left).map_err(|e| g.sim.failure(e))?;
     let agreeing: Vec<&GroupMember> = set
         .iter()
