@@ -6,11 +6,11 @@
 //! checks over every key of the LKH tree (`support::tree`), and the survivors converge on
 //! one view and one key.
 //!
-//! The normal run sweeps 2 seeds at 150 members; `.ci/run` runs 40 at 300 and 4 at 1,000.
-//! `COHORT_SIM_SEEDS=<n>` runs `n` seeds, `COHORT_SIM_SEED=<seed>` replays one,
-//! `COHORT_LARGE_SWEEP_MEMBERS=<n>` sets the size and `COHORT_LARGE_SWEEP_NO_CUT=1` leaves
-//! the partition out. CI does not run 10,000 yet: a seed there takes minutes of CPU and
-//! over 15 GB (see `cut_enabled`).
+//! The normal run sweeps 2 seeds at 150 members; `.ci/run` runs 40 at 300, 4 at 1,000 and 2
+//! at 10,000 (in a release build: about 5 minutes and 16 GB a seed on 2 cores);
+//! `scripts/large-sweep.sh` is the long run. `COHORT_SIM_SEEDS=<n>` runs `n` seeds,
+//! `COHORT_SIM_SEED=<seed>` replays one, `COHORT_LARGE_SWEEP_MEMBERS=<n>` sets the size and
+//! `COHORT_LARGE_SWEEP_NO_CUT=1` leaves the partition out.
 
 mod support;
 
@@ -33,10 +33,10 @@ const ROUNDS: u64 = 30;
 const CUT_FOR: Duration = Duration::from_secs(3);
 
 /// Whether the run cuts the group in two and heals it (`COHORT_LARGE_SWEEP_NO_CUT` unset).
-/// For runs at 10,000 by hand: there the coordinator on each side of the cut sends every
-/// member it removes a whole copy of its Install, which lists every removed member (about
-/// 350 KB each, 3 GB from one member after one input, all of it into the partition), past
-/// what the simulator holds in memory (docs/performance.md, seventeenth session).
+/// The cut is what first kept this sweep from 10,000: each side's coordinator sent every
+/// member it removed a whole Install listing every member removed (3.5 GB from one member
+/// after one input), and every member left out then coordinated the others at once
+/// (docs/performance.md, seventeenth and eighteenth sessions). Kept for runs by hand.
 fn cut_enabled() -> bool {
     std::env::var_os("COHORT_LARGE_SWEEP_NO_CUT").is_none()
 }

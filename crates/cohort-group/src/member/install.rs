@@ -1043,11 +1043,11 @@ impl GroupMember {
             .map(|r| view.members[usize::from(r)].id)
             .collect();
         let view = view.clone();
-        self.go_on_left_out(now, &view, gone);
+        self.go_on_left_out(now, &view, new_view.coordinator, gone);
     }
 
-    /// This member learned, authenticated, that the next view leaves it out of `view`, which
-    /// goes on with `gone` (kept or let in again). If it asked to leave, it has left. If it
+    /// This member learned, authenticated, that the next view (coordinated by `left_by`)
+    /// leaves it out of `view`, which goes on with `gone` (kept or let in again). If it asked to leave, it has left. If it
     /// was suspected, untrusted or lagged while alive, it goes on at once in a component of
     /// those left out (whoever of them answers), which probing merges back later. A lagged
     /// member used to leave for good here (no view, no join, no timer) although alive and
@@ -1058,7 +1058,13 @@ impl GroupMember {
     /// and each goes ahead only if no view change of another has reached it by then. When
     /// every member left out coordinated at once, each sent a Flush to all the others: a
     /// cut of 1,250 from 10,000 made 1.5 million Flushes of 17 KB (the 10,000 sweep).
-    fn go_on_left_out(&mut self, now: Timestamp, view: &View, gone: Vec<MemberId>) {
+    fn go_on_left_out(
+        &mut self,
+        now: Timestamp,
+        view: &View,
+        left_by: MemberId,
+        gone: Vec<MemberId>,
+    ) {
         if self.leaving.is_some() {
             self.leave_now(RemovalReason::Left);
             return;
@@ -1084,7 +1090,7 @@ impl GroupMember {
         self.view_change.left_out = Some(LeftOutTurn {
             at: now.saturating_add(interval::flush_resend(&self.config) * turn),
             base: view.id,
-            left_by: view.id.coordinator,
+            left_by,
             gone,
         });
     }
@@ -1204,7 +1210,7 @@ impl GroupMember {
                 .map(|r| view.members[usize::from(r)].id)
                 .chain(install.joined.iter().map(|j| j.member.id))
                 .collect();
-            self.go_on_left_out(now, &view, gone);
+            self.go_on_left_out(now, &view, install.view.coordinator, gone);
             return;
         }
         let Some(f) = self.view_change.flushing.as_ref() else {
