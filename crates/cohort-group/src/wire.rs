@@ -659,6 +659,20 @@ fn get_bytes32(r: &mut Reader<'_>) -> Option<Vec<u8>> {
     Some(r.bytes(n).ok()?.to_vec())
 }
 
+/// A count u16 (at most [`MAX_MEMBERS`]) and that many ranks, strictly ascending.
+fn get_ascending_ranks(r: &mut Reader<'_>) -> Option<Vec<u16>> {
+    let n = get_count(r, MAX_MEMBERS)?;
+    let mut ranks: Vec<u16> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let rank = r.u16().ok()?;
+        if ranks.last().is_some_and(|l| *l >= rank) {
+            return None;
+        }
+        ranks.push(rank);
+    }
+    Some(ranks)
+}
+
 fn get_count(r: &mut Reader<'_>, max: usize) -> Option<usize> {
     let n = r.u16().ok()? as usize;
     (n <= max).then_some(n)
@@ -914,16 +928,8 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
     if count == 0 || usize::from(count) > MAX_MEMBERS {
         return None;
     }
-    let n = get_count(r, MAX_MEMBERS)?;
-    let mut left = Vec::with_capacity(n);
-    for _ in 0..n {
-        let rank = r.u16().ok()?;
-        // Ascending, so that ranks follow by counting (`Install::survivor_rank`).
-        if left.last().is_some_and(|l| *l >= rank) {
-            return None;
-        }
-        left.push(rank);
-    }
+    // Ascending, so that ranks follow by counting (`Install::survivor_rank`).
+    let left = get_ascending_ranks(r)?;
     let n = get_count(r, usize::from(count))?;
     let mut joined = Vec::with_capacity(n);
     for _ in 0..n {
@@ -1343,15 +1349,7 @@ impl Msg {
                 let base = get_view_id(&mut r).ok()?;
                 let n = get_count(&mut r, MAX_KEPT_BYTES)?;
                 let kept = r.bytes(n).ok()?.to_vec();
-                let n = get_count(&mut r, MAX_MEMBERS)?;
-                let mut rejoined = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let rank = r.u16().ok()?;
-                    if rejoined.last().is_some_and(|l| *l >= rank) {
-                        return None;
-                    }
-                    rejoined.push(rank);
-                }
+                let rejoined = get_ascending_ranks(&mut r)?;
                 let n = r.u8().ok()? as usize;
                 let signature = r.bytes(n).ok()?.to_vec();
                 Msg::LeftOut {
