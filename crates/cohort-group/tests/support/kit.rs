@@ -56,11 +56,6 @@ pub fn principal_keys(seed: u64, n: usize) -> Vec<PrincipalKey> {
 pub trait SendWatch {
     /// `t` was just sent; `buf` is the buffer the simulator handed to `poll_transmit`.
     fn sent(&mut self, t: &Transmit, buf: &[u8]);
-
-    /// The member emitted `e`; what the simulator's log keeps instead (by default `e`).
-    fn event(&mut self, e: GroupEvent) -> GroupEvent {
-        e
-    }
 }
 
 /// A group member as a simulator node, with a watch on what it sends.
@@ -104,8 +99,7 @@ impl<W: SendWatch> Machine for MemberNode<W> {
         self.member.poll_timeout()
     }
     fn poll_event(&mut self) -> Option<GroupEvent> {
-        let e = self.member.poll_event()?;
-        Some(self.watch.event(e))
+        self.member.poll_event()
     }
 }
 

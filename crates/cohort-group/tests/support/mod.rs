@@ -3,7 +3,7 @@
 
 use cohort_channel::identity::Identity;
 use cohort_core::Transmit;
-use cohort_group::{Channel, GroupConfig, GroupEvent, MemberId, Members, RemovalReason, ViewId};
+use cohort_group::{Channel, GroupConfig, GroupEvent, MemberId, RemovalReason, ViewId};
 use cohort_sim::{NodeId, Sim, SimConfig, SimFailure};
 use rand_core::RngCore;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -24,46 +24,14 @@ type InView = (usize, Deliveries, Option<ViewId>);
 /// A member with a tap on what it sends, so the adversary can replay real packets.
 pub type Node = MemberNode<Tap>;
 
-/// A sample of what a member sent; and the group's view lists, shared.
+/// A sample of what a member sent.
 #[derive(Default)]
 pub struct Tap {
     pub tap: Vec<(SocketAddr, Vec<u8>)>,
     pub sent_count: u64,
-    views: SharedViews,
-}
-
-/// One copy of each view's member list for the simulator's log, which keeps every `View`
-/// event of every member for the checkers. Each member builds its own list, so the log kept
-/// every member's copy of every view it installed alive (about 64 bytes a member listed: up
-/// to 6.4 GB for one view of 10,000 held by all 10,000). A member's list is swapped for the
-/// shared one in its event only when the two are equal entry for entry; one that differs is
-/// kept as it is, so the checkers still see any disagreement. (What this saves at the peak
-/// of a 10,000 sweep was not measured: the peak there, 16 GB, is the members' own lists.)
-#[derive(Default, Clone)]
-pub struct SharedViews(std::sync::Arc<std::sync::Mutex<HashMap<ViewId, Members>>>);
-
-impl SharedViews {
-    fn share(&self, mut e: GroupEvent) -> GroupEvent {
-        if let GroupEvent::View(v) = &mut e {
-            #[allow(clippy::expect_used)] // reason: test code; a poisoned lock is a failed test
-            let mut views = self.0.lock().expect("views lock");
-            match views.get(&v.id) {
-                Some(shared) if *shared == v.members => v.members = shared.clone(),
-                Some(_) => {}
-                None => {
-                    views.insert(v.id, v.members.clone());
-                }
-            }
-        }
-        e
-    }
 }
 
 impl SendWatch for Tap {
-    fn event(&mut self, e: GroupEvent) -> GroupEvent {
-        self.views.share(e)
-    }
-
     fn sent(&mut self, t: &Transmit, buf: &[u8]) {
         self.sent_count += 1;
         // Keep a sample of the packets (every 7th, and all gossip: Ids and tickets), up to 400.
@@ -125,18 +93,15 @@ impl Group {
         let mut config = GroupConfig::new("sim", ids.clone());
         fast_timers(&mut config);
         let mut nodes = Vec::new();
-        let views = SharedViews::default();
         for (i, ident) in identities.iter().enumerate() {
             let mut seed_bytes = [0u8; 32];
             sim.rng().fill_bytes(&mut seed_bytes);
             let mut config = config.clone();
             tweak(i, &mut config);
             let ident = ident.clone();
-            let tap = Tap {
-                views: views.clone(),
-                ..Tap::default()
-            };
-            let node = sim.add_node_with(|_, addr| Node::new(ident, addr, config, seed_bytes, tap));
+            let node = sim.add_node_with(|_, addr| {
+                Node::new(ident, addr, config, seed_bytes, Tap::default())
+            });
             nodes.push(node);
         }
         tweak(0, &mut config);
