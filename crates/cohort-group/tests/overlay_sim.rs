@@ -620,7 +620,7 @@ fn members_left_out_by_a_cut_are_told_in_bytes_that_grow_linearly() {
 /// all lost, while the others' reach them) go on in one view of their own, and do not all
 /// coordinate it at once: the first of them by rank starts at once, the next waits a flush
 /// resend interval for its Flush, and so on. When each started at once, each sent a Flush
-/// to all the others (at 10,000 with 1,250 left out, 1.5 million Flushes of 17 KB). Every
+/// to all the others (at 10,000 the sweep spent most of its CPU encoding them). Every
 /// group packet among the 40 is counted from the cut until their view forms.
 #[test]
 fn members_left_out_together_form_one_view_without_all_coordinating() {
