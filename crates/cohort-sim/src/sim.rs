@@ -707,10 +707,13 @@ where
                 self.buf.len()
             );
             datagrams.push((t.destination, self.buf[..t.size].to_vec()));
-            assert!(
-                datagrams.len() <= max,
-                "cohort-sim (seed {seed}): {id} sent over {max} datagrams after one input"
-            );
+            if datagrams.len() > max {
+                panic!(
+                    "cohort-sim (seed {seed}): {id} sent over {max} datagrams after one input, \
+                     at {now:?}: {}",
+                    burst_summary(&datagrams)
+                );
+            }
         }
         let mut events = Vec::new();
         while let Some(e) = node.machine.poll_event() {
@@ -952,6 +955,28 @@ impl<M: Machine> fmt::Debug for Sim<M> {
     }
 }
 
+/// What a burst of datagrams held, for the livelock guard's message: how many bytes, how
+/// many destinations, the most sent to one destination, and the commonest sizes. Without it
+/// a failure at thousands of nodes says only that a node sent too much.
+fn burst_summary(datagrams: &[(SocketAddr, Vec<u8>)]) -> String {
+    let mut per_dest: std::collections::HashMap<SocketAddr, usize> = Default::default();
+    let mut sizes: std::collections::BTreeMap<usize, usize> = Default::default();
+    let mut bytes = 0usize;
+    for (to, d) in datagrams {
+        *per_dest.entry(*to).or_default() += 1;
+        *sizes.entry(d.len()).or_default() += 1;
+        bytes += d.len();
+    }
+    let most = per_dest.values().copied().max().unwrap_or(0);
+    let mut common: Vec<(usize, usize)> = sizes.into_iter().collect();
+    common.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    common.truncate(8);
+    format!(
+        "{bytes} bytes to {} destinations (at most {most} to one); commonest sizes (bytes, count): {common:?}",
+        per_dest.len()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1016,6 +1041,27 @@ mod tests {
             sim.add_node(Pinger::new(to, 7 + i as u64));
         }
         sim
+    }
+
+    #[test]
+    fn the_livelock_guard_says_what_the_burst_held() {
+        let config = SimConfig {
+            max_outputs_per_drain: 10,
+            ..SimConfig::with_seed(3)
+        };
+        let mut sim = ring(config, 3);
+        sim.node_mut(NodeId::from_index(1)).queued += 11;
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.flush()));
+        let message = caught
+            .expect_err("the guard stops the node")
+            .downcast::<String>()
+            .expect("a formatted message");
+        assert!(
+            message.contains("n1 sent over 10 datagrams after one input")
+                && message.contains("11 bytes to 1 destinations (at most 11 to one)")
+                && message.contains("[(1, 11)]"),
+            "{message}"
+        );
     }
 
     #[test]
