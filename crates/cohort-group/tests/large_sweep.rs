@@ -158,7 +158,13 @@ fn large_run(seed: u64, n: usize) -> Result<(), SimFailure> {
     faults.remove(&mut g.sim);
     g.sim.heal();
     let live: Vec<usize> = (0..n).filter(|i| !gone.contains(i)).collect();
-    let took = g.wait_converged(&live, Duration::from_secs(30))?;
+    let took = match g.wait_converged(&live, Duration::from_secs(30)) {
+        Ok(took) => took,
+        Err(e) => {
+            left_behind(&g, &live);
+            return Err(e);
+        }
+    };
     println!(
         "seed {seed}: {} survivors converged {took:?} after the faults ended",
         live.len()
@@ -171,6 +177,77 @@ fn large_run(seed: u64, n: usize) -> Result<(), SimFailure> {
     g.check_all()?;
     let started: BTreeSet<usize> = (0..n).collect();
     tree_checks(&g, &started, &live)
+}
+
+/// After the survivors failed to converge: the members of `live` outside the view most of
+/// them hold (at most 12), each with its state and its last events other than deliveries,
+/// so that a failure at thousands of members says who was left behind and how.
+fn left_behind(g: &Group, live: &[usize]) {
+    let mut count: std::collections::BTreeMap<String, usize> = Default::default();
+    let views: Vec<Option<String>> = live
+        .iter()
+        .map(|i| {
+            let v = g.sim.node(g.nodes[*i]).member.view();
+            v.map(|v| format!("{} ({} members)", v.id, v.members.len()))
+        })
+        .collect();
+    for v in views.iter().flatten() {
+        *count.entry(v.clone()).or_default() += 1;
+    }
+    println!("views held by the survivors: {count:?}");
+    let most = count
+        .iter()
+        .max_by_key(|(_, c)| **c)
+        .map(|(v, _)| v.clone());
+    let behind = live
+        .iter()
+        .zip(&views)
+        .filter(|(i, v)| {
+            v.as_ref() != most.as_ref() || g.sim.node(g.nodes[**i]).member.status().changing_view
+        })
+        .map(|(i, _)| *i);
+    for i in behind.take(12) {
+        let node = g.nodes[i];
+        let mut state = g.sim.node(node).member.debug_state();
+        state.truncate(600);
+        println!("left behind: member {i} ({}): {state}", g.ids[i]);
+        let events: Vec<String> = g
+            .sim
+            .events_of(node)
+            .filter(|(_, e)| !matches!(e, GroupEvent::Deliver { .. }))
+            .map(|(t, e)| match e {
+                GroupEvent::View(v) => format!("{t:?} View {} of {}", v.id, v.members.len()),
+                other => {
+                    let mut s = format!("{t:?} {other:?}");
+                    s.truncate(200);
+                    s
+                }
+            })
+            .collect();
+        for e in &events[events.len().saturating_sub(12)..] {
+            println!("    {e}");
+        }
+        // The views installed elsewhere after this member's own, and whether each lists it.
+        let own = g.sim.node(node).member.view().map(|v| v.id);
+        let mut seen = BTreeSet::new();
+        let later: Vec<String> = g
+            .sim
+            .events()
+            .filter_map(|(t, _, e)| match e {
+                GroupEvent::View(v) if own.is_none_or(|o| v.id > o) && seen.insert(v.id) => {
+                    Some(format!(
+                        "{} of {} at {t:?}, lists it: {}",
+                        v.id,
+                        v.members.len(),
+                        v.contains(&g.ids[i])
+                    ))
+                }
+                _ => None,
+            })
+            .take(6)
+            .collect();
+        println!("    later views: {later:?}");
+    }
 }
 
 /// That the run did what it says, so the checks have something to check: the members cut
