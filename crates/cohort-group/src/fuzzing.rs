@@ -203,6 +203,10 @@ pub fn sample_msgs() -> Vec<Msg> {
             data: b"ordered".to_vec(),
         },
         Msg::Nak { from: 2, to: 9 },
+        Msg::OrderedRun {
+            first: 7,
+            entries: vec![(1, 4, b"run".to_vec()), (0, 2, Vec::new())],
+        },
         Msg::Flush {
             proposal: sample_view(),
             survivors: vec![0, 1],

@@ -16,7 +16,7 @@ use crate::config::AuthMode;
 use crate::event::{Drop, RemovalReason};
 use crate::id::{Member, MemberId, View, ViewId};
 use crate::keys::{GroupKey, PairKey};
-use crate::wire::{Install, Msg, PairMsg};
+use crate::wire::{Install, Msg, PairMsg, MAX_PENDING};
 use cohort_core::Timestamp;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -869,22 +869,40 @@ impl GroupMember {
         if appended.is_empty() {
             return;
         }
-        let targets: Vec<u16> = c.survivors.clone();
+        let survivors = c.survivors.clone();
+        let to: Vec<Destination> = survivors
+            .iter()
+            .filter(|r| **r != self.rank)
+            .filter_map(|r| self.member_at(*r))
+            .map(|m| Destination::Member(m.addr))
+            .collect();
+        // In runs of consecutive positions that fit a part, each sealed once for every
+        // survivor: one datagram per run and survivor, not per message and survivor.
+        let limit = self.part_limit;
+        let mut runs: Vec<Msg> = Vec::new();
+        let mut size = 0usize;
         for (o, m) in appended {
-            let msg = Msg::Ordered {
-                order: o,
-                sender: m.sender,
-                seq: m.seq,
-                data: m.data.clone(),
-            };
+            let entry = (m.sender, m.seq, m.data.clone());
+            let entry_size = 14 + m.data.len();
             self.reliable.log.insert(o, m);
-            for r in &targets {
-                if *r != self.rank {
-                    if let Some(mm) = self.member_at(*r) {
-                        self.send_msg(mm.addr, &msg);
-                    }
+            match runs.last_mut() {
+                Some(Msg::OrderedRun { entries, .. })
+                    if size + entry_size <= limit && entries.len() < MAX_PENDING =>
+                {
+                    entries.push(entry);
+                    size += entry_size;
+                }
+                _ => {
+                    runs.push(Msg::OrderedRun {
+                        first: o,
+                        entries: vec![entry],
+                    });
+                    size = entry_size;
                 }
             }
+        }
+        for run in &runs {
+            self.seal_to(to.clone(), BROADCAST, run);
         }
     }
 

@@ -210,6 +210,7 @@ impl GroupMember {
                 seq,
                 data,
             } => self.on_ordered(now, rank, order, s, seq, data),
+            Msg::OrderedRun { first, entries } => self.on_ordered_run(now, rank, first, entries),
             Msg::Nak { from: lo, to } => self.on_nak(now, rank, lo, to),
             Msg::Flush {
                 proposal,

@@ -526,6 +526,41 @@ impl GroupMember {
         seq: u64,
         data: Vec<u8>,
     ) {
+        if self.store_ordered(from_rank, order, sender, seq, data) {
+            self.after_ordered(now);
+        }
+    }
+
+    /// A [`Msg::OrderedRun`]: each entry as an [`Msg::Ordered`] at its position, then what
+    /// follows a stored position once for the whole run.
+    pub(super) fn on_ordered_run(
+        &mut self,
+        now: Timestamp,
+        from_rank: u16,
+        first: u64,
+        entries: Vec<(u16, u64, Vec<u8>)>,
+    ) {
+        let mut stored = false;
+        for (order, (sender, seq, data)) in (first..).zip(entries) {
+            // The checks are per entry, as for single messages; one from the wrong member
+            // fails them all, and is counted once per entry.
+            stored |= self.store_ordered(from_rank, order, sender, seq, data);
+        }
+        if stored {
+            self.after_ordered(now);
+        }
+    }
+
+    /// Stores the message at `order` from `from_rank`, if that member may order messages
+    /// now and the position is in the window; false (counted when not allowed) otherwise.
+    fn store_ordered(
+        &mut self,
+        from_rank: u16,
+        order: u64,
+        sender: u16,
+        seq: u64,
+        data: Vec<u8>,
+    ) -> bool {
         // Accept ordering only from the sequencer, or during a flush from the coordinator
         // or from the survivor the coordinator is fetching from.
         let allowed = match (&self.view_change.flushing, &self.view_change.coordinator) {
@@ -535,22 +570,28 @@ impl GroupMember {
         };
         if !allowed {
             self.counters.count(Drop::Unexpected);
-            return;
+            return false;
         }
         let members = self.view.as_ref().map_or(0, |v| v.members.len());
         if usize::from(sender) >= members {
             self.counters.count(Drop::Unexpected);
-            return;
+            return false;
         }
         if order < self.reliable.delivered
             || order >= self.reliable.delivered + self.config.backlog_limit as u64
         {
-            return;
+            return false;
         }
         self.reliable
             .log
             .entry(order)
             .or_insert(OrderedMsg { sender, seq, data });
+        true
+    }
+
+    /// After a position was stored: the flush goes on, or what is ready is delivered and a
+    /// gap behind it asked for.
+    fn after_ordered(&mut self, now: Timestamp) {
         if self.view_change.flushing.is_some() || self.view_change.coordinator.is_some() {
             self.progress_flush(now);
             return;
