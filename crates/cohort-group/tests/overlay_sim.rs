@@ -749,6 +749,48 @@ fn pending_messages_reach_the_survivors_in_runs() {
     assert!(sent < 15 * n as u64, "rank 1 sent {sent} datagrams");
 }
 
+/// A live member of high rank cut off alone, whose notice that the others went on without
+/// it is lost with everything else: after three suspicion timeouts it probes the leader and
+/// the lowest ranks, none answers, and it takes over with a view of its own, instead of
+/// waiting its turn, `suspect_timeout x (1 + rank / 16)` (10 s at rank 150). Once the cut
+/// heals, the group merges it back. The 3,000-member sweep left members in an old view
+/// past its 30 s bound this way (the Install or LeftOut for them lost).
+#[test]
+fn a_high_rank_left_behind_goes_on_without_waiting_its_turn() {
+    let n = 200;
+    let mut big = Big::formed(53, n);
+    let leader = big.at_rank(0, 0);
+    let alone = big.at_rank(leader, 150);
+    let node = big.nodes[alone];
+    let cut = big
+        .sim
+        .add_rule(cohort_sim::FnRule::new("alone", move |p, _| {
+            if p.from == node || p.to == node {
+                cohort_sim::Verdict::Drop
+            } else {
+                cohort_sim::Verdict::Pass
+            }
+        }));
+    let start = big.sim.now();
+    let rest: BTreeSet<usize> = (0..n).filter(|i| *i != alone).collect();
+    big.wait_view(&rest, Duration::from_secs(15))
+        .expect("the others form a view without it");
+    let me: BTreeSet<usize> = [alone].into();
+    big.wait_view(&me, Duration::from_secs(30))
+        .expect("the member cut off forms a view of its own");
+    let took = big.sim.now().saturating_duration_since(start);
+    println!("rank 150, cut off alone, had a view of its own {took:?} after the cut");
+    // Three suspicion timeouts, a probe round (0.3 s), then its flush to the others, which
+    // no one answers: 3.9 s when this test was written; waiting its turn (10 s) it took
+    // 10.6 s.
+    let bound = big.config.suspect_timeout * 6;
+    assert!(took < bound, "took {took:?}, bound {bound:?}");
+    big.sim.remove_rule(cut);
+    let all: BTreeSet<usize> = (0..n).collect();
+    big.wait_view(&all, Duration::from_secs(20))
+        .expect("the heal merges it back");
+}
+
 /// The same at 1,000 members (the most a view holds today is 1,024): the numbers the crate
 /// README quotes. Ignored in the normal run for its time; `cargo test --release -p
 /// cohort-group --test overlay_sim -- --ignored --nocapture` prints them.

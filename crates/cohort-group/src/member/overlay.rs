@@ -51,6 +51,9 @@ pub const OVERLAY_MIN: usize = 64;
 /// Members of rank up to this many probe the ranks below them and take over from a silent
 /// leader when none answers; higher ranks wait their turn.
 pub const PROBE_RANKS: u16 = 16;
+/// Ranks whose turn to take over is more than this many suspicion timeouts away probe
+/// instead once that many have passed (`takeover_tick`).
+pub const STALE_TURNS: u32 = 3;
 
 /// Whether a view of `n` members uses the overlay.
 pub(super) fn active(n: usize) -> bool {
@@ -550,6 +553,41 @@ impl GroupMember {
         }
     }
 
+    /// One round of probes (`takeover_tick`): starts a round asking `asked` when none is
+    /// under way or the last one ended answered; when a round ends with no answer, the
+    /// ranks it asked (`Some`), for the takeover to leave out. An empty `asked` counts as
+    /// unanswered.
+    fn probe_round(&mut self, now: Timestamp, asked: Vec<u16>) -> Option<Vec<u16>> {
+        let wait = probe_wait(self.config.heartbeat_interval);
+        let _ = self.overlay_mut(now);
+        let round_done = self
+            .liveness
+            .overlay
+            .probing
+            .as_ref()
+            .map(|p| now.saturating_duration_since(p.started) >= wait);
+        if round_done == Some(false) {
+            return None;
+        }
+        if let Some(p) = self.liveness.overlay.probing.take() {
+            if p.answered.is_empty() {
+                return Some(p.asked);
+            }
+        }
+        if asked.is_empty() {
+            return Some(Vec::new());
+        }
+        for r in &asked {
+            self.send_to_rank(*r, &Msg::Probe);
+        }
+        self.liveness.overlay.probing = Some(Probing {
+            started: now,
+            asked,
+            answered: BTreeSet::new(),
+        });
+        None
+    }
+
     /// A member (not coordinating) on the tick: takes over when the leader (or the
     /// coordinator it follows) has been silent long enough.
     ///
@@ -557,7 +595,10 @@ impl GroupMember {
     /// 1..r and takes over if none answers within [`probe_wait`], removing the leader (and
     /// the coordinator it followed) and every rank that did not answer; if one answers,
     /// it probes again (that rank should take over first). Higher ranks wait their turn:
-    /// `suspect_timeout × (1 + r / PROBE_RANKS)`. Every rank also keeps the old turn,
+    /// `suspect_timeout × (1 + r / PROBE_RANKS)`; when that is more than [`STALE_TURNS`]
+    /// timeouts, they probe the leader, the coordinator they follow and the probing ranks
+    /// after `STALE_TURNS` timeouts instead, and take over if none answers (the group went
+    /// on without them). Every rank also keeps the old turn,
     /// `suspect_timeout × r`, as a last resort (a lower rank that answers probes but does
     /// not take over, say because it still hears the leader).
     pub(super) fn takeover_tick(&mut self, now: Timestamp) {
@@ -570,43 +611,37 @@ impl GroupMember {
         }
         let mut take_over = silence > timeout * u32::from(rank);
         let mut silent: Vec<u16> = Vec::new();
-        if rank <= PROBE_RANKS {
-            let wait = probe_wait(self.config.heartbeat_interval);
-            let _ = self.overlay_mut(now);
-            let round_done = self
-                .liveness
-                .overlay
-                .probing
-                .as_ref()
-                .map(|p| now.saturating_duration_since(p.started) >= wait);
-            match round_done {
-                None | Some(true) => {
-                    if let Some(p) = self.liveness.overlay.probing.take() {
-                        if p.answered.is_empty() {
-                            take_over = true;
-                            silent = p.asked;
-                        }
-                    }
-                    if !take_over {
-                        let asked: Vec<u16> = (1..rank).collect();
-                        if asked.is_empty() {
-                            take_over = true;
-                        } else {
-                            for r in &asked {
-                                self.send_to_rank(*r, &Msg::Probe);
-                            }
-                            self.liveness.overlay.probing = Some(Probing {
-                                started: now,
-                                asked,
-                                answered: BTreeSet::new(),
-                            });
-                        }
-                    }
-                }
-                Some(false) => {}
+        let turn = 1 + u32::from(rank / PROBE_RANKS);
+        // Once the last resort came, nobody probes any more.
+        if !take_over && rank <= PROBE_RANKS {
+            // Ranks below this one: if one answers, it should take over first.
+            if let Some(unanswered) = self.probe_round(now, (1..rank).collect()) {
+                take_over = true;
+                silent = unanswered;
+            }
+        } else if !take_over && turn > STALE_TURNS && silence > timeout * STALE_TURNS {
+            // A high rank whose turn is far off: the leader, the coordinator it follows and
+            // the probing ranks are asked whether they are still in this view. None
+            // answering means the group went on without this member (its Install or
+            // LeftOut was lost) or they are all gone: either way it takes over now, and
+            // the members it reaches form a view that the heal merges back. Waiting for
+            // its turn left live members in an old view for minutes (the 3,000-member
+            // sweep: rank 2,282 of a view whose members had all moved on would have waited
+            // 143 s). One that answers is in this view: no takeover then but the old turn.
+            let followed = self.view_change.flushing.as_ref().map(|f| f.coordinator);
+            let mut asked: Vec<u16> = std::iter::once(0)
+                .chain(followed)
+                .chain(1..=PROBE_RANKS)
+                .filter(|r| *r < self.rank)
+                .collect();
+            asked.sort_unstable();
+            asked.dedup();
+            if let Some(unanswered) = self.probe_round(now, asked) {
+                take_over = true;
+                silent = unanswered;
             }
         } else {
-            take_over |= silence > timeout * (1 + u32::from(rank / PROBE_RANKS));
+            take_over |= silence > timeout * turn;
         }
         if !take_over {
             return;
