@@ -600,6 +600,21 @@ fn trust_run(seed: u64) -> Result<(), SimFailure> {
             "domains {domain:?} (complete {complete:?}) did not merge: views {views:?}, trust {trust:?}"
         )));
     }
+    // A member whose component dissolved into one whose leader does not trust it is never
+    // let in; it goes on alone five suspicion timeouts after it began to join. New traffic
+    // waits until every member holds a view again, so that each can deliver its own (seed
+    // 930: node 0 sent its message 2 s after its join began, and still held no view 2 s
+    // later at the checks).
+    for _ in 0..40 {
+        let settled = (0..n).all(|i| {
+            let m = &g.sim.node(g.nodes[i]).member;
+            m.view().is_some() && !m.status().changing_view
+        });
+        if settled {
+            break;
+        }
+        g.run_for(Duration::from_millis(250))?;
+    }
     // New traffic reaches each merged domain; the checkers hold.
     for i in 0..5 {
         g.send(i, Channel::Reliable, payload(i, 999));
