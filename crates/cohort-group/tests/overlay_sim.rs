@@ -201,6 +201,34 @@ impl Big {
         self.sim.crash(self.nodes[i]);
     }
 
+    /// Loses every datagram from a member of `set` to a member outside it, while theirs to
+    /// `set` still arrive; the returned count grows with each group packet (not pair channel
+    /// or gossip) sent from one member of `set` to another.
+    fn lose_datagrams_from(
+        &mut self,
+        set: &BTreeSet<usize>,
+    ) -> std::sync::Arc<std::sync::Mutex<u64>> {
+        let side: std::collections::HashMap<NodeId, bool> = (0..self.nodes.len())
+            .map(|i| (self.nodes[i], set.contains(&i)))
+            .collect();
+        let among = std::sync::Arc::new(std::sync::Mutex::new(0u64));
+        let tally = among.clone();
+        self.sim
+            .add_rule(cohort_sim::FnRule::new("one way", move |p, _| {
+                match (side[&p.from], side[&p.to]) {
+                    (true, false) => cohort_sim::Verdict::Drop,
+                    (true, true) => {
+                        if p.bytes.first() == Some(&cohort_gears::PACKET_VERSION) {
+                            *tally.lock().expect("lock") += 1;
+                        }
+                        cohort_sim::Verdict::Pass
+                    }
+                    _ => cohort_sim::Verdict::Pass,
+                }
+            }));
+        among
+    }
+
     /// The counts of the last LKH rekey node `i` coordinated.
     fn lkh_stats(&self, i: usize) -> LkhRekeyStats {
         self.sim
@@ -629,23 +657,7 @@ fn members_left_out_together_form_one_view_without_all_coordinating() {
     let mut big = Big::formed(41, n);
     let leader = big.at_rank(0, 0);
     let cut: BTreeSet<usize> = (0..small).map(|k| big.at_rank(leader, 7 + 4 * k)).collect();
-    let side: std::collections::HashMap<NodeId, bool> =
-        (0..n).map(|i| (big.nodes[i], cut.contains(&i))).collect();
-    let among = std::sync::Arc::new(std::sync::Mutex::new(0u64));
-    let tally = among.clone();
-    big.sim
-        .add_rule(cohort_sim::FnRule::new("one way", move |p, _| {
-            match (side[&p.from], side[&p.to]) {
-                (true, false) => cohort_sim::Verdict::Drop,
-                (true, true) => {
-                    if p.bytes.first() == Some(&cohort_gears::PACKET_VERSION) {
-                        *tally.lock().expect("lock") += 1;
-                    }
-                    cohort_sim::Verdict::Pass
-                }
-                _ => cohort_sim::Verdict::Pass,
-            }
-        }));
+    let among = big.lose_datagrams_from(&cut);
     let rest: BTreeSet<usize> = (0..n).filter(|i| !cut.contains(i)).collect();
     big.wait_view(&rest, Duration::from_secs(15))
         .expect("the others form a view without the 40");
@@ -673,16 +685,7 @@ fn members_left_out_by_a_new_coordinator_go_on_when_the_first_of_them_is_gone() 
     let leader = big.at_rank(0, 0);
     let cut: Vec<usize> = (0..small).map(|k| big.at_rank(leader, 7 + 4 * k)).collect();
     let first = cut[0];
-    let side: std::collections::HashMap<NodeId, bool> =
-        (0..n).map(|i| (big.nodes[i], cut.contains(&i))).collect();
-    big.sim
-        .add_rule(cohort_sim::FnRule::new("one way", move |p, _| {
-            if side[&p.from] && !side[&p.to] {
-                cohort_sim::Verdict::Drop
-            } else {
-                cohort_sim::Verdict::Pass
-            }
-        }));
+    big.lose_datagrams_from(&cut.iter().copied().collect());
     big.crash(leader);
     big.crash(first);
     let rest: BTreeSet<usize> = (0..n)
