@@ -27,6 +27,8 @@ struct Counted {
     received: u64,
     /// Reliable messages delivered.
     delivered: u64,
+    /// Views installed.
+    views: u64,
 }
 
 impl Machine for Counted {
@@ -58,6 +60,9 @@ impl Machine for Counted {
             {
                 self.delivered += 1;
             }
+            if let GroupEvent::View(_) = e {
+                self.views += 1;
+            }
         }
         None
     }
@@ -79,6 +84,12 @@ impl Big {
 
     /// As [`Big::formed`], with `tune` applied to the default config.
     fn formed_with(seed: u64, n: usize, tune: impl Fn(&mut GroupConfig)) -> Big {
+        Big::formed_but(seed, n, 0, tune)
+    }
+
+    /// As [`Big::formed_with`], with the last `spare` of the `n` nodes not started (they
+    /// can join later, through [`Big::join`]).
+    fn formed_but(seed: u64, n: usize, spare: usize, tune: impl Fn(&mut GroupConfig)) -> Big {
         let mut sim: Sim<Counted> = Sim::new(support::sim_config(seed));
         let identities: Vec<_> = (0..n).map(|i| support::identity(seed, i)).collect();
         let ids: Vec<MemberId> = identities.iter().map(|i| MemberId(i.public())).collect();
@@ -103,6 +114,7 @@ impl Big {
                     sent_bytes: 0,
                     received: 0,
                     delivered: 0,
+                    views: 0,
                 }
             }));
         }
@@ -117,7 +129,7 @@ impl Big {
         // of others; with all joining at once, a joiner the busy leader has not answered
         // within three suspicion timeouts founds a group of its own.)
         let founder = big.sim.addr(big.nodes[0]);
-        for (i, x) in big.nodes.clone().into_iter().enumerate() {
+        for (i, x) in big.nodes.clone().into_iter().enumerate().take(n - spare) {
             let contacts: Vec<SocketAddr> = if i == 0 { Vec::new() } else { vec![founder] };
             big.sim
                 .with_node(x, |node, now| node.member.start(now, &contacts));
@@ -125,7 +137,7 @@ impl Big {
                 big.run_for(Duration::from_secs(1));
             }
         }
-        let all: BTreeSet<usize> = (0..n).collect();
+        let all: BTreeSet<usize> = (0..n - spare).collect();
         big.wait_view(&all, Duration::from_secs(120))
             .expect("the group forms");
         big
@@ -184,6 +196,13 @@ impl Big {
             let until = self.sim.now().saturating_add(Duration::from_millis(10));
             self.sim.run_until(until).map_err(|e| e.to_string())?;
         }
+    }
+
+    /// Starts node `i`, with the member at `contact` as its contact.
+    fn join(&mut self, i: usize, contact: usize) {
+        let contacts = [self.sim.addr(self.nodes[contact])];
+        self.sim
+            .with_node(self.nodes[i], |node, now| node.member.start(now, &contacts));
     }
 
     fn run_for(&mut self, d: Duration) {
@@ -474,6 +493,47 @@ fn leave_at_middle_rank(big: &mut Big, round: usize) -> (LkhRekeyStats, u64) {
         stats.reseed, stats.wraps
     );
     (stats, sent)
+}
+
+/// A member that asks to join while the leader is still flushing a leave goes into that
+/// view change (joiners take no part in the flush): one view change instead of two, for
+/// the one-message and the LKH rekey. (Before, the leave's change ran to its end and the
+/// joiner waited for a second one: each costs every member a Flush, an answer, an Install
+/// and an acknowledgement.)
+#[test]
+fn a_join_during_a_leave_rides_the_same_view_change() {
+    for (seed, method) in [(35, RekeyMethod::OneMessage), (36, RekeyMethod::lkh())] {
+        let n = 129;
+        let mut big = Big::formed_but(seed, n, 1, |c| c.rekey_method = method);
+        let joiner = n - 1;
+        let leader = big.at_rank(0, 0);
+        let leaver = big.at_rank(leader, 64);
+        let views = big.sim.node(big.nodes[leader]).views;
+        let key_before = big.sim.node(big.nodes[leader]).member.key_fingerprint();
+        big.sim
+            .with_node(big.nodes[leaver], |node, now| node.member.leave(now));
+        big.join(joiner, leader);
+        let after: BTreeSet<usize> = (0..n).filter(|i| *i != leaver).collect();
+        let took = big
+            .wait_view(&after, Duration::from_secs(5))
+            .expect("one view with the joiner and without the leaver");
+        let installed = big.sim.node(big.nodes[leader]).views - views;
+        eprintln!("{method:?}: {installed} view(s) in {took:?}");
+        assert_eq!(
+            installed, 1,
+            "{method:?}: the join and the leave took one view change"
+        );
+        let keys: BTreeSet<_> = after
+            .iter()
+            .map(|i| big.sim.node(big.nodes[*i]).member.key_fingerprint())
+            .collect();
+        assert_eq!(keys.len(), 1, "{method:?}: one key among the members");
+        assert_ne!(
+            keys.first().copied().flatten(),
+            key_before,
+            "{method:?}: a fresh key"
+        );
+    }
 }
 
 /// An Install that is the same for every survivor (here an LKH batch) goes down the tree

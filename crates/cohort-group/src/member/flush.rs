@@ -11,7 +11,7 @@ use super::output::{Destination, BROADCAST};
 use super::reliable::{OrderedMsg, Reliable};
 use super::timers::interval;
 use super::tree_flush::TreeFlush;
-use super::GroupMember;
+use super::{GroupMember, MAX_VIEW_MEMBERS};
 use crate::config::AuthMode;
 use crate::event::{Drop, RemovalReason};
 use crate::id::{Member, MemberId, View, ViewId};
@@ -311,6 +311,9 @@ impl GroupMember {
 
     /// Leader: starts a view change if one is wanted and none is running.
     pub(super) fn maybe_start_change(&mut self, now: Timestamp) {
+        if self.is_leader() && self.view_change.coordinator.is_some() {
+            self.join_running_change(now);
+        }
         if !self.is_leader()
             || self.view_change.coordinator.is_some()
             || self.view_change.flushing.is_some()
@@ -415,6 +418,62 @@ impl GroupMember {
             ..Change::removing(&view, removed, started)
         };
         self.start_coordinating(now, change);
+    }
+
+    /// At the leader coordinating a change that is still flushing (collecting answers or
+    /// fetching positions): joiners that asked meanwhile go into this change instead of
+    /// waiting for the next one. Joiners take no part in the flush (they only receive the
+    /// Install, which the key phase builds from `joiners` after the flush), so letting
+    /// one in before the key phase changes nothing the survivors answered. A join and a
+    /// leave that arrive together then cost one view change (every member's Flush,
+    /// answer, Install and acknowledgement) instead of two: issue 14's "one view change".
+    /// Not into a merge or an Exchange, not past the batch or the view's bound, and not a
+    /// member of the current view (a restarted member's old incarnation must leave first,
+    /// which only a change of its own can do).
+    fn join_running_change(&mut self, now: Timestamp) {
+        let Some(view) = self.view.as_ref() else {
+            return;
+        };
+        let Some(c) = self.view_change.coordinator.as_mut() else {
+            return;
+        };
+        let flushing = matches!(c.phase, Phase::Collect | Phase::Fetch { .. });
+        if !flushing
+            || c.merge_into.is_some()
+            || c.exchange.is_some()
+            || c.exchange_from.is_some()
+            || self.view_change.joiners_wanted.is_empty()
+        {
+            return;
+        }
+        let room = join_batch(view.members.len())
+            .min(MAX_VIEW_MEMBERS.saturating_sub(c.survivors.len()))
+            .saturating_sub(c.joiners.len());
+        let mut taken = 0;
+        let mut rekey = false;
+        let wanted = std::mem::take(&mut self.view_change.joiners_wanted);
+        for (m, next_seq, inc) in wanted {
+            let fits = taken < room
+                && view.rank_of(&m.id).is_none()
+                && !c.joiners.iter().any(|(j, _, _)| j.id == m.id);
+            if !fits {
+                self.view_change.joiners_wanted.push((m, next_seq, inc));
+                continue;
+            }
+            rekey |= !self.admission.key_holders.contains(&(m.id, inc));
+            c.joiners.push((m, next_seq, inc));
+            taken += 1;
+        }
+        if taken == 0 {
+            return;
+        }
+        if rekey && self.config.rekey_policy.on_membership_change {
+            c.rekey = true;
+        }
+        self.view_change.last_join_batch = Some(now);
+        if self.view_change.joiners_wanted.is_empty() {
+            self.view_change.joiners_since = None;
+        }
     }
 
     pub(super) fn start_coordinating(&mut self, now: Timestamp, change: Change) {
