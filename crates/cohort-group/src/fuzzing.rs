@@ -317,7 +317,7 @@ pub fn sample_pair_msgs() -> Vec<PairMsg> {
             proposal: sample_view(),
             key_epoch: 5,
             key: Zeroizing::new(vec![0x43; 32]),
-            below: sample_members(),
+            below: (3, 40),
             degree: 2,
         },
         PairMsg::Ping,
@@ -341,7 +341,7 @@ pub fn sample_pair_msgs() -> Vec<PairMsg> {
         },
         PairMsg::KeyAck {
             proposal: sample_view(),
-            holders: vec![MemberId(identity(1).public())],
+            holders: vec![(1, 3), (7, 40)],
         },
         // A part of a KDC-mode Grant too long for one record (`PART_GRANT`).
         PairMsg::Part {

@@ -14,7 +14,7 @@ use zeroize::Zeroizing;
 /// Protected group packets carry the gears packet version in their first byte and bind this
 /// one into their key derivation (`keys.rs`): a member of another version derives other keys,
 /// so its packets fail authentication instead of being misread.
-pub const GROUP_VERSION: u8 = 7;
+pub const GROUP_VERSION: u8 = 8;
 /// Most members a view may list (keeps every list bounded when parsing): ranks are `u16`
 /// and `u16::MAX` is the broadcast destination, so ranks run 0..=65,534.
 pub const MAX_MEMBERS: usize = u16::MAX as usize;
@@ -513,9 +513,12 @@ pub enum PairMsg {
         key_epoch: u64,
         /// The key (wiped when dropped).
         key: Zeroizing<Vec<u8>>,
-        /// Members below the receiver, in tree order (the receiver splits them among its
-        /// children).
-        below: Vec<Member>,
+        /// The members below the receiver: positions `(first, count)` of the tree order,
+        /// the survivors the proposal's Flush listed other than its coordinator, by rank
+        /// (every member flushing for the proposal knows them; the receiver splits them
+        /// among its children). Since `GROUP_VERSION` 8; before, the members themselves,
+        /// which outgrew a datagram past about 6,000 members.
+        below: (u16, u16),
         /// Tree degree.
         degree: u16,
     },
@@ -562,8 +565,9 @@ pub enum PairMsg {
     KeyAck {
         /// The view change.
         proposal: ViewId,
-        /// Who holds it.
-        holders: Vec<MemberId>,
+        /// Who holds it: runs of ranks in the view the proposal's Flush came from (since
+        /// `GROUP_VERSION` 8; before, member ids).
+        holders: Vec<(u16, u16)>,
     },
     /// Part `index` of `total` of something too long for one pair record: a Welcome
     /// ([`PART_WELCOME`], parts of the encoded [`PairMsg::Welcome`]), the member list of
@@ -1449,10 +1453,7 @@ impl PairMsg {
                 w.u8(5);
                 put_view_id(&mut w, proposal);
                 w.u64(*key_epoch).u8(key.len() as u8).bytes(key);
-                w.u16(below.len() as u16);
-                for m in below {
-                    put_member(&mut w, m);
-                }
+                w.u16(below.0).u16(below.1);
                 w.u16(*degree);
             }
             PairMsg::Ping => {
@@ -1495,10 +1496,7 @@ impl PairMsg {
             PairMsg::KeyAck { proposal, holders } => {
                 w.u8(6);
                 put_view_id(&mut w, proposal);
-                w.u16(holders.len() as u16);
-                for h in holders {
-                    w.bytes(h.as_bytes());
-                }
+                put_runs(&mut w, holders);
             }
             PairMsg::Part {
                 view,
@@ -1563,10 +1561,9 @@ impl PairMsg {
                 let key_epoch = r.u64().ok()?;
                 let n = r.u8().ok()? as usize;
                 let key = Zeroizing::new(r.bytes(n).ok()?.to_vec());
-                let count = get_count(&mut r, MAX_MEMBERS)?;
-                let mut below = Vec::with_capacity(count);
-                for _ in 0..count {
-                    below.push(get_member(&mut r)?);
+                let below = (r.u16().ok()?, r.u16().ok()?);
+                if u32::from(below.0) + u32::from(below.1) > MAX_MEMBERS as u32 {
+                    return None;
                 }
                 PairMsg::KeyShare {
                     proposal,
@@ -1578,11 +1575,7 @@ impl PairMsg {
             }
             6 => {
                 let proposal = get_view_id(&mut r).ok()?;
-                let n = get_count(&mut r, MAX_MEMBERS)?;
-                let mut holders = Vec::with_capacity(n);
-                for _ in 0..n {
-                    holders.push(MemberId::from_bytes(r.array().ok()?));
-                }
+                let holders = get_runs(&mut r)?;
                 PairMsg::KeyAck { proposal, holders }
             }
             7 => PairMsg::Ping,

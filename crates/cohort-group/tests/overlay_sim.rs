@@ -536,6 +536,55 @@ fn a_join_during_a_leave_rides_the_same_view_change() {
     }
 }
 
+/// The tree rekey's shares and acknowledgements name the members below by their positions
+/// and ranks, so they do not grow with the group: before `GROUP_VERSION` 8 a share listed
+/// every member below its receiver (about 39 bytes each) and an acknowledgement every
+/// holder's id (32), so at 10,000 members the top of the tree sent datagrams of 90 KB,
+/// over the largest UDP datagram, and a cold start of the group lost most of its members
+/// to the key phase's deadline. Here, at 200 members, the largest pair-channel datagram of
+/// a leave's tree rekey stays under 400 bytes (I saw 2,031 before the change), and every
+/// survivor holds the new key.
+#[test]
+fn tree_rekey_datagrams_do_not_grow_with_the_group() {
+    let n = 200;
+    let mut big = Big::formed_with(37, n, |c| c.rekey_method = RekeyMethod::Tree { degree: 4 });
+    // The largest protected pair-channel datagram (`0xC1 0x01`: not a handshake, whose
+    // flights are about 1.3 KB however large the group).
+    let largest = std::sync::Arc::new(std::sync::Mutex::new(None::<usize>));
+    let seen = largest.clone();
+    big.sim.add_rule(cohort_sim::FnRule::new(
+        "largest pair datagram",
+        move |p, _| {
+            let mut l = seen.lock().expect("lock");
+            if let Some(l) = l.as_mut() {
+                if p.bytes.starts_with(&[cohort_group::pair::PAIR_KIND, 0x01]) {
+                    *l = (*l).max(p.bytes.len());
+                }
+            }
+            cohort_sim::Verdict::Pass
+        },
+    ));
+    let leader = big.at_rank(0, 0);
+    let leaver = big.at_rank(leader, n / 2);
+    let key_before = big.sim.node(big.nodes[leader]).member.key_fingerprint();
+    *largest.lock().expect("lock") = Some(0);
+    big.sim
+        .with_node(big.nodes[leaver], |node, now| node.member.leave(now));
+    let rest: BTreeSet<usize> = (0..n).filter(|i| *i != leaver).collect();
+    big.wait_view(&rest, Duration::from_secs(5))
+        .expect("every survivor installs the view without the leaver");
+    let keys: BTreeSet<_> = rest
+        .iter()
+        .map(|i| big.sim.node(big.nodes[*i]).member.key_fingerprint())
+        .collect();
+    assert_eq!(keys.len(), 1, "one key among the survivors");
+    assert_ne!(keys.first().copied().flatten(), key_before, "a fresh key");
+    let largest = largest.lock().expect("lock").unwrap_or(0);
+    eprintln!("largest protected pair datagram in the rekey: {largest} bytes");
+    assert!(largest > 0, "the rekey went over pair channels");
+    assert!(largest < 400, "a pair datagram of {largest} bytes");
+}
+
 /// An Install that is the same for every survivor (here an LKH batch) goes down the tree
 /// once: a leave costs the leader far fewer bytes than one copy per member would (an LKH
 /// Install of this group is about 1 KB), and when an interior member crashes, the members

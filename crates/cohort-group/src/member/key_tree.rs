@@ -12,7 +12,7 @@ use crate::config::RekeyMethod;
 use crate::event::Drop;
 use crate::id::{Member, MemberId, ViewId};
 use crate::keys::{GroupKey, GROUP_KEY_LEN};
-use crate::wire::{ranks_left_out, PairMsg};
+use crate::wire::{ranks_left_out, ranks_to_runs, runs_to_ranks, PairMsg, MAX_RUNS};
 use cohort_core::Timestamp;
 use cohort_crypto::Secret;
 use std::collections::BTreeSet;
@@ -28,7 +28,7 @@ pub(super) struct KeyTree {
     /// A tree node's children still to acknowledge, and who acknowledged.
     pub(super) tree_wait: Option<TreeWait>,
     /// The last acknowledgement sent up the tree, repeated if the share comes again.
-    pub(super) tree_acked: Option<(ViewId, Vec<MemberId>)>,
+    pub(super) tree_acked: Option<(ViewId, BTreeSet<MemberId>)>,
 }
 
 /// A tree node waiting for its children's key acknowledgements.
@@ -42,22 +42,22 @@ pub(super) struct TreeWait {
     pub(super) deadline: Timestamp,
 }
 
-/// Splits `members` among up to `degree` children: each child gets the members below it.
-pub(super) fn split_tree(members: &[Member], degree: usize) -> Vec<(Member, Vec<Member>)> {
+/// Splits positions `first .. first + count` of the tree order among up to `degree`
+/// children, each taking a contiguous share: its first position is the child, the rest lie
+/// below it. Returns (the child's position, the positions below it as (first, count)).
+pub(super) fn split_tree(first: usize, count: usize, degree: usize) -> Vec<(usize, (u16, u16))> {
     let degree = degree.max(1);
-    if members.is_empty() {
+    if count == 0 {
         return Vec::new();
     }
-    let children = degree.min(members.len());
+    let children = degree.min(count);
     let mut out = Vec::with_capacity(children);
-    // Child i takes a contiguous share: its first member is the child, the rest below it.
-    let base = members.len() / children;
-    let extra = members.len() % children;
-    let mut start = 0;
+    let base = count / children;
+    let extra = count % children;
+    let mut start = first;
     for i in 0..children {
         let len = base + usize::from(i < extra);
-        let share = &members[start..start + len];
-        out.push((share[0], share[1..].to_vec()));
+        out.push((start, ((start + 1) as u16, (len - 1) as u16)));
         start += len;
     }
     out
@@ -163,6 +163,50 @@ impl GroupMember {
         }
     }
 
+    /// The tree order of the tree rekey for `proposal`: the survivors its Flush listed,
+    /// by rank, other than its coordinator (the coordinator's `tree_members`, and what a
+    /// member flushing for it knows from the Flush). A share names positions in it.
+    fn tree_order(&self, proposal: ViewId) -> Option<Vec<Member>> {
+        if let Some(c) = self
+            .view_change
+            .coordinator
+            .as_ref()
+            .filter(|c| c.proposal == proposal)
+        {
+            debug_assert_eq!(c.proposal, proposal);
+            return Some(self.tree_members());
+        }
+        let f = self
+            .view_change
+            .flushing
+            .as_ref()
+            .filter(|f| f.proposal == proposal)?;
+        let view = self.view.as_ref()?;
+        Some(
+            f.survivors
+                .iter()
+                .filter(|id| **id != proposal.coordinator)
+                .filter_map(|id| view.rank_of(id).map(|r| view.members[r]))
+                .collect(),
+        )
+    }
+
+    /// `holders` as runs of their ranks in the current view, at most [`MAX_RUNS`] of them
+    /// (past that the rest go unreported: the coordinator then sends them the key again,
+    /// which costs a resend, never a wrong holder).
+    fn holder_runs(&self, holders: &BTreeSet<MemberId>) -> Vec<(u16, u16)> {
+        let Some(view) = self.view.as_ref() else {
+            return Vec::new();
+        };
+        let ranks: Vec<u16> = holders
+            .iter()
+            .filter_map(|id| view.rank_of(id).map(|r| r as u16))
+            .collect();
+        let mut runs = ranks_to_runs(&ranks);
+        runs.truncate(MAX_RUNS);
+        runs
+    }
+
     /// Coordinator: sends the fresh key to its tree children that do not hold it yet.
     pub(super) fn send_tree_shares(&mut self, now: Timestamp) {
         let RekeyMethod::Tree { degree } = self.config.rekey_method else {
@@ -178,8 +222,13 @@ impl GroupMember {
         };
         let (proposal, epoch, key) = (c.proposal, key.epoch, Zeroizing::new(key.expose().to_vec()));
         let holders = c.tree_holders.clone();
-        for (child, below) in split_tree(&members, degree) {
-            if holders.contains(&child.id) && below.iter().all(|m| holders.contains(&m.id)) {
+        for (child, below) in split_tree(0, members.len(), degree) {
+            let (first, count) = (usize::from(below.0), usize::from(below.1));
+            let all_hold = holders.contains(&members[child].id)
+                && members[first..first + count]
+                    .iter()
+                    .all(|m| holders.contains(&m.id));
+            if all_hold {
                 continue;
             }
             let share = PairMsg::KeyShare {
@@ -189,7 +238,8 @@ impl GroupMember {
                 below,
                 degree: degree as u16,
             };
-            self.send_pair(now, child.addr, Some(child.id), &share);
+            let to = members[child];
+            self.send_pair(now, to.addr, Some(to.id), &share);
         }
     }
 
@@ -202,7 +252,7 @@ impl GroupMember {
         proposal: ViewId,
         key_epoch: u64,
         key: Zeroizing<Vec<u8>>,
-        below: Vec<Member>,
+        below: (u16, u16),
         degree: u16,
     ) {
         // Only the proposal's coordinator or a member of the current view (a tree parent)
@@ -211,10 +261,18 @@ impl GroupMember {
         let expected = self.view_change.flushing.as_ref().is_some_and(|f| {
             f.proposal == proposal && (f.survivors.contains(&peer) || peer == proposal.coordinator)
         });
-        if key.len() != GROUP_KEY_LEN || !in_view || !expected || degree == 0 {
+        let order = self.tree_order(proposal).unwrap_or_default();
+        let (first, count) = (usize::from(below.0), usize::from(below.1));
+        if key.len() != GROUP_KEY_LEN
+            || !in_view
+            || !expected
+            || degree == 0
+            || first + count > order.len()
+        {
             self.counters.count(Drop::Unexpected);
             return;
         }
+        let children = split_tree(first, count, usize::from(degree));
         if self
             .tree
             .tree_key
@@ -226,8 +284,9 @@ impl GroupMember {
             match self.tree.tree_wait.as_ref() {
                 Some(t) => {
                     let holders = t.holders.clone();
-                    for (child, sub) in split_tree(&below, usize::from(degree)) {
-                        if holders.contains(&child.id) {
+                    for (child, sub) in children {
+                        let to = order[child];
+                        if holders.contains(&to.id) {
                             continue;
                         }
                         let share = PairMsg::KeyShare {
@@ -237,12 +296,13 @@ impl GroupMember {
                             below: sub,
                             degree,
                         };
-                        self.send_pair(now, child.addr, Some(child.id), &share);
+                        self.send_pair(now, to.addr, Some(to.id), &share);
                     }
                 }
                 None => {
                     if let Some((p, holders)) = self.tree.tree_acked.clone() {
                         if p == proposal {
+                            let holders = self.holder_runs(&holders);
                             let ack = PairMsg::KeyAck { proposal, holders };
                             self.send_pair(now, addr, Some(peer), &ack);
                         }
@@ -252,16 +312,16 @@ impl GroupMember {
             return;
         }
         let group_key = GroupKey::new(key_epoch, Secret::from_slice(&key));
-        let children = split_tree(&below, usize::from(degree));
         for (child, sub) in &children {
+            let to = order[*child];
             let share = PairMsg::KeyShare {
                 proposal,
                 key_epoch,
                 key: key.clone(),
-                below: sub.clone(),
+                below: *sub,
                 degree,
             };
-            self.send_pair(now, child.addr, Some(child.id), &share);
+            self.send_pair(now, to.addr, Some(to.id), &share);
         }
         self.tree.tree_key = Some((proposal, group_key));
         let mut holders = BTreeSet::new();
@@ -270,7 +330,7 @@ impl GroupMember {
             proposal,
             parent: addr,
             parent_id: peer,
-            children: children.iter().map(|(c, _)| c.id).collect(),
+            children: children.iter().map(|(c, _)| order[*c].id).collect(),
             holders,
             deadline: now.saturating_add(interval::tree_ack_wait(&self.config)),
         });
@@ -282,8 +342,11 @@ impl GroupMember {
         now: Timestamp,
         peer: MemberId,
         proposal: ViewId,
-        holders: Vec<MemberId>,
+        holders: Vec<(u16, u16)>,
     ) {
+        let holders: Vec<MemberId> = runs_to_ranks(&holders)
+            .filter_map(|r| self.member_at(r).map(|m| m.id))
+            .collect();
         if let Some(c) = self.view_change.coordinator.as_mut() {
             if c.proposal == proposal && c.phase == Phase::Tree {
                 c.tree_holders.insert(peer);
@@ -311,12 +374,45 @@ impl GroupMember {
         if complete || timed_out || now >= t.deadline {
             let ack = PairMsg::KeyAck {
                 proposal: t.proposal,
-                holders: t.holders.iter().copied().collect(),
+                holders: self.holder_runs(&t.holders),
             };
             let (parent, parent_id) = (t.parent, t.parent_id);
-            self.tree.tree_acked = Some((t.proposal, t.holders.iter().copied().collect()));
+            self.tree.tree_acked = Some((t.proposal, t.holders.clone()));
             self.tree.tree_wait = None;
             self.send_pair(now, parent, Some(parent_id), &ack);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_tree;
+
+    #[test]
+    fn a_share_splits_its_positions_into_contiguous_subtrees() {
+        assert_eq!(
+            split_tree(0, 10, 4),
+            vec![(0, (1, 2)), (3, (4, 2)), (6, (7, 1)), (8, (9, 1))]
+        );
+        assert_eq!(split_tree(5, 2, 4), vec![(5, (6, 0)), (6, (7, 0))]);
+        assert!(split_tree(3, 0, 4).is_empty());
+        // Every position below a share is reached exactly once, down to the leaves.
+        for count in 0..60usize {
+            for degree in 1..6usize {
+                let mut seen = vec![0u32; count];
+                let mut work = vec![(0usize, count)];
+                while let Some((first, n)) = work.pop() {
+                    for (child, (f, c)) in split_tree(first, n, degree) {
+                        seen[child] += 1;
+                        assert_eq!(usize::from(f), child + 1);
+                        work.push((usize::from(f), usize::from(c)));
+                    }
+                }
+                assert!(
+                    seen.iter().all(|s| *s == 1),
+                    "count {count} degree {degree}"
+                );
+            }
         }
     }
 }
