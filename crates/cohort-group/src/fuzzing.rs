@@ -128,6 +128,14 @@ pub fn pair_msg_decode(data: &[u8]) -> Option<PairMsg> {
     Some(msg)
 }
 
+/// A flush message's name for [`sample_view`] (its coordinator at rank 0).
+fn sample_ref() -> crate::wire::ViewRef {
+    crate::wire::ViewRef {
+        seq: sample_view().seq,
+        coordinator: 0,
+    }
+}
+
 fn sample_view() -> ViewId {
     ViewId {
         seq: 7,
@@ -208,11 +216,11 @@ pub fn sample_msgs() -> Vec<Msg> {
             entries: vec![(1, 4, b"run".to_vec()), (0, 2, Vec::new())],
         },
         Msg::Flush {
-            proposal: sample_view(),
+            proposal: sample_ref(),
             survivors: vec![0, 1],
         },
         Msg::FlushOk {
-            proposal: sample_view(),
+            proposal: sample_ref(),
             delivered: 4,
             next_seq: 6,
             pending: vec![(4, b"four".to_vec()), (5, Vec::new())],
@@ -259,7 +267,7 @@ pub fn sample_msgs() -> Vec<Msg> {
             None,
         ))),
         Msg::FlushOks {
-            proposal: sample_view(),
+            proposal: sample_ref(),
             delivered: 12,
             holder: 18,
             answered: vec![(17, 3), (33, 1)],
@@ -267,7 +275,7 @@ pub fn sample_msgs() -> Vec<Msg> {
             pending: vec![(18, 3, b"pending".to_vec())],
         },
         Msg::InstallAcks {
-            view: sample_view(),
+            view: sample_ref(),
             acked: vec![(1, 16), (40, 2)],
         },
         Msg::LeftOut {

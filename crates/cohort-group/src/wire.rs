@@ -14,7 +14,7 @@ use zeroize::Zeroizing;
 /// Protected group packets carry the gears packet version in their first byte and bind this
 /// one into their key derivation (`keys.rs`): a member of another version derives other keys,
 /// so its packets fail authentication instead of being misread.
-pub const GROUP_VERSION: u8 = 8;
+pub const GROUP_VERSION: u8 = 9;
 /// Most members a view may list (keeps every list bounded when parsing): ranks are `u16`
 /// and `u16::MAX` is the broadcast destination, so ranks run 0..=65,534.
 pub const MAX_MEMBERS: usize = u16::MAX as usize;
@@ -106,15 +106,15 @@ pub enum Msg {
     },
     /// The coordinator starts a view change: stop sending, report what you have.
     Flush {
-        /// The id the next view will have.
-        proposal: ViewId,
+        /// The id the next view will have (its coordinator: the sender).
+        proposal: ViewRef,
         /// The members the coordinator expects to continue (by rank in the current view).
         survivors: Vec<u16>,
     },
     /// A member's answer to [`Msg::Flush`].
     FlushOk {
         /// The proposal answered.
-        proposal: ViewId,
+        proposal: ViewRef,
         /// Reliable messages of this view delivered here.
         delivered: u64,
         /// This member's next reliable message number.
@@ -178,7 +178,7 @@ pub enum Msg {
     /// takes their union.
     FlushOks {
         /// The proposal answered.
-        proposal: ViewId,
+        proposal: ViewRef,
         /// The most positions any of the answering members delivered.
         delivered: u64,
         /// A member (rank) that delivered `delivered` positions.
@@ -196,8 +196,8 @@ pub enum Msg {
     /// Install acknowledgements of part of an overlay subtree, on their way up the old
     /// view's overlay to the coordinator, under the old view's keys (`member/tree_flush.rs`).
     InstallAcks {
-        /// The view installed.
-        view: ViewId,
+        /// The view installed (its coordinator's rank in the old view).
+        view: ViewRef,
         /// The ranks (in the old view) that installed it, as in [`Msg::FlushOks`].
         acked: Vec<(u16, u16)>,
     },
@@ -622,6 +622,29 @@ fn reason_from(code: u8) -> Option<RemovalReason> {
         3 => RemovalReason::Lagged,
         4 => RemovalReason::Untrusted,
         _ => return None,
+    })
+}
+
+/// A view id as a flush names it (`GROUP_VERSION` 9): its sequence number and its
+/// coordinator's rank in the view whose keys seal the message, which every receiver of it
+/// holds (10 bytes instead of a [`ViewId`]'s 40). The receiver resolves the rank to the
+/// coordinator's member id in that view; a rank outside it is `unexpected`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ViewRef {
+    /// The view's sequence number.
+    pub seq: u64,
+    /// Its coordinator's rank in the view the message is sealed under.
+    pub coordinator: u16,
+}
+
+fn put_view_ref(w: &mut Writer<'_>, r: &ViewRef) {
+    w.u64(r.seq).u16(r.coordinator);
+}
+
+fn get_view_ref(r: &mut Reader<'_>) -> Option<ViewRef> {
+    Some(ViewRef {
+        seq: r.u64().ok()?,
+        coordinator: r.u16().ok()?,
     })
 }
 
@@ -1115,7 +1138,7 @@ impl Msg {
                 survivors,
             } => {
                 w.u8(6);
-                put_view_id(&mut w, proposal);
+                put_view_ref(&mut w, proposal);
                 put_survivors(&mut w, survivors);
             }
             Msg::FlushOk {
@@ -1125,7 +1148,7 @@ impl Msg {
                 pending,
             } => {
                 w.u8(7);
-                put_view_id(&mut w, proposal);
+                put_view_ref(&mut w, proposal);
                 w.u64(*delivered).u64(*next_seq).u16(pending.len() as u16);
                 for (seq, data) in pending {
                     w.u64(*seq);
@@ -1196,7 +1219,7 @@ impl Msg {
                 pending,
             } => {
                 w.u8(20);
-                put_view_id(&mut w, proposal);
+                put_view_ref(&mut w, proposal);
                 w.u64(*delivered).u16(*holder);
                 put_runs(&mut w, answered);
                 w.u16(next_seqs.len() as u16);
@@ -1211,7 +1234,7 @@ impl Msg {
             }
             Msg::InstallAcks { view, acked } => {
                 w.u8(21);
-                put_view_id(&mut w, view);
+                put_view_ref(&mut w, view);
                 put_runs(&mut w, acked);
             }
             Msg::LeftOut {
@@ -1263,7 +1286,7 @@ impl Msg {
                 Msg::Nak { from, to }
             }
             6 => {
-                let proposal = get_view_id(&mut r).ok()?;
+                let proposal = get_view_ref(&mut r)?;
                 let survivors = get_survivors(&mut r)?;
                 Msg::Flush {
                     proposal,
@@ -1271,7 +1294,7 @@ impl Msg {
                 }
             }
             7 => {
-                let proposal = get_view_id(&mut r).ok()?;
+                let proposal = get_view_ref(&mut r)?;
                 let delivered = r.u64().ok()?;
                 let next_seq = r.u64().ok()?;
                 let n = get_count(&mut r, MAX_PENDING)?;
@@ -1339,7 +1362,7 @@ impl Msg {
             18 => Msg::Probe,
             19 => Msg::ProbeAck,
             20 => {
-                let proposal = get_view_id(&mut r).ok()?;
+                let proposal = get_view_ref(&mut r)?;
                 let delivered = r.u64().ok()?;
                 let holder = r.u16().ok()?;
                 let answered = get_runs(&mut r)?;
@@ -1379,7 +1402,7 @@ impl Msg {
                 Msg::OrderedRun { first, entries }
             }
             21 => Msg::InstallAcks {
-                view: get_view_id(&mut r).ok()?,
+                view: get_view_ref(&mut r)?,
                 acked: get_runs(&mut r)?,
             },
             22 => {
@@ -1793,7 +1816,10 @@ mod tests {
         let flush = |survivors: Vec<u16>| {
             let mut out = Vec::new();
             Msg::Flush {
-                proposal: view(3, 2),
+                proposal: ViewRef {
+                    seq: 3,
+                    coordinator: 2,
+                },
                 survivors,
             }
             .encode(&mut out);

@@ -10,7 +10,7 @@ use cohort_crypto::{CryptoProvider, Secret};
 use cohort_group::keys::{GearPlan, GroupKey, ViewKeys};
 use cohort_group::pair::{PairEvent, PairTable, PAIR_KIND};
 use cohort_group::wire::{
-    encode_roster, roster_digest, Install, Joined, KeyDelivery, Msg, PairMsg, PART_LIST,
+    encode_roster, roster_digest, Install, Joined, KeyDelivery, Msg, PairMsg, ViewRef, PART_LIST,
 };
 use cohort_group::{Drop, GroupConfig, GroupEvent, GroupMember, Member, MemberId, ViewId};
 use std::net::SocketAddr;
@@ -332,8 +332,28 @@ fn a_tampered_install_part_is_refused_and_the_whole_installs() {
         seq: 2,
         coordinator: ca,
     };
+    // A Flush that names its coordinator by a rank outside the view (GROUP_VERSION 9's
+    // view ref) is dropped and counted, and starts nothing.
+    let unexpected = h.member.counters().get(Drop::Unexpected);
+    let outside = seal(&Msg::Flush {
+        proposal: ViewRef {
+            seq: proposal.seq,
+            coordinator: 2,
+        },
+        survivors: vec![0, 1],
+    });
+    h.member.handle_datagram(h.now, h.a, &outside);
+    h.pump();
+    assert!(
+        !h.member.status().changing_view,
+        "a Flush naming rank 2 of 2"
+    );
+    assert_eq!(h.member.counters().get(Drop::Unexpected), unexpected + 1);
     let flush = seal(&Msg::Flush {
-        proposal,
+        proposal: ViewRef {
+            seq: proposal.seq,
+            coordinator: 0,
+        },
         survivors: vec![0, 1],
     });
     h.member.handle_datagram(h.now, h.a, &flush);

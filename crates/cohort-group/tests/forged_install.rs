@@ -11,7 +11,7 @@ use cohort_group::keys::{GearPlan, GroupKey, ViewKeys};
 use cohort_group::pair::{PairEvent, PairTable, PAIR_KIND};
 use cohort_group::wire::{
     encode_roster, kept_bits, left_out_signed_bytes, roster_digest, Install, Joined, KeyDelivery,
-    Msg, PairMsg,
+    Msg, PairMsg, ViewRef,
 };
 use cohort_group::{Drop, GroupConfig, GroupEvent, GroupMember, Member, MemberId, ViewId};
 use std::net::SocketAddr;
@@ -213,7 +213,10 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
     let flush = seal(
         &mut keys,
         &Msg::Flush {
-            proposal,
+            proposal: ViewRef {
+                seq: proposal.seq,
+                coordinator: 0,
+            },
             survivors: vec![0, 1],
         },
     );

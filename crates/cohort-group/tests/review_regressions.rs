@@ -8,7 +8,7 @@ use cohort_gears::GearId;
 use cohort_group::exchange::{self, Gossip, LocalId, GOSSIP_KIND};
 use cohort_group::fuzzing::{identity, TestGroup, ADDR_B};
 use cohort_group::keys::GroupKey;
-use cohort_group::wire::{Install, KeyDelivery, Msg};
+use cohort_group::wire::{Install, KeyDelivery, Msg, ViewRef};
 use cohort_group::{Drop, GroupEvent, MemberId, ViewId};
 use std::time::Duration;
 use support::Group;
@@ -168,7 +168,10 @@ fn a_member_no_longer_trusted_cannot_take_over_with_its_own_view_change() {
     let flush = seal(
         &mut forger,
         &Msg::Flush {
-            proposal,
+            proposal: ViewRef {
+                seq: proposal.seq,
+                coordinator: 1,
+            },
             survivors: vec![0, 1],
         },
     );

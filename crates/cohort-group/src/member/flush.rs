@@ -16,7 +16,7 @@ use crate::config::AuthMode;
 use crate::event::{Drop, RemovalReason};
 use crate::id::{Member, MemberId, View, ViewId};
 use crate::keys::{GroupKey, PairKey};
-use crate::wire::{Install, Msg, PairMsg, MAX_PENDING};
+use crate::wire::{Install, Msg, PairMsg, ViewRef, MAX_PENDING};
 use cohort_core::Timestamp;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -573,7 +573,10 @@ impl GroupMember {
         c.resend_at = now.saturating_add(interval::flush_resend(&self.config));
         c.rounds += 1;
         let msg = Msg::Flush {
-            proposal: c.proposal,
+            proposal: ViewRef {
+                seq: c.proposal.seq,
+                coordinator: self.rank,
+            },
             survivors: c.survivors.clone(),
         };
         let missing: Vec<u16> = c
@@ -719,7 +722,10 @@ impl GroupMember {
             return;
         }
         let msg = Msg::FlushOk {
-            proposal,
+            proposal: ViewRef {
+                seq: proposal.seq,
+                coordinator: rank,
+            },
             delivered: answer.delivered,
             next_seq: answer.next_seq,
             pending: answer.pending,

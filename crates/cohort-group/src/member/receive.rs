@@ -13,10 +13,10 @@ use super::output::BROADCAST;
 use super::reliable::nak_answers;
 use super::GroupMember;
 use crate::event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason};
-use crate::id::MemberId;
+use crate::id::{MemberId, View, ViewId};
 use crate::keys;
 use crate::pair::PairEvent;
-use crate::wire::{Msg, PairMsg};
+use crate::wire::{Msg, PairMsg, ViewRef};
 use cohort_core::Timestamp;
 use cohort_gears::DropReason;
 use std::net::SocketAddr;
@@ -42,7 +42,27 @@ pub(super) fn decode_for(body: &[u8], my_rank: u16, counters: &mut DropCounters)
     msg
 }
 
+/// The view id `r` names, given the view whose keys sealed the message (see [`ViewRef`]):
+/// its coordinator is the member at that rank there.
+fn resolve(view: &View, r: ViewRef) -> Option<ViewId> {
+    view.members
+        .get(usize::from(r.coordinator))
+        .map(|m| ViewId {
+            seq: r.seq,
+            coordinator: m.id,
+        })
+}
+
 impl GroupMember {
+    /// As [`resolve`], in the current view; a rank outside it is counted `unexpected`.
+    fn resolve_current(&mut self, r: ViewRef) -> Option<ViewId> {
+        let id = self.view.as_ref().and_then(|v| resolve(v, r));
+        if id.is_none() {
+            self.counters.count(Drop::Unexpected);
+        }
+        id
+    }
+
     pub(super) fn handle_group_packet(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
         let Some((slot, _)) = keys::peek_header(data) else {
             self.counters.count(Drop::Malformed);
@@ -215,13 +235,23 @@ impl GroupMember {
             Msg::Flush {
                 proposal,
                 survivors,
-            } => self.on_flush(now, rank, proposal, survivors, raw.map(|p| (from, p))),
+            } => {
+                let Some(proposal) = self.resolve_current(proposal) else {
+                    return;
+                };
+                self.on_flush(now, rank, proposal, survivors, raw.map(|p| (from, p)))
+            }
             Msg::FlushOk {
                 proposal,
                 delivered,
                 next_seq,
                 pending,
-            } => self.on_flush_ok(now, rank, proposal, delivered, next_seq, pending),
+            } => {
+                let Some(proposal) = self.resolve_current(proposal) else {
+                    return;
+                };
+                self.on_flush_ok(now, rank, proposal, delivered, next_seq, pending)
+            }
             Msg::Install(install) => self.on_install(now, rank, install),
             Msg::InstallChunk {
                 view,
@@ -249,10 +279,18 @@ impl GroupMember {
                 answered,
                 next_seqs,
                 pending,
-            } => self.on_flush_oks(
-                now, rank, proposal, delivered, holder, answered, next_seqs, pending,
-            ),
+            } => {
+                let Some(proposal) = self.resolve_current(proposal) else {
+                    return;
+                };
+                self.on_flush_oks(
+                    now, rank, proposal, delivered, holder, answered, next_seqs, pending,
+                )
+            }
             Msg::InstallAcks { view, acked } => {
+                let Some(view) = self.resolve_current(view) else {
+                    return;
+                };
                 if let Some(base) = self.view.as_ref().map(|v| v.id) {
                     self.on_install_acks(now, base, rank, view, acked)
                 }
@@ -308,9 +346,10 @@ impl GroupMember {
             }
             Msg::Install(_) | Msg::InstallChunk { .. } => {}
             // Acknowledgements of the view installed since travel under the old keys.
-            Msg::InstallAcks { view: v, acked } => {
-                self.on_install_acks(now, view.id, rank, v, acked);
-            }
+            Msg::InstallAcks { view: v, acked } => match resolve(&view, v) {
+                Some(v) => self.on_install_acks(now, view.id, rank, v, acked),
+                None => self.counters.count(Drop::Unexpected),
+            },
             Msg::Leave | Msg::RekeyRequest => {
                 // Sent before the member saw the new view; it will ask again.
             }

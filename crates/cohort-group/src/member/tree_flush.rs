@@ -40,7 +40,7 @@ use super::timers::interval;
 use super::GroupMember;
 use crate::event::Drop;
 use crate::id::{Members, ViewId};
-use crate::wire::{ranks_to_runs, runs_to_ranks, Msg, MAX_PENDING, MAX_RUNS};
+use crate::wire::{ranks_to_runs, runs_to_ranks, Msg, ViewRef, MAX_PENDING, MAX_RUNS};
 use cohort_core::Timestamp;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -95,6 +95,9 @@ struct Folded {
 pub(super) struct TreeFlush {
     /// The proposal (the view being installed).
     pub(super) proposal: ViewId,
+    /// Its coordinator's rank in `base`: 0 (a Flush comes down the overlay only from the
+    /// leader), kept so that answers and acknowledgements name the proposal by it.
+    coordinator: u16,
     /// The view whose overlay carries the change (the view before it).
     base: ViewId,
     /// This member's rank in `base`.
@@ -129,6 +132,14 @@ pub(super) struct TreeFlush {
 }
 
 impl TreeFlush {
+    /// The proposal as its answers and acknowledgements name it.
+    fn reference(&self) -> ViewRef {
+        ViewRef {
+            seq: self.proposal.seq,
+            coordinator: self.coordinator,
+        }
+    }
+
     /// The earliest deadline of this state.
     pub(super) fn next_deadline(&self) -> Timestamp {
         let mut t = self.expires;
@@ -146,7 +157,7 @@ impl TreeFlush {
 
 /// Splits gathered answers into [`Msg::FlushOks`] that each fit `limit` bytes (a member's
 /// whole answer always travels in one message).
-fn fold_answers(proposal: ViewId, answers: &BTreeMap<u16, Folded>, limit: usize) -> Vec<Msg> {
+fn fold_answers(proposal: ViewRef, answers: &BTreeMap<u16, Folded>, limit: usize) -> Vec<Msg> {
     let mut out = Vec::new();
     let mut ranks: Vec<u16> = Vec::new();
     let mut size = 0usize;
@@ -202,7 +213,7 @@ fn fold_answers(proposal: ViewId, answers: &BTreeMap<u16, Folded>, limit: usize)
 }
 
 /// Acknowledgements as [`Msg::InstallAcks`] of at most [`MAX_RUNS`] runs each.
-fn fold_acks(view: ViewId, acks: &[u16]) -> Vec<Msg> {
+fn fold_acks(view: ViewRef, acks: &[u16]) -> Vec<Msg> {
     ranks_to_runs(acks)
         .chunks(MAX_RUNS)
         .map(|runs| Msg::InstallAcks {
@@ -242,7 +253,10 @@ impl GroupMember {
         let round = c.rounds;
         c.rounds += 1;
         let msg = Msg::Flush {
-            proposal: c.proposal,
+            proposal: ViewRef {
+                seq: c.proposal.seq,
+                coordinator: self.rank,
+            },
             survivors: c.survivors.clone(),
         };
         let targets: Vec<u16> = if round == 0 {
@@ -304,6 +318,7 @@ impl GroupMember {
             gathered.insert(self.rank, own);
             self.view_change.tree = Some(TreeFlush {
                 proposal,
+                coordinator: 0,
                 base,
                 my_rank: self.rank,
                 up,
@@ -360,7 +375,7 @@ impl GroupMember {
         if t.gathered.is_empty() {
             return;
         }
-        let msgs = fold_answers(t.proposal, &t.gathered, limit);
+        let msgs = fold_answers(t.reference(), &t.gathered, limit);
         t.gathered.clear();
         let up = t.up;
         for m in &msgs {
@@ -522,7 +537,7 @@ impl GroupMember {
         if t.acks.is_empty() {
             return;
         }
-        let msgs = fold_acks(t.proposal, &t.acks);
+        let msgs = fold_acks(t.reference(), &t.acks);
         t.acks.clear();
         let (base, up) = (t.base, t.up);
         let addr = if self.view.as_ref().is_some_and(|v| v.id == base) {
@@ -716,7 +731,6 @@ fn silent_within(c: &Coordinator, round: u32) -> Vec<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::id::MemberId;
 
     /// Runs under the root are checked by range only: the same answers as walking each
     /// rank up the tree, for runs inside the view, past its end, and wrapping past u16.
@@ -764,9 +778,9 @@ mod tests {
 
     #[test]
     fn answers_fold_into_messages_that_fit_and_keep_each_answer_whole() {
-        let proposal = ViewId {
+        let proposal = ViewRef {
             seq: 3,
-            coordinator: MemberId::from_bytes([7; 32]),
+            coordinator: 0,
         };
         let mut answers = BTreeMap::new();
         for r in 0..500u16 {
