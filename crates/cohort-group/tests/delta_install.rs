@@ -332,16 +332,19 @@ fn a_tampered_install_part_is_refused_and_the_whole_installs() {
         seq: 2,
         coordinator: ca,
     };
-    // A Flush that names its coordinator by a rank outside the view (GROUP_VERSION 9's
-    // view ref) is dropped and counted, and starts nothing.
+    // The test's Flush, naming its coordinator by `rank` in view 1 (GROUP_VERSION 9's view
+    // ref). Naming rank 2, outside the view, it is dropped, counted, and starts nothing.
+    let flush_naming = |seal: &mut dyn FnMut(&Msg) -> Vec<u8>, rank: u16| {
+        seal(&Msg::Flush {
+            proposal: ViewRef {
+                seq: proposal.seq,
+                coordinator: rank,
+            },
+            survivors: vec![0, 1],
+        })
+    };
     let unexpected = h.member.counters().get(Drop::Unexpected);
-    let outside = seal(&Msg::Flush {
-        proposal: ViewRef {
-            seq: proposal.seq,
-            coordinator: 2,
-        },
-        survivors: vec![0, 1],
-    });
+    let outside = flush_naming(&mut seal, 2);
     h.member.handle_datagram(h.now, h.a, &outside);
     h.pump();
     assert!(
@@ -349,13 +352,7 @@ fn a_tampered_install_part_is_refused_and_the_whole_installs() {
         "a Flush naming rank 2 of 2"
     );
     assert_eq!(h.member.counters().get(Drop::Unexpected), unexpected + 1);
-    let flush = seal(&Msg::Flush {
-        proposal: ViewRef {
-            seq: proposal.seq,
-            coordinator: 0,
-        },
-        survivors: vec![0, 1],
-    });
+    let flush = flush_naming(&mut seal, 0);
     h.member.handle_datagram(h.now, h.a, &flush);
     h.pump();
     assert!(h.member.status().changing_view, "flushing");
