@@ -167,13 +167,12 @@ impl GroupMember {
     /// by rank, other than its coordinator (the coordinator's `tree_members`, and what a
     /// member flushing for it knows from the Flush). A share names positions in it.
     fn tree_order(&self, proposal: ViewId) -> Option<Vec<Member>> {
-        if let Some(c) = self
+        if self
             .view_change
             .coordinator
             .as_ref()
-            .filter(|c| c.proposal == proposal)
+            .is_some_and(|c| c.proposal == proposal)
         {
-            debug_assert_eq!(c.proposal, proposal);
             return Some(self.tree_members());
         }
         let f = self
