@@ -176,11 +176,7 @@ fn sample_install(key: KeyDelivery, merge_into: Option<SocketAddr>) -> Install {
         final_order: 12,
         key,
         merge_into,
-        removed: vec![
-            (MemberId(identity(2).public()), RemovalReason::Left),
-            (MemberId(identity(3).public()), RemovalReason::Suspected),
-            (MemberId(identity(4).public()), RemovalReason::Lagged),
-        ],
+        removed: vec![(1, RemovalReason::Left), (4, RemovalReason::Lagged)],
         signature: vec![0x5a; 64],
     }
 }
@@ -285,6 +281,19 @@ pub fn sample_msgs() -> Vec<Msg> {
             rejoined: vec![11],
             signature: vec![0x5A; 64],
         },
+        // As it decodes: the ids it leaves out are zero until the receiver fills them in.
+        Msg::InstallInView(Box::new(Install {
+            view: ViewId {
+                seq: 7,
+                coordinator: MemberId::from_bytes([0; 32]),
+            },
+            base: ViewId {
+                seq: 0,
+                coordinator: MemberId::from_bytes([0; 32]),
+            },
+            signature: Vec::new(),
+            ..sample_install(KeyDelivery::Wrapped(vec![(1, [0x78; 48])]), None)
+        })),
     ]
 }
 

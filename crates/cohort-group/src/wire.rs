@@ -14,7 +14,7 @@ use zeroize::Zeroizing;
 /// Protected group packets carry the gears packet version in their first byte and bind this
 /// one into their key derivation (`keys.rs`): a member of another version derives other keys,
 /// so its packets fail authentication instead of being misread.
-pub const GROUP_VERSION: u8 = 9;
+pub const GROUP_VERSION: u8 = 10;
 /// Most members a view may list (keeps every list bounded when parsing): ranks are `u16`
 /// and `u16::MAX` is the broadcast destination, so ranks run 0..=65,534.
 pub const MAX_MEMBERS: usize = u16::MAX as usize;
@@ -125,6 +125,15 @@ pub enum Msg {
     /// The next view. Members deliver up to `final_order` positions of this view, then
     /// install it.
     Install(Box<Install>),
+    /// An Install sealed whole in a group packet (type 24, `GROUP_VERSION` 10): as
+    /// [`Msg::Install`] without its two view ids (80 bytes), which follow from the packet.
+    /// The base is the view whose keys sealed it (a coordinator seals its Install under the
+    /// view the change applies to) and the new view's coordinator is its sender; only the
+    /// new view's sequence number travels. It decodes with both ids' coordinators and the
+    /// base's number zero; the receiver fills them in ([`Install::in_view`]) and then
+    /// handles it as an Install. An id filled in wrongly fails the signature or the wrap,
+    /// which cover both ids.
+    InstallInView(Box<Install>),
     /// A member installed the view (sent under the new view's key).
     InstallAck,
     /// A member asks the leader to remove it.
@@ -360,11 +369,16 @@ pub struct Install {
     /// at this address): members deliver up to `final_order` and then join there instead
     /// of installing the view.
     pub merge_into: Option<SocketAddr>,
-    /// Members of the old view left out, and why (as far as the coordinator knows).
-    pub removed: Vec<(MemberId, RemovalReason)>,
+    /// Members of the old view left out for a reason other than suspicion, by their ranks
+    /// in `base` (ascending, each one in `left`), and why (as far as the coordinator knows).
+    /// A member left out and not listed was suspected. Ranks since `GROUP_VERSION` 10
+    /// (before, member ids: 33 bytes an entry in every copy, against 3).
+    pub removed: Vec<(u16, RemovalReason)>,
     /// The coordinator's Ed25519 signature over [`Install::signed_bytes`] (64 bytes). Every
     /// member of the old view holds its keys, so without it a member being removed could
-    /// forge an Install that keeps the old key.
+    /// forge an Install that keeps the old key. Empty in KDC mode and, since
+    /// `GROUP_VERSION` 10, in a [`KeyDelivery::Wrapped`] Install: there each member's wrap
+    /// binds SHA-256 of the signed bytes under the pair key it shares with the coordinator.
     pub signature: Vec<u8>,
 }
 
@@ -380,6 +394,13 @@ impl Install {
         let mut w = Writer::new(&mut out);
         put_install_fields(&mut w, self, false);
         out
+    }
+
+    /// Fills in what a [`Msg::InstallInView`] leaves out: `base`, the view whose keys sealed
+    /// it, and `coordinator`, its sender there, the new view's coordinator.
+    pub fn in_view(&mut self, base: ViewId, coordinator: MemberId) {
+        self.base = base;
+        self.view.coordinator = coordinator;
     }
 
     /// The rank `id` gets in the new view when it is one of the joiners.
@@ -829,7 +850,8 @@ pub fn runs_to_ranks(runs: &[(u16, u16)]) -> impl Iterator<Item = u16> + '_ {
 /// A one-message Install's [`Msg`] encoding around its wraps, for the copies the
 /// coordinator sends (each survivor's differs from the next only in the wraps it carries,
 /// its own): the fields before and after the wraps are encoded once, and each copy is
-/// those bytes with its wraps between. The bytes are [`Msg::encode`]'s for the copy.
+/// those bytes with its wraps between. The bytes are [`Msg::encode`]'s for the copy as a
+/// [`Msg::InstallInView`].
 pub struct InstallCopies {
     /// The message kind and the Install's fields up to its key delivery's kind byte.
     head: Vec<u8>,
@@ -845,8 +867,8 @@ impl InstallCopies {
         };
         let (mut head, mut tail) = (Vec::new(), Vec::new());
         let mut w = Writer::new(&mut head);
-        w.u8(MSG_INSTALL);
-        put_install_head(&mut w, install);
+        w.u8(MSG_INSTALL_IN_VIEW).u64(install.view.seq);
+        put_install_change(&mut w, install);
         put_key_delivery(&mut w, &KeyDelivery::Wrapped(Vec::new()), false);
         let mut w = Writer::new(&mut tail);
         put_install_tail(&mut w, install);
@@ -855,7 +877,8 @@ impl InstallCopies {
         Some(InstallCopies { head, tail })
     }
 
-    /// Appends the encoding of `Msg::Install` of the Install with `wraps` as its wraps.
+    /// Appends the encoding of [`Msg::InstallInView`] of the Install with `wraps` as its
+    /// wraps.
     pub fn encode(&self, wraps: &[(u16, KeyWrap)], out: &mut Vec<u8>) {
         out.reserve(self.head.len() + 2 + wraps.len() * (3 + WRAP_LEN) + self.tail.len());
         out.extend_from_slice(&self.head);
@@ -866,6 +889,9 @@ impl InstallCopies {
 
 /// [`Msg::Install`]'s kind byte.
 const MSG_INSTALL: u8 = 8;
+
+/// [`Msg::InstallInView`]'s kind byte.
+const MSG_INSTALL_IN_VIEW: u8 = 24;
 
 fn put_install(w: &mut Writer<'_>, i: &Install) {
     put_install_fields(w, i, true);
@@ -882,6 +908,11 @@ fn put_install_fields(w: &mut Writer<'_>, i: &Install, with_wraps: bool) {
 fn put_install_head(w: &mut Writer<'_>, i: &Install) {
     put_view_id(w, &i.view);
     put_view_id(w, &i.base);
+    put_install_change(w, i);
+}
+
+/// An Install's fields after its view ids and before its key delivery.
+fn put_install_change(w: &mut Writer<'_>, i: &Install) {
     w.u16(i.count);
     w.u16(i.left.len() as u16);
     for r in &i.left {
@@ -956,14 +987,19 @@ fn put_install_tail(w: &mut Writer<'_>, i: &Install) {
         }
     }
     w.u16(i.removed.len() as u16);
-    for (id, why) in &i.removed {
-        w.bytes(id.as_bytes()).u8(reason_code(*why));
+    for (rank, why) in &i.removed {
+        w.u16(*rank).u8(reason_code(*why));
     }
 }
 
 fn get_install(r: &mut Reader<'_>) -> Option<Install> {
     let view = get_view_id(r).ok()?;
     let base = get_view_id(r).ok()?;
+    get_install_rest(r, view, base)
+}
+
+/// An Install's fields after its two view ids.
+fn get_install_rest(r: &mut Reader<'_>, view: ViewId, base: ViewId) -> Option<Install> {
     let count = r.u16().ok()?;
     if count == 0 || usize::from(count) > MAX_MEMBERS {
         return None;
@@ -1019,12 +1055,16 @@ fn get_install(r: &mut Reader<'_>) -> Option<Install> {
         1 => Some(get_addr(r)?),
         _ => return None,
     };
-    let n = get_count(r, MAX_MEMBERS)?;
-    let mut removed = Vec::with_capacity(n);
+    // Ranks of `left`, ascending: one encoding, and at most as many as left.
+    let n = get_count(r, left.len())?;
+    let mut removed: Vec<(u16, RemovalReason)> = Vec::with_capacity(n);
     for _ in 0..n {
-        let id = MemberId::from_bytes(r.array().ok()?);
+        let rank = r.u16().ok()?;
         let why = reason_from(r.u8().ok()?)?;
-        removed.push((id, why));
+        if removed.last().is_some_and(|(l, _)| *l >= rank) || left.binary_search(&rank).is_err() {
+            return None;
+        }
+        removed.push((rank, why));
     }
     let n = r.u8().ok()? as usize;
     let signature = r.bytes(n).ok()?.to_vec();
@@ -1158,6 +1198,14 @@ impl Msg {
             Msg::Install(install) => {
                 w.u8(MSG_INSTALL);
                 put_install(&mut w, install);
+            }
+            Msg::InstallInView(install) => {
+                w.u8(MSG_INSTALL_IN_VIEW).u64(install.view.seq);
+                put_install_change(&mut w, install);
+                put_key_delivery(&mut w, &install.key, true);
+                put_install_tail(&mut w, install);
+                w.u8(install.signature.len() as u8)
+                    .bytes(&install.signature);
             }
             Msg::InstallAck => {
                 w.u8(9);
@@ -1311,6 +1359,17 @@ impl Msg {
                 }
             }
             8 => Msg::Install(Box::new(get_install(&mut r)?)),
+            MSG_INSTALL_IN_VIEW => {
+                let view = ViewId {
+                    seq: r.u64().ok()?,
+                    coordinator: MemberId::from_bytes([0; 32]),
+                };
+                let base = ViewId {
+                    seq: 0,
+                    coordinator: MemberId::from_bytes([0; 32]),
+                };
+                Msg::InstallInView(Box::new(get_install_rest(&mut r, view, base)?))
+            }
             9 => Msg::InstallAck,
             10 => Msg::Leave,
             11 => Msg::RekeyRequest,
@@ -1748,7 +1807,7 @@ mod tests {
                 key: KeyDelivery::Wrapped(sorted.clone()),
                 merge_into: (case == 3).then(|| member(9).addr),
                 removed: if case % 2 == 0 {
-                    vec![(MemberId::from_bytes([3; 32]), RemovalReason::Left)]
+                    vec![(3, RemovalReason::Left)]
                 } else {
                     Vec::new()
                 },
@@ -1759,11 +1818,16 @@ mod tests {
                 let mut copy = install.clone();
                 copy.key = KeyDelivery::Wrapped(own.to_vec());
                 let mut whole = Vec::new();
-                Msg::Install(Box::new(copy.clone())).encode(&mut whole);
+                Msg::InstallInView(Box::new(copy.clone())).encode(&mut whole);
                 let mut built = vec![0xab];
                 copies.encode(own, &mut built);
                 assert_eq!(&built[1..], &whole[..], "case {case}, {} wraps", own.len());
-                assert_eq!(Msg::decode(&whole), Some(Msg::Install(Box::new(copy))));
+                let Some(Msg::InstallInView(mut decoded)) = Msg::decode(&whole) else {
+                    panic!("case {case}: not an Install in its view");
+                };
+                assert_eq!(decoded.view.seq, copy.view.seq);
+                decoded.in_view(copy.base, copy.view.coordinator);
+                assert_eq!(*decoded, copy);
             }
         }
         let mut same = Install {

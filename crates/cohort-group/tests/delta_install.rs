@@ -368,10 +368,7 @@ fn a_tampered_install_part_is_refused_and_the_whole_installs() {
         final_order: 0,
         key: KeyDelivery::Same,
         merge_into: None,
-        removed: vec![(
-            MemberId(identity(9).public()),
-            cohort_group::RemovalReason::Left,
-        )],
+        removed: Vec::new(),
         signature: Vec::new(),
     };
     h.sign(&mut install, &coordinator);

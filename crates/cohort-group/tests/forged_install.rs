@@ -349,3 +349,112 @@ fn a_left_out_notice_must_be_signed_for_this_view_and_leave_this_member_out() {
         vec![me]
     );
 }
+
+/// A one-message Install carries no signature (`GROUP_VERSION` 10): the member's own wrap,
+/// under the pair key it shares with the coordinator, authenticates it. An insider can
+/// seal an Install under the old view's keys but cannot make that wrap: one with a wrap of
+/// its own making, and the coordinator's real Install with a field changed around the real
+/// wrap (the wrap binds every field a signature covered), are each refused and counted,
+/// even when the coordinator's signature is attached; the real one, unsigned, installs with
+/// the wrapped key.
+#[test]
+fn a_one_message_install_is_authenticated_by_the_members_wrap() {
+    let (mut h, view1, digest, mut keys, plan) = welcomed();
+    let (a, c, ca, cb) = (h.a, h.coordinator.clone(), view1.coordinator, {
+        let id = identity(2);
+        MemberId(id.public())
+    });
+    let seal = |keys: &mut ViewKeys, msg: &Msg| seal(keys, &plan, msg);
+    let proposal = ViewId {
+        seq: 2,
+        coordinator: ca,
+    };
+    let flush = seal(
+        &mut keys,
+        &Msg::Flush {
+            proposal: ViewRef {
+                seq: proposal.seq,
+                coordinator: 0,
+            },
+            survivors: vec![0, 1],
+        },
+    );
+    h.member.handle_datagram(h.now, a, &flush);
+    h.pump();
+    assert!(h.member.status().changing_view, "flushing");
+
+    // The coordinator's Install: a fresh key of epoch 2, wrapped for rank 1 under the pair
+    // key, binding SHA-256 of what a signature would cover.
+    let key2 = GroupKey::new(2, Secret::from_slice(&[0x22; 32]));
+    let mut real = two_members(proposal, view1, digest);
+    real.key_epoch = 2;
+    real.key = KeyDelivery::Wrapped(Vec::new());
+    let wrap_for = |install: &Install| {
+        let bind = h.provider.sha256.sha256(&[&install.signed_bytes("g")]);
+        let pk = h.pairs.pair_key(&cb).expect("pair key");
+        cohort_group::keys::wrap(pk, &install.view, 1, &cb, &key2, &bind).expect("wrap")
+    };
+    let wrap = wrap_for(&real);
+    real.key = KeyDelivery::Wrapped(vec![(1, wrap)]);
+
+    let refused = |h: &mut Harness, keys: &mut ViewKeys, install: &Install, what: &str| {
+        let before = h.member.counters().get(Drop::AuthFailed);
+        let packet = seal(keys, &Msg::Install(Box::new(install.clone())));
+        h.member.handle_datagram(h.now, a, &packet);
+        h.pump();
+        assert_eq!(
+            h.member.view().map(|v| v.id),
+            Some(view1),
+            "{what} installed"
+        );
+        assert_eq!(
+            h.member.counters().get(Drop::AuthFailed),
+            before + 1,
+            "{what}"
+        );
+    };
+    // A wrap of the insider's making, with the coordinator's signature over the rest.
+    let mut made_up = real.clone();
+    made_up.key = KeyDelivery::Wrapped(vec![(1, [0x42; 48])]);
+    h.sign(&mut made_up, &c);
+    refused(
+        &mut h,
+        &mut keys,
+        &made_up,
+        "an Install with a made-up wrap",
+    );
+    // The real wrap around a changed Install (another final order), signed or not.
+    let mut changed = real.clone();
+    changed.final_order = 7;
+    refused(&mut h, &mut keys, &changed, "a changed Install");
+    let before = h.member.counters().get(Drop::AuthFailed);
+    let packet = seal(&mut keys, &Msg::InstallInView(Box::new(changed.clone())));
+    h.member.handle_datagram(h.now, a, &packet);
+    h.pump();
+    assert_eq!(h.member.view().map(|v| v.id), Some(view1));
+    assert_eq!(h.member.counters().get(Drop::AuthFailed), before + 1);
+    h.sign(&mut changed, &c);
+    refused(&mut h, &mut keys, &changed, "a changed Install, signed");
+
+    // The real one, unsigned, installs, under the wrapped key; sent as coordinators send
+    // it, without its view ids (the member takes them from the packet).
+    assert!(real.signature.is_empty());
+    let packet = seal(&mut keys, &Msg::InstallInView(Box::new(real)));
+    h.member.handle_datagram(h.now, a, &packet);
+    h.pump();
+    assert_eq!(h.member.view().map(|v| v.id), Some(proposal));
+    assert_eq!(h.member.view().map(|v| v.key_epoch), Some(2));
+    // It holds the wrapped key: a message sealed under the new view's keys is delivered.
+    let mut keys2 = ViewKeys::derive(&h.provider, "g", &key2, proposal, 2, 0, &plan).expect("k");
+    let msg = Msg::Unreliable {
+        seq: 1,
+        data: b"under the new key".to_vec(),
+    };
+    let packet = seal(&mut keys2, &msg);
+    h.member.handle_datagram(h.now, a, &packet);
+    h.pump();
+    assert!(h
+        .events
+        .iter()
+        .any(|e| matches!(e, GroupEvent::Deliver { data, .. } if data == b"under the new key")));
+}

@@ -249,6 +249,31 @@ pub(super) fn install_copy_for(install: &Install, rank: Option<u16>) -> Box<Inst
     })
 }
 
+/// The Install's list of removed members: those of `removed` not removed as suspected, by
+/// rank in `base` (ascending). A member not in `base` is left out of the list.
+fn removed_by_rank(
+    base: &Members,
+    removed: &[(MemberId, RemovalReason)],
+) -> Vec<(u16, RemovalReason)> {
+    let mut out: Vec<(u16, RemovalReason)> = removed
+        .iter()
+        .filter(|(_, why)| *why != RemovalReason::Suspected)
+        .filter_map(|(id, why)| Some((base.rank_of(id)? as u16, *why)))
+        .collect();
+    out.sort_unstable_by_key(|(r, _)| *r);
+    out.dedup_by_key(|(r, _)| *r);
+    out
+}
+
+/// Whether `install` is authenticated by each member's own wrap rather than by a
+/// signature: a one-message Install (`Wrapped`), in either mode (`GROUP_VERSION` 10). Its
+/// copies go to each member on its own and the member's wrap, under the pair key it shares
+/// with the coordinator, binds everything a signature would cover; the members it leaves
+/// out are told by a notice of their own (`LeftOut` or `PairMsg::Removed`), not by it.
+pub(super) fn wrap_authenticates(install: &Install) -> bool {
+    matches!(install.key, KeyDelivery::Wrapped(_))
+}
+
 /// The key field of the copy of `install` for the member at `rank` (`None`: no member).
 fn key_for(install: &Install, rank: Option<u16>) -> KeyDelivery {
     match &install.key {
@@ -308,17 +333,24 @@ fn shared_by_survivors(install: &Install) -> bool {
     }
 }
 
-/// `install` as the messages that carry it: the Install itself when its encoding fits
-/// `limit` bytes, else its encoding split into [`Msg::InstallChunk`]s (the receiver decodes
-/// the joined parts). `None` when it would take more than [`MAX_PARTS`] parts.
+/// `install` as the group messages that carry it, sealed under its base's keys: the
+/// Install itself when its encoding fits `limit` bytes, as a [`Msg::InstallInView`] (the
+/// receiver takes both view ids from the packet), else its whole encoding split into
+/// [`Msg::InstallChunk`]s (the receiver decodes the joined parts). `None` when it would
+/// take more than [`MAX_PARTS`] parts.
 fn install_msgs(install: Box<Install>, limit: usize) -> Option<Vec<Msg>> {
     let view = install.view;
-    let msg = Msg::Install(install);
+    let msg = Msg::InstallInView(install);
     let mut body = Vec::new();
     msg.encode(&mut body);
     if body.len() <= limit {
         return Some(vec![msg]);
     }
+    let Msg::InstallInView(install) = msg else {
+        return None;
+    };
+    body.clear();
+    Msg::Install(install).encode(&mut body);
     let parts = split_parts(&body, limit);
     if parts.len() > MAX_PARTS {
         return None;
@@ -485,12 +517,8 @@ impl GroupMember {
             // removes thousands of them at once, and each entry (33 bytes) went in every
             // copy of the Install: the side of a cut of 10,000 that lost 1,250 sent each of
             // its 8,750 members 41 KB for them.
-            removed: c
-                .removed
-                .iter()
-                .copied()
-                .filter(|(_, why)| *why != RemovalReason::Suspected)
-                .collect(),
+            // The others by their ranks in the base, which every survivor holds.
+            removed: removed_by_rank(&base.members, &c.removed),
             signature: Vec::new(),
         });
         if let (Some(k), RekeyMethod::OneMessage) = (&c.new_key, self.config.rekey_method) {
@@ -523,9 +551,10 @@ impl GroupMember {
         if let (Some(k), RekeyMethod::Lkh { .. }) = (&c.new_key, self.config.rekey_method) {
             install.key = self.lkh_delivery(&install, k, &members, c.lkh_reseed);
         }
-        // Identity keys: the coordinator signs. KDC mode: no signature; each member's wrap
-        // binds the Install's digest instead.
-        if let Some(identity) = self.identity.as_ref() {
+        // Identity keys: the coordinator signs, unless each copy carries its member's own
+        // wrap (one-message), which binds the Install's digest under the pair key (as in KDC
+        // mode, which never signs): the signature was 65 of the 383 bytes of every copy.
+        if let (Some(identity), false) = (self.identity.as_ref(), wrap_authenticates(&install)) {
             match identity.sign(&self.provider, &install.signed_bytes(&self.config.group)) {
                 Ok(sig) => install.signature = sig,
                 Err(_) => return, // the backend failed: no view change this time
@@ -783,7 +812,7 @@ impl GroupMember {
             return;
         }
         let gears = self.send_gears();
-        let mut msg = Msg::Install(install_copy_for(install, None));
+        let mut msg = Msg::InstallInView(install_copy_for(install, None));
         // A one-message Install's copies differ only in their wraps: encoded once around
         // them (`InstallCopies`, the same bytes as encoding each copy whole).
         // Only for wraps in rank order (the coordinator's are), where a binary search finds
@@ -801,7 +830,7 @@ impl GroupMember {
             match &copies {
                 Some((c, wraps)) => c.encode(own_wraps_of(wraps, rank), &mut body),
                 None => {
-                    if let Msg::Install(copy) = &mut msg {
+                    if let Msg::InstallInView(copy) = &mut msg {
                         copy.key = key_for(install, Some(rank));
                     }
                     msg.encode(&mut body);
@@ -1660,8 +1689,17 @@ impl GroupMember {
             let log = std::mem::take(&mut self.reliable.log);
             // Looked up by id: a scan of the list per member removed was O(k²) for each
             // member (the side of a cut of 10,000 that removes 8,750).
-            let removed: HashMap<MemberId, RemovalReason> =
-                install.removed.iter().copied().collect();
+            // (The list names ranks in the Install's base: for a member whose old view is
+            // another, a joiner, it names nobody it knew.)
+            let removed: HashMap<MemberId, RemovalReason> = if old_view.id == install.base {
+                install
+                    .removed
+                    .iter()
+                    .filter_map(|(r, why)| Some((old_view.members.get(usize::from(*r))?.id, *why)))
+                    .collect()
+            } else {
+                HashMap::new()
+            };
             // Survivors keep their relative order and joiners are appended, so a walk
             // along the new list finds almost every survivor in O(1); a member the walk
             // does not meet next is looked up (a removed member, or an order a merge set).
@@ -1797,12 +1835,13 @@ impl GroupMember {
         }
     }
 
-    /// Whether `install` comes from its coordinator: its Ed25519 signature, or in KDC mode
-    /// this member's wrap (for rank `new_rank` in the new view), which binds the Install's
-    /// digest under the pair key shared with the coordinator (an Install that leaves this
-    /// member out cannot be checked there).
+    /// Whether `install` comes from its coordinator: this member's wrap (for rank
+    /// `new_rank` in the new view), which binds the Install's digest under the pair key
+    /// shared with the coordinator, in KDC mode and for every one-message Install (an
+    /// Install that leaves this member out cannot be checked there); otherwise its Ed25519
+    /// signature.
     pub(super) fn install_is_signed(&mut self, install: &Install, new_rank: Option<u16>) -> bool {
-        if self.identity.is_none() {
+        if self.identity.is_none() || wrap_authenticates(install) {
             // The check unwraps this member's key: keep it for the install that follows.
             return match self.unwrap_own(install, new_rank) {
                 Some(key) => {
@@ -1819,11 +1858,11 @@ impl GroupMember {
         )
     }
 
-    /// KDC mode binds this into every wrap: SHA-256 of what an identity-key coordinator
-    /// would sign (which holds the member list's digest). Empty with identity keys (the
-    /// signature covers it).
+    /// What every wrap binds in KDC mode, and with identity keys in a one-message Install
+    /// (which is not signed): SHA-256 of what an identity-key coordinator signs (which holds
+    /// the member list's digest). Empty for a signed Install (the signature covers it).
     pub(super) fn install_bind(&self, install: &Install) -> Vec<u8> {
-        if self.identity.is_some() {
+        if self.identity.is_some() && !wrap_authenticates(install) {
             return Vec::new();
         }
         self.provider

@@ -7,7 +7,7 @@
 //! change (`view_change.joiners_wanted`).
 
 use super::flush::MAX_WAITING_JOINERS;
-use super::install::{install_copy_for, ListFetch, Roster};
+use super::install::{install_copy_for, wrap_authenticates, ListFetch, Roster};
 use super::output::Destination;
 use super::{GroupMember, MAX_VIEW_MEMBERS};
 use crate::event::{Drop, RemovalReason};
@@ -390,9 +390,12 @@ impl GroupMember {
         {
             return; // a resent Welcome: the fetch is under way
         }
-        // The pair channel authenticated the coordinator; with identity keys the Install
-        // carries its signature too.
-        if self.identity.is_some() && !self.install_is_signed(&install, None) {
+        // The pair channel authenticated the coordinator; with identity keys an Install
+        // that is not one-message (whose copies are not signed) carries its signature too.
+        if self.identity.is_some()
+            && !wrap_authenticates(&install)
+            && !self.install_is_signed(&install, None)
+        {
             self.counters.count(Drop::AuthFailed);
             return;
         }

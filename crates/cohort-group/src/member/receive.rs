@@ -53,6 +53,21 @@ fn resolve(view: &View, r: ViewRef) -> Option<ViewId> {
         })
 }
 
+/// `msg` with a [`Msg::InstallInView`] turned into the [`Msg::Install`] it stands for: its
+/// base is `view`, whose keys sealed it, and its coordinator the member at `sender` there.
+/// `None` (counted `unexpected`) when no member of `view` has that rank.
+fn in_view(msg: Msg, view: &View, sender: u16, counters: &mut DropCounters) -> Option<Msg> {
+    let Msg::InstallInView(mut install) = msg else {
+        return Some(msg);
+    };
+    let Some(coordinator) = view.members.get(usize::from(sender)) else {
+        counters.count(Drop::Unexpected);
+        return None;
+    };
+    install.in_view(view.id, coordinator.id);
+    Some(Msg::Install(install))
+}
+
 impl GroupMember {
     /// As [`resolve`], in the current view; a rank outside it is counted `unexpected`.
     fn resolve_current(&mut self, r: ViewRef) -> Option<ViewId> {
@@ -79,6 +94,12 @@ impl GroupMember {
                     let my = self.rank;
                     let broadcast = packet[body.clone()].starts_with(&BROADCAST.to_be_bytes());
                     let Some(msg) = decode_for(&packet[body], my, &mut self.counters) else {
+                        return;
+                    };
+                    let Some(view) = self.view.as_ref() else {
+                        return;
+                    };
+                    let Some(msg) = in_view(msg, view, rank, &mut self.counters) else {
                         return;
                     };
                     // Down the overlay: the same sealed bytes go on to this member's
@@ -115,6 +136,10 @@ impl GroupMember {
                         return;
                     };
                     let Some(msg) = decode_for(&packet[body], my as u16, &mut self.counters) else {
+                        return;
+                    };
+                    let old = &self.old_views[i].view;
+                    let Some(msg) = in_view(msg, old, rank, &mut self.counters) else {
                         return;
                     };
                     self.handle_old_msg(now, i, rank, msg);
@@ -253,6 +278,8 @@ impl GroupMember {
                 self.on_flush_ok(now, rank, proposal, delivered, next_seq, pending)
             }
             Msg::Install(install) => self.on_install(now, rank, install),
+            // Turned into an Install as it was opened (`in_view`).
+            Msg::InstallInView(_) => self.counters.count(Drop::Unexpected),
             Msg::InstallChunk {
                 view,
                 index,
