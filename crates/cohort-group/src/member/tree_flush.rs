@@ -95,9 +95,6 @@ struct Folded {
 pub(super) struct TreeFlush {
     /// The proposal (the view being installed).
     pub(super) proposal: ViewId,
-    /// Its coordinator's rank in `base`: 0 (a Flush comes down the overlay only from the
-    /// leader), kept so that answers and acknowledgements name the proposal by it.
-    coordinator: u16,
     /// The view whose overlay carries the change (the view before it).
     base: ViewId,
     /// This member's rank in `base`.
@@ -132,11 +129,12 @@ pub(super) struct TreeFlush {
 }
 
 impl TreeFlush {
-    /// The proposal as its answers and acknowledgements name it.
+    /// The proposal as its answers and acknowledgements name it: by its coordinator's rank
+    /// in `base`, always the leader's (a Flush comes down the overlay only from rank 0).
     fn reference(&self) -> ViewRef {
         ViewRef {
             seq: self.proposal.seq,
-            coordinator: self.coordinator,
+            coordinator: 0,
         }
     }
 
@@ -318,7 +316,6 @@ impl GroupMember {
             gathered.insert(self.rank, own);
             self.view_change.tree = Some(TreeFlush {
                 proposal,
-                coordinator: 0,
                 base,
                 my_rank: self.rank,
                 up,
