@@ -13,7 +13,9 @@
 //!    the wraps when the member reports them.
 //! 2. **One view change**: a member joins and another leaves at the same instant; measured
 //!    are the bytes everyone sent until every member shares the view with the joiner and
-//!    without the leaver, raw and less steady state.
+//!    without the leaver, raw and less steady state; then, for each row, what the members
+//!    received in that window by message kind (`GroupMember::traffic`), beside as long a
+//!    window of steady state.
 //! 3. **Forming a group from cold**: member 0 founds the group and every other member starts
 //!    at once with member 0 as its only contact (`cold`, the default), or in batches of 32,
 //!    each once the leader admitted the previous one (`batched`, as `group_scaling` does);
@@ -72,6 +74,7 @@
 use cohort_core::{Machine, Timestamp, Transmit};
 use cohort_crypto::CryptoProvider;
 use cohort_group::kdc_pair::KdcCredentials;
+use cohort_group::traffic::Traffic as Received;
 use cohort_group::{
     AuthMode, GroupConfig, GroupEvent, GroupMember, MemberId, RekeyMethod, ViewId, MAX_VIEW_MEMBERS,
 };
@@ -601,6 +604,15 @@ impl World {
         )
     }
 
+    /// What all members received, by kind (`GroupMember::traffic`).
+    fn received(&self) -> Received {
+        let mut r = Received::default();
+        for i in 0..self.nodes.len() {
+            r.add(self.member(i).traffic());
+        }
+        r
+    }
+
     /// Everything all member nodes sent.
     fn total_sent(&self) -> Traffic {
         let mut t = Traffic::default();
@@ -645,7 +657,7 @@ fn kib(bytes: f64) -> String {
 }
 
 /// What the leader (and everyone) does per second of virtual time in steady state.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Baseline {
     /// Leader: bytes sent and busy seconds per virtual second.
     leader_bytes: f64,
@@ -654,6 +666,8 @@ struct Baseline {
     leader_calls: f64,
     /// Everyone: bytes sent per virtual second.
     all_bytes: f64,
+    /// Everyone: what members received in the window, by kind, and the window's seconds.
+    received: (Received, f64),
 }
 
 /// What reading the thread's CPU clock twice costs, as [`Peer::charge`] counts it (the time
@@ -679,11 +693,12 @@ fn clock_overhead() -> Duration {
 
 /// Measures the steady state over `window` (the leader's busy time must be kept).
 fn baseline(w: &mut World, window: Duration) -> Result<Baseline, String> {
-    let (b0, c0, s0, a0) = (
+    let (b0, c0, s0, a0, r0) = (
         w.peer(0).busy.get().unwrap_or_default(),
         w.peer(0).calls.get(),
         w.peer(0).sent,
         w.total_sent(),
+        w.received(),
     );
     w.run_for(window)?;
     let secs = window.as_secs_f64();
@@ -692,6 +707,7 @@ fn baseline(w: &mut World, window: Duration) -> Result<Baseline, String> {
         leader_busy: (w.peer(0).busy.get().unwrap_or_default() - b0).as_secs_f64() / secs,
         leader_calls: (w.peer(0).calls.get() - c0) as f64 / secs,
         all_bytes: w.total_sent().since(a0).bytes as f64 / secs,
+        received: (w.received().since(&r0), secs),
     })
 }
 
@@ -729,7 +745,7 @@ fn rekey_run(
     let base = baseline(&mut w, Duration::from_secs(2))?;
     let mut samples = Vec::new();
     for _ in 0..opts.leaves {
-        samples.push(leave_once(&mut w, base)?);
+        samples.push(leave_once(&mut w, base.clone())?);
         w.run_for(Duration::from_secs(1))?;
     }
     Ok(samples)
@@ -883,6 +899,8 @@ struct ChangeSample {
     virt: Duration,
     window: Duration,
     all_sent: Traffic,
+    /// What members received in the window, by kind.
+    received: Received,
     base: Baseline,
     views: u64,
 }
@@ -905,7 +923,7 @@ fn change_run(
     let joiner = n;
     let mut after: Vec<usize> = order.iter().copied().filter(|i| *i != leaver).collect();
     after.push(joiner);
-    let (sent0, views0) = (w.total_sent(), w.peer(0).views);
+    let (sent0, views0, received0) = (w.total_sent(), w.peer(0).views, w.received());
     let t0 = w.sim.now();
     w.peer_mut(0).trace = std::env::var_os("LARGE_GROUPS_TRACE_LEADER").is_some();
     let contact = [w.sim.addr(w.nodes[0])];
@@ -927,6 +945,7 @@ fn change_run(
         virt: done.saturating_duration_since(t0),
         window: end.saturating_duration_since(t0),
         all_sent: w.total_sent().since(sent0),
+        received: w.received().since(&received0),
         base,
         views: w.peer(0).views - views0,
     })
@@ -1009,6 +1028,7 @@ fn change_bench(opts: &Opts) {
          view | all sent: datagrams / KiB | KiB less steady state |"
     );
     println!("|---|---|---|---|---|---|---|");
+    let mut breakdowns = Vec::new();
     for &mode in &opts.modes {
         for &n in &opts.sizes {
             for (name, method) in methods() {
@@ -1017,20 +1037,83 @@ fn change_bench(opts: &Opts) {
                 {
                     continue;
                 }
-                change_row(mode, n, name, method, opts);
+                if let Some(s) = change_row(mode, n, name, method, opts) {
+                    breakdowns.push((format!("{}, {n}, {name}", mode.name()), s));
+                }
             }
         }
     }
+    for (label, s) in &breakdowns {
+        print_received(label, s);
+    }
 }
 
-/// One row of part 2.
-fn change_row(mode: Mode, n: usize, name: &str, method: RekeyMethod, opts: &Opts) {
+/// Where the bytes of one view change went: what the members received in the window, by
+/// message kind, beside what they received by kind in as long a window of steady state.
+fn print_received(label: &str, s: &ChangeSample) {
+    println!(
+        "\n### Received by kind ({label}): the view change's window ({:.0} virtual ms) and \
+         as long a window of steady state\n",
+        ms(s.window)
+    );
+    println!(
+        "| kind | datagrams | KiB | bytes each | steady state: datagrams / KiB | KiB less \
+         steady state |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let (base, secs) = &s.base.received;
+    let scale = s.window.as_secs_f64() / secs.max(f64::MIN_POSITIVE);
+    let steady: HashMap<&str, (f64, f64)> = base
+        .by_kind()
+        .into_iter()
+        .map(|(k, c)| (k, (c.datagrams as f64 * scale, c.bytes as f64 * scale)))
+        .collect();
+    let mut kinds: Vec<&str> = s.received.by_kind().iter().map(|(k, _)| *k).collect();
+    for (k, _) in base.by_kind() {
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    let now: HashMap<&str, (u64, u64)> = s
+        .received
+        .by_kind()
+        .into_iter()
+        .map(|(k, c)| (k, (c.datagrams, c.bytes)))
+        .collect();
+    for k in kinds {
+        let (d, b) = now.get(k).copied().unwrap_or_default();
+        let (sd, sb) = steady.get(k).copied().unwrap_or_default();
+        let each = b.checked_div(d).unwrap_or(0);
+        println!(
+            "| {k} | {d} | {} | {each} | {sd:.0} / {} | {} |",
+            kib(b as f64),
+            kib(sb),
+            kib(b as f64 - sb)
+        );
+    }
+    let total = s.received.total();
+    println!(
+        "| all | {} | {} | | | {} |",
+        total.datagrams,
+        kib(total.bytes as f64),
+        kib(total.bytes as f64 - base.total().bytes as f64 * scale)
+    );
+}
+
+/// One row of part 2; the sample, for its breakdown.
+fn change_row(
+    mode: Mode,
+    n: usize,
+    name: &str,
+    method: RekeyMethod,
+    opts: &Opts,
+) -> Option<ChangeSample> {
     if n + 1 > MAX_VIEW_MEMBERS {
         println!(
             "| {} | {n} | {name} | skipped: above MAX_VIEW_MEMBERS ({MAX_VIEW_MEMBERS}) |",
             mode.name()
         );
-        return;
+        return None;
     }
     match change_run(mode, n, method, opts) {
         Ok(s) => {
@@ -1044,8 +1127,12 @@ fn change_row(mode: Mode, n: usize, name: &str, method: RekeyMethod, opts: &Opts
                 kib(s.all_sent.bytes as f64),
                 kib(less),
             );
+            Some(s)
         }
-        Err(e) => println!("| {} | {n} | {name} | failed: {e} |", mode.name()),
+        Err(e) => {
+            println!("| {} | {n} | {name} | failed: {e} |", mode.name());
+            None
+        }
     }
 }
 

@@ -13,6 +13,7 @@ pub mod lkh;
 mod member;
 pub use member::{MAX_VIEW_MEMBERS, PRESENT_WITNESSES};
 pub mod pair;
+pub mod traffic;
 pub mod wire;
 
 pub use config::{
@@ -22,3 +23,4 @@ pub use config::{
 pub use event::{Channel, Drop, DropCounters, GroupEvent, RemovalReason, SendError, Status};
 pub use id::{Member, MemberId, Members, View, ViewId};
 pub use member::{Credentials, Destination, GroupMember};
+pub use traffic::Traffic;

@@ -887,6 +887,35 @@ impl InstallCopies {
     }
 }
 
+/// The name of the [`Msg`] variant whose type byte is `t`, if any.
+pub fn msg_type_name(t: u8) -> Option<&'static str> {
+    Some(match t {
+        1 => "Heartbeat",
+        2 => "Unreliable",
+        3 => "Submit",
+        4 => "Ordered",
+        5 => "Nak",
+        6 => "Flush",
+        7 => "FlushOk",
+        8 => "Install",
+        9 => "InstallAck",
+        10 => "Leave",
+        11 => "RekeyRequest",
+        12 => "Orders",
+        13 => "InstallChunk",
+        16 => "Report",
+        17 => "Orphaned",
+        18 => "Probe",
+        19 => "ProbeAck",
+        20 => "FlushOks",
+        21 => "InstallAcks",
+        22 => "LeftOut",
+        23 => "OrderedRun",
+        24 => "InstallInView",
+        _ => return None,
+    })
+}
+
 /// [`Msg::Install`]'s kind byte.
 const MSG_INSTALL: u8 = 8;
 

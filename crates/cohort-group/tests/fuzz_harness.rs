@@ -192,6 +192,15 @@ fn captured_pair_datagrams() -> &'static [Vec<u8>] {
 fn every_sample_message_round_trips() {
     for (m, bytes) in sample_msgs().iter().zip(encoded_msgs()) {
         assert_eq!(msg_decode(&bytes).as_ref(), Some(m));
+        // The traffic counters name each type by its variant.
+        let name = cohort_group::wire::msg_type_name(bytes[0]).expect("a named type");
+        let debug = format!("{m:?}");
+        let rest = debug.strip_prefix(name).unwrap_or("?");
+        assert!(
+            rest.is_empty() || rest.starts_with([' ', '(']),
+            "type {} named {name}: {debug:.40}",
+            bytes[0]
+        );
     }
     for (m, bytes) in sample_pair_msgs().iter().zip(encoded_pair_msgs()) {
         assert_eq!(pair_msg_decode(&bytes).as_ref(), Some(m));

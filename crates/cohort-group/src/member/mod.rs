@@ -33,6 +33,7 @@ use crate::id::{Member, MemberId, View, ViewId};
 use crate::kdc_pair::{KdcCredentials, KdcPairTable};
 use crate::keys::{GearPlan, GroupKey, ViewKeys};
 use crate::pair::PairTable;
+use crate::traffic::Traffic;
 use crate::wire::Msg;
 use cohort_channel::identity::Identity;
 use cohort_core::{Machine, Timestamp, Transmit};
@@ -178,6 +179,8 @@ pub struct GroupMember {
     out: output::Outbox,
     events: VecDeque<GroupEvent>,
     counters: DropCounters,
+    /// Datagrams received, by kind.
+    traffic: Traffic,
     insecure_reported: HashMap<SocketAddr, Timestamp>,
     scratch: Vec<u8>,
 }
@@ -246,6 +249,7 @@ impl GroupMember {
             out: self.out.clone(),
             events: self.events.clone(),
             counters: self.counters,
+            traffic: self.traffic.clone(),
             insecure_reported: self.insecure_reported.clone(),
             scratch: self.scratch.clone(),
         })
@@ -376,6 +380,7 @@ impl GroupMember {
             out: output::Outbox::default(),
             events: VecDeque::new(),
             counters: DropCounters::default(),
+            traffic: Traffic::default(),
             insecure_reported: HashMap::new(),
             scratch: Vec::new(),
         })
@@ -533,6 +538,12 @@ impl GroupMember {
         &self.counters
     }
 
+    /// Datagrams received, by kind: each group message type (counted once its packet
+    /// opened), pair-channel datagrams and gossip.
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
+    }
+
     /// Fingerprints (epoch, first 8 bytes of a SHA-256 of the key) of every group key this
     /// member ever held: for checkers of who learned which key.
     pub fn key_ledger(&self) -> &[(u64, [u8; 8])] {
@@ -653,10 +664,14 @@ impl Machine for GroupMember {
         match data.first() {
             Some(&PACKET_VERSION) => self.handle_group_packet(now, from, data),
             Some(k) if *k == self.pairs.kind() => {
+                self.traffic.pair(data.len());
                 self.pairs.handle_datagram(now, from, data);
                 self.drain_pairs(now);
             }
-            Some(&GOSSIP_KIND) => self.handle_gossip(now, from, data),
+            Some(&GOSSIP_KIND) => {
+                self.traffic.gossip(data.len());
+                self.handle_gossip(now, from, data)
+            }
             _ => self.counters.count(Drop::Malformed),
         }
     }

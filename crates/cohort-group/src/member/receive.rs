@@ -93,6 +93,9 @@ impl GroupMember {
                 Ok((rank, body)) => {
                     let my = self.rank;
                     let broadcast = packet[body.clone()].starts_with(&BROADCAST.to_be_bytes());
+                    if let Some(t) = packet.get(body.start + 2) {
+                        self.traffic.message(*t, data.len());
+                    }
                     let Some(msg) = decode_for(&packet[body], my, &mut self.counters) else {
                         return;
                     };
@@ -135,6 +138,9 @@ impl GroupMember {
                     let Some(my) = self.old_views[i].view.rank_of(&self.id) else {
                         return;
                     };
+                    if let Some(t) = packet.get(body.start + 2) {
+                        self.traffic.message(*t, data.len());
+                    }
                     let Some(msg) = decode_for(&packet[body], my as u16, &mut self.counters) else {
                         return;
                     };
