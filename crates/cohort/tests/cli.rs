@@ -196,6 +196,44 @@ fn group_bench_json_counts_bundles_and_rekeys() {
     }
 }
 
+/// `cohort group bench --rekey lkh` configures the LKH rekey and reports the bytes of each
+/// rekey; `--rekey` and `--degree` are refused where they would be ignored.
+#[test]
+fn group_bench_rekeys_with_lkh_and_counts_bytes() {
+    let out = cohort(&[
+        "group",
+        "bench",
+        "--members",
+        "5",
+        "--seconds",
+        "0.2",
+        "--rekey",
+        "lkh",
+        "--degree",
+        "2",
+        "--rekeys",
+        "2",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(v["rekey"], "lkh (degree 2)", "{v}");
+    let each = v["rekey_bytes_each"].as_array().unwrap();
+    assert_eq!(each.len(), 2, "{v}");
+    // Each rekey reaches the 4 other members: at least one group packet each.
+    for b in each {
+        assert!(b.as_f64().unwrap() >= 4.0 * 40.0, "{v}");
+    }
+    assert!(v["rekey_bytes_median"].as_f64().unwrap() > 0.0, "{v}");
+    for bad in [&["--degree", "4"][..], &["--rekey", "lkh", "--facade"][..]] {
+        let mut args = vec!["group", "bench", "--members", "2", "--seconds", "0.1"];
+        args.extend_from_slice(bad);
+        let out = cohort(&args);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("--degree") || text(&out.stderr).contains("--rekey"));
+    }
+}
+
 #[test]
 fn demo_tells_the_story_and_no_forgery_gets_through() {
     let out = cohort(&["demo"]);

@@ -29,7 +29,9 @@ use cohort::group::parse_gear;
 use cohort_channel::identity::Identity;
 use cohort_crypto::CryptoProvider;
 use cohort_group::config::DEFAULT_MAX_MESSAGE_LEN;
-use cohort_group::{Channel, GroupConfig, GroupEvent, GroupMember, MemberId, Protection, View};
+use cohort_group::{
+    Channel, GroupConfig, GroupEvent, GroupMember, MemberId, Protection, RekeyMethod, View,
+};
 use cohort_net::batch::{BundleCounts, SharedBundleCounts};
 use serde_json::json;
 use std::net::SocketAddr;
@@ -110,6 +112,14 @@ pub struct BenchArgs {
     /// another).
     #[arg(long, value_enum, default_value_t = Forming::Founder)]
     join: Forming,
+    /// How the group rekeys (`rekey` in a member's configuration): `one-message` (one
+    /// wrap per member in the Install), `tree` (shares down a tree of pair channels) or
+    /// `lkh` (a logical key hierarchy). Through the protocol core only.
+    #[arg(long, value_enum, default_value_t = BenchRekey::OneMessage)]
+    rekey: BenchRekey,
+    /// The degree of the `tree` or `lkh` rekey (default: 4).
+    #[arg(long)]
+    degree: Option<usize>,
     /// With `--transport nats`: the broker's URL (default: start a nats-server on a free
     /// loopback port, and stop it after).
     #[arg(long)]
@@ -128,6 +138,31 @@ pub enum BenchTransport {
     Udp,
     /// NATS, against UDP fan-out in the same run.
     Nats,
+}
+
+/// The rekey method `cohort group bench` configures (see `--rekey`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchRekey {
+    /// One message: each member's new key wrapped in the Install.
+    OneMessage,
+    /// Key shares down a tree of pair channels.
+    Tree,
+    /// A logical key hierarchy.
+    Lkh,
+}
+
+impl BenchRekey {
+    fn method(self, degree: Option<usize>) -> RekeyMethod {
+        match self {
+            BenchRekey::OneMessage => RekeyMethod::OneMessage,
+            BenchRekey::Tree => RekeyMethod::Tree {
+                degree: degree.unwrap_or(4),
+            },
+            BenchRekey::Lkh => RekeyMethod::Lkh {
+                degree: degree.unwrap_or(RekeyMethod::LKH_DEFAULT_DEGREE),
+            },
+        }
+    }
 }
 
 /// How `cohort group bench` forms its view (see `--join`).
@@ -161,13 +196,28 @@ impl RuntimeKind {
     }
 }
 
-/// Most members a bench runs.
-const MAX_MEMBERS: usize = 64;
+/// Most members a bench runs (as `--transport nats`; until issue 14's loopback rekey
+/// measure it was 64, from the bench's first version).
+const MAX_MEMBERS: usize = 1024;
 /// How long the view, each rekey and each probe may take before the bench gives up.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs the bench.
 pub fn run(args: &BenchArgs) -> Result<(), UsageError> {
+    if (args.rekey != BenchRekey::OneMessage || args.degree.is_some())
+        && (args.facade || args.transport != BenchTransport::Udp)
+    {
+        return Err(UsageError(
+            "--rekey and --degree: through the protocol core only (not with --facade or \
+             --transport nats)"
+                .into(),
+        ));
+    }
+    if args.degree.is_some() && args.rekey == BenchRekey::OneMessage {
+        return Err(UsageError(
+            "--degree: only with --rekey tree or --rekey lkh".into(),
+        ));
+    }
     #[cfg(not(feature = "nats"))]
     if args.transport == BenchTransport::Nats {
         return Err(UsageError(
@@ -260,6 +310,7 @@ fn group_config(args: &BenchArgs, protection: Protection, trust: Vec<MemberId>) 
     let mut config = GroupConfig::new("bench", trust);
     config.protection = protection;
     config.max_message_len = args.size.max(DEFAULT_MAX_MESSAGE_LEN);
+    config.rekey_method = args.rekey.method(args.degree);
     if let Some(window) = args.send_window {
         config.send_window = window;
         config.backlog_limit = config.backlog_limit.max(window * 4);
@@ -280,6 +331,10 @@ struct Measurement {
     overhead_unreliable: Option<usize>,
     /// Wall time until every member installed the new key, per rekey.
     rekey_ms: Vec<f64>,
+    /// Bytes every member received from the rekey until every member held the new key
+    /// (what else they received meanwhile, heartbeats, included), per rekey. Empty through
+    /// the facade.
+    rekey_bytes: Vec<f64>,
     /// The leader's own `Rekeyed.took`, per rekey.
     rekey_took_ms: Vec<f64>,
     /// Per rekey, the time the process's threads spent on CPU and waiting in a run queue
@@ -394,6 +449,23 @@ async fn send(
         .send(Box::new(f))
         .await
         .map_err(|_| "a member's driver stopped".to_string())
+}
+
+/// The bytes every member received so far (`GroupMember::traffic`), summed: each
+/// member's driver is asked in turn.
+async fn received_bytes<T>(drivers: &[(Commands, T)]) -> Result<u64, String> {
+    let mut total = 0;
+    for (commands, _) in drivers {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        send(commands, move |s, _| {
+            let _ = tx.send(s.member_mut().traffic().total().bytes);
+        })
+        .await?;
+        total += rx
+            .await
+            .map_err(|_| "a member's driver stopped".to_string())?;
+    }
+    Ok(total)
 }
 
 async fn measure(
@@ -547,6 +619,7 @@ async fn measure(
     }
 
     // Rekeys.
+    let mut rekey_bytes = Vec::new();
     let mut rekey_ms = Vec::new();
     let mut rekey_took_ms = Vec::new();
     let mut rekey_cpu_ms = Vec::new();
@@ -559,6 +632,7 @@ async fn measure(
             .map(|v| v.key_epoch)
             .max()
             .unwrap_or(0);
+        let received_before = received_bytes(&drivers).await?;
         let sched_before = scheduler_times();
         let t0 = Instant::now();
         let took_before = watch.took.len();
@@ -572,6 +646,8 @@ async fn measure(
             })
             .await?;
         rekey_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        let received_after = received_bytes(&drivers).await?;
+        rekey_bytes.push(received_after.saturating_sub(received_before) as f64);
         if let (Some((cpu0, wait0)), Some((cpu1, wait1))) = (sched_before, scheduler_times()) {
             rekey_cpu_ms.push(cpu1.saturating_sub(cpu0).as_secs_f64() * 1e3);
             rekey_runq_ms.push(wait1.saturating_sub(wait0).as_secs_f64() * 1e3);
@@ -641,6 +717,7 @@ async fn measure(
         overhead_unreliable: overheads.get(1).copied().flatten(),
         overhead_submit: overheads.get(2).copied().flatten(),
         rekey_ms,
+        rekey_bytes,
         rekey_took_ms,
         rekey_cpu_ms,
         rekey_runq_ms,
@@ -854,6 +931,7 @@ async fn measure_facade(
         overhead_unreliable: None,
         overhead_submit: None,
         rekey_ms,
+        rekey_bytes: Vec::new(),
         rekey_took_ms,
         rekey_cpu_ms: Vec::new(),
         rekey_runq_ms: Vec::new(),
@@ -924,6 +1002,15 @@ fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     sorted.get(rank.min(sorted.len()) - 1).copied()
 }
 
+/// `--rekey` as configured: `one-message`, `tree (degree D)` or `lkh (degree D)`.
+fn rekey_name(args: &BenchArgs) -> String {
+    match args.rekey.method(args.degree) {
+        RekeyMethod::OneMessage => "one-message".into(),
+        RekeyMethod::Tree { degree } => format!("tree (degree {degree})"),
+        RekeyMethod::Lkh { degree } => format!("lkh (degree {degree})"),
+    }
+}
+
 fn sorted(values: &[f64]) -> Vec<f64> {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
@@ -956,6 +1043,7 @@ fn report(
             "via": if args.facade { "facade" } else { "core" },
             "bundle_bytes": args.bundle,
             "join": format!("{:?}", args.join).to_lowercase(),
+            "rekey": rekey_name(args),
             "udp_batching": format!("{:?}", cohort_net::batch::Batching::from_env()),
             "view_ms": m.view_ms,
             "msgs_per_sec": m.msgs_per_sec,
@@ -981,6 +1069,12 @@ fn report(
             out["rekey_cpu_ms_median"] = json!(percentile(&sorted(&m.rekey_cpu_ms), 50.0));
             out["rekey_runq_wait_ms_median"] = json!(percentile(&sorted(&m.rekey_runq_ms), 50.0));
             out["rekey_ms_each"] = json!(m.rekey_ms);
+            out["rekey_bytes_median"] = json!(percentile(&sorted(&m.rekey_bytes), 50.0));
+            out["rekey_bytes_each"] = json!(m.rekey_bytes);
+            out["rekey_bytes_counted"] = json!(
+                "received by every member from the rekey until all held the new key, \
+                 heartbeats meanwhile included"
+            );
             out["rekey_runq_wait_ms_each"] = json!(m.rekey_runq_ms);
         }
         if let (Some(b), Some(ratio)) = (baseline, ratio) {
@@ -1076,9 +1170,17 @@ fn report(
             ms(rekeys.last().copied())
         );
         println!(
-            "  rekey, the leader's own measure (took): median {}",
+            "  rekey ({}), the leader's own measure (took): median {}",
+            rekey_name(args),
             ms(percentile(&took, 50.0))
         );
+        if let Some(b) = percentile(&sorted(&m.rekey_bytes), 50.0) {
+            println!(
+                "  rekey, bytes every member received until all held the new key (heartbeats \
+                 meanwhile included): median {:.1} KiB",
+                b / 1024.0
+            );
+        }
         println!(
             "  rekey, the process's threads summed: on CPU median {}, waiting in a run queue median {}",
             ms(percentile(&sorted(&m.rekey_cpu_ms), 50.0)),
