@@ -197,21 +197,21 @@ fn seal(keys: &mut ViewKeys, plan: &GearPlan, msg: &Msg) -> Vec<u8> {
     packet
 }
 
-#[test]
-fn a_forged_install_is_refused_and_a_signed_one_installs() {
-    let (mut h, view1, digest, mut keys, plan) = welcomed();
-    let (a, c, ca) = (h.a, h.coordinator.clone(), view1.coordinator);
-    let insider = identity(3);
-    let install = |view: ViewId, base: ViewId, _: Vec<Joined>| two_members(view, base, digest);
-    let seal = |keys: &mut ViewKeys, msg: &Msg| seal(keys, &plan, msg);
-
-    // A view change: the test's Flush under view 1's keys (rank 0, the coordinator).
+/// A view change to view 2 of both members: the test's Flush (rank 0, the coordinator
+/// `ca`) under view 1's `keys`; the member is then flushing. Returns the proposal.
+fn start_view_change(
+    h: &mut Harness,
+    keys: &mut ViewKeys,
+    plan: &GearPlan,
+    ca: MemberId,
+) -> ViewId {
     let proposal = ViewId {
         seq: 2,
         coordinator: ca,
     };
     let flush = seal(
-        &mut keys,
+        keys,
+        plan,
         &Msg::Flush {
             proposal: ViewRef {
                 seq: proposal.seq,
@@ -220,9 +220,21 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
             survivors: vec![0, 1],
         },
     );
-    h.member.handle_datagram(h.now, a, &flush);
+    h.member.handle_datagram(h.now, h.a, &flush);
     h.pump();
     assert!(h.member.status().changing_view, "flushing");
+    proposal
+}
+
+#[test]
+fn a_forged_install_is_refused_and_a_signed_one_installs() {
+    let (mut h, view1, digest, mut keys, plan) = welcomed();
+    let (a, c, ca) = (h.a, h.coordinator.clone(), view1.coordinator);
+    let insider = identity(3);
+    let install = |view: ViewId, base: ViewId, _: Vec<Joined>| two_members(view, base, digest);
+    let seal = |keys: &mut ViewKeys, msg: &Msg| seal(keys, &plan, msg);
+
+    let proposal = start_view_change(&mut h, &mut keys, &plan, ca);
 
     // The forged Install: right proposal, sealed under the right keys (any member of view 1
     // could do this), keeping the old key, but not signed by the coordinator.
@@ -365,23 +377,7 @@ fn a_one_message_install_is_authenticated_by_the_members_wrap() {
         MemberId(id.public())
     });
     let seal = |keys: &mut ViewKeys, msg: &Msg| seal(keys, &plan, msg);
-    let proposal = ViewId {
-        seq: 2,
-        coordinator: ca,
-    };
-    let flush = seal(
-        &mut keys,
-        &Msg::Flush {
-            proposal: ViewRef {
-                seq: proposal.seq,
-                coordinator: 0,
-            },
-            survivors: vec![0, 1],
-        },
-    );
-    h.member.handle_datagram(h.now, a, &flush);
-    h.pump();
-    assert!(h.member.status().changing_view, "flushing");
+    let proposal = start_view_change(&mut h, &mut keys, &plan, ca);
 
     // The coordinator's Install: a fresh key of epoch 2, wrapped for rank 1 under the pair
     // key, binding SHA-256 of what a signature would cover.
