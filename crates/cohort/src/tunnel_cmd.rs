@@ -457,7 +457,7 @@ async fn run_server(args: ServerArgs, metrics: TunnelMetrics) -> Result<(), Usag
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", args.listen)))?;
     log_line!(
         "cohort tunnel server: listening on {}, forwarding to {}",
-        args.listen,
+        listener.local_addr().unwrap_or(args.listen),
         args.forward
     );
     let limits = Limits::new(&args);
@@ -1061,7 +1061,7 @@ async fn run_client(args: ClientArgs, metrics: TunnelMetrics) -> Result<(), Usag
         .map_err(|e| UsageError(format!("cannot listen on {}: {e}", args.listen)))?;
     log_line!(
         "cohort tunnel client: listening on {}, tunnelling to {} (kem {}, auth {mode}{})",
-        args.listen,
+        listener.local_addr().unwrap_or(args.listen),
         args.connect,
         args.kem,
         if args.no_resume {

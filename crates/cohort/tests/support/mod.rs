@@ -152,13 +152,29 @@ pub fn assert_missing_config(dir: &Path, cmd: &[&str]) {
     assert!(stderr.contains("nowhere.toml: cannot read"), "{stderr}");
 }
 
-/// A loopback TCP port that was free a moment ago.
+/// A loopback port, free for both TCP and UDP a moment ago, for a child process to bind.
+///
+/// It is taken below the kernel's ephemeral range (32768 and up on Linux), so no socket bound
+/// to port 0 and no outgoing connection, in this test or in one running beside it, can take
+/// it between this call and the child's bind. (Handing out a port the kernel chose for
+/// `127.0.0.1:0` raced that way: CI once saw `Address already in use`.) The candidates start
+/// at a place set by the process id and move on with a counter, so two tests in one binary
+/// never get the same port and two test binaries rarely start at the same place.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(2_654_435_761) % SPAN;
+    for _ in 0..SPAN {
+        let port = (FIRST + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        let tcp = TcpListener::bind(("127.0.0.1", port));
+        let udp = std::net::UdpSocket::bind(("127.0.0.1", port));
+        if tcp.is_ok() && udp.is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port between {FIRST} and {}", FIRST + SPAN)
 }
 
 /// Waits until something accepts TCP connections on loopback `port`.
