@@ -104,9 +104,10 @@ pub(super) const MAX_WAITING_JOINERS: usize = 2 * MAX_JOIN_BATCH;
 pub(super) struct Flushing {
     pub(super) proposal: ViewId,
     pub(super) coordinator: u16,
-    /// The members the coordinator expects to continue: the only ones whose tree key
-    /// shares are taken (a member being removed still holds the old keys).
-    pub(super) survivors: Vec<MemberId>,
+    /// The members the coordinator expects to continue, by rank in the current view,
+    /// ascending (as the Flush lists them): the only ones whose tree key shares are taken
+    /// (a member being removed still holds the old keys).
+    pub(super) survivors: Vec<u16>,
     /// The Install, once it arrived, waiting for the positions it needs.
     pub(super) install: Option<Box<Install>>,
     /// The new view's list, once resolved from the Install (or fetched).
@@ -694,14 +695,10 @@ impl GroupMember {
             );
             self.reliable.log = self.reliable.log.split_off(&self.reliable.stable);
             self.reliable.discard_undelivered();
-            let survivor_ids: Vec<MemberId> = survivors
-                .iter()
-                .filter_map(|r| self.member_at(*r).map(|m| m.id))
-                .collect();
             self.view_change.flushing = Some(Flushing {
                 proposal,
                 coordinator: rank,
-                survivors: survivor_ids,
+                survivors: survivors.clone(),
                 install: None,
                 roster: None,
                 answered_next_seq: None,

@@ -63,6 +63,28 @@ pub(super) fn split_tree(first: usize, count: usize, degree: usize) -> Vec<(usiz
     out
 }
 
+/// The tree order of a tree rekey, read in place: the survivors' ranks as the Flush listed
+/// them, less the coordinator's (at `skip`, when it is among them).
+struct TreeOrder<'a> {
+    ranks: &'a [u16],
+    skip: Option<usize>,
+}
+
+impl TreeOrder<'_> {
+    /// The number of positions.
+    fn len(&self) -> usize {
+        self.ranks.len() - usize::from(self.skip.is_some())
+    }
+
+    /// The rank in the current view of the member at `position`.
+    fn rank(&self, position: usize) -> Option<u16> {
+        let past_coordinator = self.skip.is_some_and(|s| position >= s);
+        self.ranks
+            .get(position + usize::from(past_coordinator))
+            .copied()
+    }
+}
+
 impl GroupMember {
     /// The members a tree rekey reaches: the surviving members other than the coordinator.
     /// Joiners get the key in their Welcome, over their pair channel with the coordinator.
@@ -166,28 +188,31 @@ impl GroupMember {
     /// The tree order of the tree rekey for `proposal`: the survivors its Flush listed,
     /// by rank, other than its coordinator (the coordinator's `tree_members`, and what a
     /// member flushing for it knows from the Flush). A share names positions in it.
-    fn tree_order(&self, proposal: ViewId) -> Option<Vec<Member>> {
-        if self
+    ///
+    /// It is read in place, not built: a member finds its children in O(1) per share, where
+    /// building the order cost O(n) for each share every member took.
+    fn tree_order(&self, proposal: ViewId) -> Option<TreeOrder<'_>> {
+        if let Some(c) = self
             .view_change
             .coordinator
             .as_ref()
-            .is_some_and(|c| c.proposal == proposal)
+            .filter(|c| c.proposal == proposal)
         {
-            return Some(self.tree_members());
+            let skip = c.survivors.iter().position(|r| *r == self.rank);
+            return Some(TreeOrder {
+                ranks: &c.survivors,
+                skip,
+            });
         }
         let f = self
             .view_change
             .flushing
             .as_ref()
             .filter(|f| f.proposal == proposal)?;
-        let view = self.view.as_ref()?;
-        Some(
-            f.survivors
-                .iter()
-                .filter(|id| **id != proposal.coordinator)
-                .filter_map(|id| view.rank_of(id).map(|r| view.members[r]))
-                .collect(),
-        )
+        Some(TreeOrder {
+            ranks: &f.survivors,
+            skip: f.survivors.binary_search(&f.coordinator).ok(),
+        })
     }
 
     /// `holders` as runs of their ranks in the current view, at most [`MAX_RUNS`] of them
@@ -256,22 +281,29 @@ impl GroupMember {
     ) {
         // Only the proposal's coordinator or a member of the current view (a tree parent)
         // may hand out keys, and only for a proposal this member is flushing for.
-        let in_view = self.view.as_ref().is_some_and(|v| v.contains(&peer));
+        let peer_rank = self.view.as_ref().and_then(|v| v.rank_of(&peer));
         let expected = self.view_change.flushing.as_ref().is_some_and(|f| {
-            f.proposal == proposal && (f.survivors.contains(&peer) || peer == proposal.coordinator)
+            f.proposal == proposal
+                && (peer == proposal.coordinator
+                    || peer_rank.is_some_and(|r| f.survivors.binary_search(&(r as u16)).is_ok()))
         });
-        let order = self.tree_order(proposal).unwrap_or_default();
         let (first, count) = (usize::from(below.0), usize::from(below.1));
-        if key.len() != GROUP_KEY_LEN
-            || !in_view
-            || !expected
-            || degree == 0
-            || first + count > order.len()
-        {
+        let children: Option<Vec<(Member, (u16, u16))>> =
+            self.tree_order(proposal).and_then(|order| {
+                if degree == 0 || first + count > order.len() {
+                    return None;
+                }
+                split_tree(first, count, usize::from(degree))
+                    .into_iter()
+                    .map(|(child, sub)| Some((self.member_at(order.rank(child)?)?, sub)))
+                    .collect()
+            });
+        let Some(children) =
+            children.filter(|_| key.len() == GROUP_KEY_LEN && peer_rank.is_some() && expected)
+        else {
             self.counters.count(Drop::Unexpected);
             return;
-        }
-        let children = split_tree(first, count, usize::from(degree));
+        };
         if self
             .tree
             .tree_key
@@ -283,8 +315,7 @@ impl GroupMember {
             match self.tree.tree_wait.as_ref() {
                 Some(t) => {
                     let holders = t.holders.clone();
-                    for (child, sub) in children {
-                        let to = order[child];
+                    for (to, sub) in children {
                         if holders.contains(&to.id) {
                             continue;
                         }
@@ -311,8 +342,7 @@ impl GroupMember {
             return;
         }
         let group_key = GroupKey::new(key_epoch, Secret::from_slice(&key));
-        for (child, sub) in &children {
-            let to = order[*child];
+        for (to, sub) in &children {
             let share = PairMsg::KeyShare {
                 proposal,
                 key_epoch,
@@ -329,7 +359,7 @@ impl GroupMember {
             proposal,
             parent: addr,
             parent_id: peer,
-            children: children.iter().map(|(c, _)| order[*c].id).collect(),
+            children: children.iter().map(|(to, _)| to.id).collect(),
             holders,
             deadline: now.saturating_add(interval::tree_ack_wait(&self.config)),
         });
@@ -385,7 +415,27 @@ impl GroupMember {
 
 #[cfg(test)]
 mod tests {
-    use super::split_tree;
+    use super::{split_tree, TreeOrder};
+
+    #[test]
+    fn the_tree_order_skips_the_coordinator_in_place() {
+        let ranks = [0u16, 1, 3, 4, 7];
+        let read = |skip| {
+            let order = TreeOrder {
+                ranks: &ranks,
+                skip,
+            };
+            let all: Vec<u16> = (0..order.len()).filter_map(|p| order.rank(p)).collect();
+            assert_eq!(order.rank(order.len()), None);
+            all
+        };
+        // The coordinator at rank 3 (index 2 of the list) is left out, the rest keep their
+        // order; a coordinator not among the survivors leaves the list as it is.
+        assert_eq!(read(Some(2)), vec![0, 1, 4, 7]);
+        assert_eq!(read(Some(0)), vec![1, 3, 4, 7]);
+        assert_eq!(read(Some(4)), vec![0, 1, 3, 4]);
+        assert_eq!(read(None), vec![0, 1, 3, 4, 7]);
+    }
 
     #[test]
     fn a_share_splits_its_positions_into_contiguous_subtrees() {
