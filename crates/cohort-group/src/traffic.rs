@@ -1,7 +1,7 @@
 //! What a member received, by kind: for each group message type, the datagrams that
 //! carried it and their bytes (counted once the packet opened, whole datagrams, framing
-//! included), and the pair-channel and gossip datagrams (counted as they arrive, whether or
-//! not they then open). For operators' metrics, and for the benchmarks' account of where
+//! included), and the pair-channel, gossip and KDC datagrams (counted as they arrive,
+//! whether or not they then open). For operators' metrics, and for the benchmarks' account of where
 //! the bytes of a view change go.
 
 use crate::wire::msg_type_name;
@@ -16,12 +16,14 @@ pub struct Count {
 }
 
 impl Count {
-    fn add(&mut self, bytes: usize) {
+    /// Counts one more datagram, of `bytes`.
+    pub fn add(&mut self, bytes: usize) {
         self.datagrams += 1;
         self.bytes += bytes as u64;
     }
 
-    fn since(self, earlier: Count) -> Count {
+    /// What was counted after `earlier` (a copy of this count taken before).
+    pub fn since(self, earlier: Count) -> Count {
         Count {
             datagrams: self.datagrams.saturating_sub(earlier.datagrams),
             bytes: self.bytes.saturating_sub(earlier.bytes),
@@ -45,6 +47,7 @@ pub struct Traffic {
     messages: [Count; TYPES],
     pair: Count,
     gossip: Count,
+    kdc: Count,
 }
 
 impl Traffic {
@@ -67,8 +70,13 @@ impl Traffic {
         self.gossip.add(bytes);
     }
 
+    /// A datagram of `bytes` from the KDC (KDC mode).
+    pub(crate) fn kdc(&mut self, bytes: usize) {
+        self.kdc.add(bytes);
+    }
+
     /// Every kind with at least one datagram: group messages by name (`"Install"`,
-    /// `"FlushOks"`, ...) in type order, then `"pair channel"` and `"gossip"`.
+    /// `"FlushOks"`, ...) in type order, then `"pair channel"`, `"gossip"` and `"kdc"`.
     pub fn by_kind(&self) -> Vec<(&'static str, Count)> {
         let mut out: Vec<(&'static str, Count)> = self
             .messages
@@ -77,7 +85,12 @@ impl Traffic {
             .filter(|(_, c)| c.datagrams > 0)
             .map(|(t, c)| (msg_type_name(t as u8).unwrap_or("unknown"), *c))
             .collect();
-        for (name, c) in [("pair channel", self.pair), ("gossip", self.gossip)] {
+        let others = [
+            ("pair channel", self.pair),
+            ("gossip", self.gossip),
+            ("kdc", self.kdc),
+        ];
+        for (name, c) in others {
             if c.datagrams > 0 {
                 out.push((name, c));
             }
@@ -89,7 +102,9 @@ impl Traffic {
     pub fn total(&self) -> Count {
         self.messages
             .iter()
-            .fold(self.pair.plus(self.gossip), |a, c| a.plus(*c))
+            .fold(self.pair.plus(self.gossip).plus(self.kdc), |a, c| {
+                a.plus(*c)
+            })
     }
 
     /// What was received after `earlier` (a copy of this member's counts taken before).
@@ -97,6 +112,7 @@ impl Traffic {
         let mut out = Traffic {
             pair: self.pair.since(earlier.pair),
             gossip: self.gossip.since(earlier.gossip),
+            kdc: self.kdc.since(earlier.kdc),
             ..Traffic::default()
         };
         for (o, (now, then)) in out
@@ -113,6 +129,7 @@ impl Traffic {
     pub fn add(&mut self, other: &Traffic) {
         self.pair = self.pair.plus(other.pair);
         self.gossip = self.gossip.plus(other.gossip);
+        self.kdc = self.kdc.plus(other.kdc);
         for (a, b) in self.messages.iter_mut().zip(&other.messages) {
             *a = a.plus(*b);
         }
@@ -134,6 +151,7 @@ mod tests {
         let before = t.clone();
         t.message(24, 100);
         t.gossip(50);
+        t.kdc(70);
         assert_eq!(
             before.by_kind(),
             vec![
@@ -178,6 +196,13 @@ mod tests {
                         bytes: 50
                     }
                 ),
+                (
+                    "kdc",
+                    Count {
+                        datagrams: 1,
+                        bytes: 70
+                    }
+                ),
             ]
         );
         let mut sum = before.clone();
@@ -186,8 +211,8 @@ mod tests {
         assert_eq!(
             t.total(),
             Count {
-                datagrams: 6,
-                bytes: 1_772
+                datagrams: 7,
+                bytes: 1_842
             }
         );
     }

@@ -291,6 +291,18 @@ fn a_kdc_group_forms_delivers_rekeys_and_merges_with_no_public_key_operation() {
         g.member(1).tokens_checked() >= 2,
         "member 1 did not check the tokens"
     );
+    // Member 0 let the three others in: in LSGC the member a joiner asks is the one that
+    // asks the KDC, so it received at least one KDC answer for each of them, counted apart
+    // from the group's own traffic.
+    let kinds = g.member(0).traffic().by_kind();
+    let kdc = kinds
+        .iter()
+        .find(|(kind, _)| *kind == "kdc")
+        .map(|(_, c)| *c);
+    assert!(
+        kdc.is_some_and(|c| c.datagrams >= 3 && c.bytes > 0),
+        "member 0's KDC datagrams: {kdc:?}"
+    );
     for i in 0..4 {
         g.with_member(i, |m, now| {
             m.send(now, Channel::Reliable, format!("hi {i}").as_bytes())

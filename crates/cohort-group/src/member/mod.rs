@@ -657,6 +657,7 @@ impl Machine for GroupMember {
 
     fn handle_datagram(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
         if self.pairs.kdc() == Some(from) {
+            self.traffic.kdc(data.len());
             self.pairs.handle_kdc(now, data);
             self.drain_pairs(now);
             return;
