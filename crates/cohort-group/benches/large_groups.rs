@@ -74,7 +74,7 @@
 use cohort_core::{Machine, Timestamp, Transmit};
 use cohort_crypto::CryptoProvider;
 use cohort_group::kdc_pair::KdcCredentials;
-use cohort_group::traffic::Traffic as Received;
+use cohort_group::traffic::{Count as Traffic, Traffic as Received};
 use cohort_group::{
     AuthMode, GroupConfig, GroupEvent, GroupMember, MemberId, RekeyMethod, ViewId, MAX_VIEW_MEMBERS,
 };
@@ -133,27 +133,6 @@ impl Mode {
         match self {
             Mode::Identity => "identity",
             Mode::Kdc => "kdc",
-        }
-    }
-}
-
-/// Datagrams and bytes.
-#[derive(Clone, Copy, Default, Debug)]
-struct Traffic {
-    packets: u64,
-    bytes: u64,
-}
-
-impl Traffic {
-    fn add(&mut self, bytes: usize) {
-        self.packets += 1;
-        self.bytes += bytes as u64;
-    }
-
-    fn since(self, earlier: Traffic) -> Traffic {
-        Traffic {
-            packets: self.packets - earlier.packets,
-            bytes: self.bytes - earlier.bytes,
         }
     }
 }
@@ -618,12 +597,12 @@ impl World {
         let mut t = Traffic::default();
         for i in 0..self.nodes.len() {
             let p = self.peer(i);
-            t.packets += p.sent.packets;
+            t.datagrams += p.sent.datagrams;
             t.bytes += p.sent.bytes;
         }
         if let Some(k) = self.kdc {
             let p = self.sim.node(k);
-            t.packets += p.sent.packets;
+            t.datagrams += p.sent.datagrams;
             t.bytes += p.sent.bytes;
         }
         t
@@ -875,7 +854,7 @@ fn rekey_bench(opts: &Opts) {
                                 median(w.iter().map(|x| *x as f64).collect()),
                                 0
                             )),
-                            med(&|s| s.leader_sent.packets as f64),
+                            med(&|s| s.leader_sent.datagrams as f64),
                             kib(med(&|s| s.leader_sent.bytes as f64)),
                             kib(med(&less_bytes)),
                             med(&|s| ms(s.leader_busy)),
@@ -1123,7 +1102,7 @@ fn change_row(
                 mode.name(),
                 s.views,
                 ms(s.virt),
-                s.all_sent.packets,
+                s.all_sent.datagrams,
                 kib(s.all_sent.bytes as f64),
                 kib(less),
             );
@@ -1242,7 +1221,7 @@ fn steady_bench(opts: &Opts) {
             match r {
                 Ok([leader, member]) => {
                     let secs = window.as_secs_f64();
-                    let rate = |t: Traffic| t.packets as f64 / secs;
+                    let rate = |t: Traffic| t.datagrams as f64 / secs;
                     let kibs = |t: Traffic| t.bytes as f64 / secs / 1024.0;
                     println!(
                         "| {} | {n} | {:.0} / {:.0} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2} / \

@@ -226,6 +226,31 @@ fn start_view_change(
     proposal
 }
 
+/// Hands `packet` from `from` to the member and asserts that it was refused: counted once
+/// as `drop`, and the member still in `view`. `what` names the case in the messages.
+fn assert_refused(
+    h: &mut Harness,
+    from: SocketAddr,
+    packet: &[u8],
+    drop: Drop,
+    view: ViewId,
+    what: &str,
+) {
+    let before = h.member.counters().get(drop);
+    h.member.handle_datagram(h.now, from, packet);
+    h.pump();
+    assert_eq!(
+        h.member.view().map(|v| v.id),
+        Some(view),
+        "{what}: installed"
+    );
+    assert_eq!(
+        h.member.counters().get(drop),
+        before + 1,
+        "{what}: not counted"
+    );
+}
+
 #[test]
 fn a_forged_install_is_refused_and_a_signed_one_installs() {
     let (mut h, view1, digest, mut keys, plan) = welcomed();
@@ -240,16 +265,15 @@ fn a_forged_install_is_refused_and_a_signed_one_installs() {
     // could do this), keeping the old key, but not signed by the coordinator.
     let mut forged = install(proposal, view1, Vec::new());
     h.sign(&mut forged, &insider);
-    let before = h.member.counters().get(Drop::AuthFailed);
     let packet = seal(&mut keys, &Msg::Install(Box::new(forged.clone())));
-    h.member.handle_datagram(h.now, a, &packet);
-    h.pump();
-    assert_eq!(
-        h.member.view().map(|v| v.id),
-        Some(view1),
-        "forged Install installed"
+    assert_refused(
+        &mut h,
+        a,
+        &packet,
+        Drop::AuthFailed,
+        view1,
+        "a forged Install",
     );
-    assert_eq!(h.member.counters().get(Drop::AuthFailed), before + 1);
 
     // The same Install signed by the coordinator installs.
     h.sign(&mut forged, &c);
@@ -289,20 +313,8 @@ fn a_left_out_notice_must_be_signed_for_this_view_and_leave_this_member_out() {
         }
     };
     let refused = |h: &mut Harness, keys: &mut ViewKeys, msg: Msg, drop: Drop, why: &str| {
-        let before = h.member.counters().get(drop);
         let packet = seal(keys, &plan, &msg);
-        h.member.handle_datagram(h.now, a, &packet);
-        h.pump();
-        assert_eq!(
-            h.member.counters().get(drop),
-            before + 1,
-            "{why}: not counted"
-        );
-        assert_eq!(
-            h.member.view().map(|v| v.id),
-            Some(view1),
-            "{why}: view moved"
-        );
+        assert_refused(h, a, &packet, drop, view1, why);
         assert!(
             !h.member.status().changing_view,
             "{why}: a view change began"
@@ -393,22 +405,11 @@ fn a_one_message_install_is_authenticated_by_the_members_wrap() {
     let wrap = wrap_for(&real);
     real.key = KeyDelivery::Wrapped(vec![(1, wrap)]);
 
-    let refused = |h: &mut Harness, keys: &mut ViewKeys, install: &Install, what: &str| {
-        let before = h.member.counters().get(Drop::AuthFailed);
-        let packet = seal(keys, &Msg::Install(Box::new(install.clone())));
-        h.member.handle_datagram(h.now, a, &packet);
-        h.pump();
-        assert_eq!(
-            h.member.view().map(|v| v.id),
-            Some(view1),
-            "{what} installed"
-        );
-        assert_eq!(
-            h.member.counters().get(Drop::AuthFailed),
-            before + 1,
-            "{what}"
-        );
+    let refused = |h: &mut Harness, keys: &mut ViewKeys, msg: Msg, what: &str| {
+        let packet = seal(keys, &msg);
+        assert_refused(h, a, &packet, Drop::AuthFailed, view1, what);
     };
+    let whole = |install: &Install| Msg::Install(Box::new(install.clone()));
     // A wrap of the insider's making, with the coordinator's signature over the rest.
     let mut made_up = real.clone();
     made_up.key = KeyDelivery::Wrapped(vec![(1, [0x42; 48])]);
@@ -416,21 +417,23 @@ fn a_one_message_install_is_authenticated_by_the_members_wrap() {
     refused(
         &mut h,
         &mut keys,
-        &made_up,
+        whole(&made_up),
         "an Install with a made-up wrap",
     );
-    // The real wrap around a changed Install (another final order), signed or not.
+    // The real wrap around a changed Install (another final order), signed or not, whole
+    // or without its view ids.
     let mut changed = real.clone();
     changed.final_order = 7;
-    refused(&mut h, &mut keys, &changed, "a changed Install");
-    let before = h.member.counters().get(Drop::AuthFailed);
-    let packet = seal(&mut keys, &Msg::InstallInView(Box::new(changed.clone())));
-    h.member.handle_datagram(h.now, a, &packet);
-    h.pump();
-    assert_eq!(h.member.view().map(|v| v.id), Some(view1));
-    assert_eq!(h.member.counters().get(Drop::AuthFailed), before + 1);
+    refused(&mut h, &mut keys, whole(&changed), "a changed Install");
+    let in_view = Msg::InstallInView(Box::new(changed.clone()));
+    refused(&mut h, &mut keys, in_view, "a changed Install in view");
     h.sign(&mut changed, &c);
-    refused(&mut h, &mut keys, &changed, "a changed Install, signed");
+    refused(
+        &mut h,
+        &mut keys,
+        whole(&changed),
+        "a changed Install, signed",
+    );
 
     // The real one, unsigned, installs, under the wrapped key; sent as coordinators send
     // it, without its view ids (the member takes them from the packet).

@@ -96,6 +96,28 @@ struct Big {
 }
 
 impl Big {
+    /// Asserts that `members` hold one group key among them and, when `before` is given,
+    /// that it is not that one (a fresh key). `what` names the case in the message.
+    fn assert_one_key(
+        &self,
+        members: &BTreeSet<usize>,
+        before: Option<Option<[u8; 8]>>,
+        what: &str,
+    ) {
+        let keys: BTreeSet<_> = members
+            .iter()
+            .map(|i| self.sim.node(self.nodes[*i]).member.key_fingerprint())
+            .collect();
+        assert_eq!(keys.len(), 1, "{what}: one key among the members: {keys:?}");
+        if let Some(before) = before {
+            assert_ne!(
+                keys.first().copied().flatten(),
+                before,
+                "{what}: a fresh key"
+            );
+        }
+    }
+
     /// `n` members with default timers, started together, run until they share one view
     /// of all `n`.
     fn formed(seed: u64, n: usize) -> Big {
@@ -545,16 +567,7 @@ fn a_join_during_a_leave_rides_the_same_view_change() {
             installed, 1,
             "{method:?}: the join and the leave took one view change"
         );
-        let keys: BTreeSet<_> = after
-            .iter()
-            .map(|i| big.sim.node(big.nodes[*i]).member.key_fingerprint())
-            .collect();
-        assert_eq!(keys.len(), 1, "{method:?}: one key among the members");
-        assert_ne!(
-            keys.first().copied().flatten(),
-            key_before,
-            "{method:?}: a fresh key"
-        );
+        big.assert_one_key(&after, Some(key_before), &format!("{method:?}"));
     }
 }
 
@@ -602,12 +615,7 @@ fn a_one_message_install_copy_is_unsigned_and_names_the_leaver_by_rank() {
             "member {i}: one member left"
         );
     }
-    let keys: BTreeSet<_> = rest
-        .iter()
-        .map(|i| big.sim.node(big.nodes[*i]).member.key_fingerprint())
-        .collect();
-    assert_eq!(keys.len(), 1, "one key among the members");
-    assert_ne!(keys.first().copied().flatten(), key_before, "a fresh key");
+    big.assert_one_key(&rest, Some(key_before), "a leave");
 }
 
 /// The tree rekey's shares and acknowledgements name the members below by their positions
@@ -647,12 +655,7 @@ fn tree_rekey_datagrams_do_not_grow_with_the_group() {
     let rest: BTreeSet<usize> = (0..n).filter(|i| *i != leaver).collect();
     big.wait_view(&rest, Duration::from_secs(5))
         .expect("every survivor installs the view without the leaver");
-    let keys: BTreeSet<_> = rest
-        .iter()
-        .map(|i| big.sim.node(big.nodes[*i]).member.key_fingerprint())
-        .collect();
-    assert_eq!(keys.len(), 1, "one key among the survivors");
-    assert_ne!(keys.first().copied().flatten(), key_before, "a fresh key");
+    big.assert_one_key(&rest, Some(key_before), "a tree leave");
     let largest = largest.lock().expect("lock").unwrap_or(0);
     eprintln!("largest protected pair datagram in the rekey: {largest} bytes");
     assert!(largest > 0, "the rekey went over pair channels");
@@ -743,11 +746,7 @@ fn many_leavers_at_once_reseed_the_tree() {
         .expect("a view without the 48 crashed");
     let stats = big.lkh_stats(leader);
     assert!(stats.reseed, "48 leavers at once reseed: {stats:?}");
-    let keys: BTreeSet<_> = rest
-        .iter()
-        .map(|i| big.sim.node(big.nodes[*i]).member.key_fingerprint())
-        .collect();
-    assert_eq!(keys.len(), 1, "one key among the survivors: {keys:?}");
+    big.assert_one_key(&rest, None, "48 crashed");
     // One more leave: a batch on the reseeded tree.
     big.run_for(Duration::from_millis(200));
     let last = big.at_rank(leader, 10);
