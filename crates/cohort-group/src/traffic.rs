@@ -1,8 +1,8 @@
 //! What a member received, by kind: for each group message type, the datagrams that
 //! carried it and their bytes (counted once the packet opened, whole datagrams, framing
 //! included), and the pair-channel, gossip and KDC datagrams (counted as they arrive,
-//! whether or not they then open). For operators' metrics, and for the benchmarks' account of where
-//! the bytes of a view change go.
+//! whether or not they then open). For operators' metrics, and for the benchmarks' account
+//! of where the bytes of a view change go.
 
 use crate::wire::msg_type_name;
 
