@@ -277,8 +277,9 @@ struct RoundState {
     reports: Vec<ReportCommitment>,
     /// The key, once an S2 showed it.
     key: Option<Element>,
-    /// ALPHA-M: the root the MAC was checked over.
-    root: Option<Element>,
+    /// ALPHA-M: the root the MAC was checked over, and the nodes of its tree that
+    /// verified messages have authenticated since.
+    tree: Option<merkle::VerifiedNodes>,
     seen: Vec<bool>,
     seen_count: u16,
     reported: bool,
@@ -455,7 +456,7 @@ impl FlowGuard {
                 a1_element: None,
                 reports: Vec::new(),
                 key: None,
-                root: None,
+                tree: None,
                 seen: Vec::new(),
                 seen_count: 0,
                 reported: false,
@@ -622,31 +623,35 @@ impl FlowGuard {
             Mode::M { .. } => {
                 let leaf = crypto::merkle_leaf(provider, payload);
                 let path_nodes = split_elements(path);
-                let mut matched = None;
-                for (c, (_, count, macs)) in state.candidates.iter().enumerate() {
-                    let Some(root) = merkle::root_from_path(
-                        provider,
-                        &leaf,
-                        slot,
-                        usize::from(*count),
-                        &path_nodes,
-                    ) else {
-                        continue;
-                    };
-                    let ok = match state.root {
-                        Some(known) => state.settled && ct_eq(&known, &root),
-                        None => ct_eq(
-                            &crypto::mac(provider, key, &[&fh, &count.to_be_bytes(), &root]),
-                            &macs[0],
-                        ),
-                    };
-                    if ok {
-                        state.root = Some(root);
-                        matched = Some(c);
-                        break;
+                match state.tree.as_mut() {
+                    // Settled: one candidate left, and its root is known.
+                    Some(tree) => tree.check(provider, &leaf, slot, &path_nodes).then_some(0),
+                    None => {
+                        let mut matched = None;
+                        for (c, (_, count, macs)) in state.candidates.iter().enumerate() {
+                            let leaves = usize::from(*count);
+                            let Some(root) =
+                                merkle::root_from_path(provider, &leaf, slot, leaves, &path_nodes)
+                            else {
+                                continue;
+                            };
+                            let mac =
+                                crypto::mac(provider, key, &[&fh, &count.to_be_bytes(), &root]);
+                            if ct_eq(&mac, &macs[0]) {
+                                // Remember the path's nodes for the round's later messages
+                                // (one more walk, once per round).
+                                let mut tree = merkle::VerifiedNodes::new(leaves, root)
+                                    .ok_or(Refusal::Malformed)?;
+                                let learned = tree.check(provider, &leaf, slot, &path_nodes);
+                                debug_assert!(learned, "the path just gave this root");
+                                state.tree = Some(tree);
+                                matched = Some(c);
+                                break;
+                            }
+                        }
+                        matched
                     }
                 }
-                matched
             }
             Mode::N | Mode::C { .. } => {
                 if !path.is_empty() {
@@ -794,6 +799,64 @@ mod tests {
         );
         // The real report still opens.
         assert_eq!(g.on_a2(&p, &header(0), &derived, true, &[9; 16]), Ok(()));
+    }
+
+    /// ALPHA-M after the first S2 of a round: later messages are checked against the nodes
+    /// earlier paths authenticated, and a path or payload changed anywhere is still refused
+    /// without spending the message's index.
+    #[test]
+    fn merkle_messages_check_against_known_nodes() {
+        use crate::merkle::MerkleTree;
+        let p = CryptoProvider::default_provider();
+        let (mut sig, sig_info) = chain(&p, 1, 8);
+        let (mut ack, ack_info) = chain(&p, 2, 8);
+        let mut g = FlowGuard::new(Mode::M { batch: 8 }, false, 1, sig_info, 16, 8).unwrap();
+        assert!(g.add_ack_chain(ack_info));
+        let messages: Vec<Vec<u8>> = (0..7u8).map(|i| vec![i; 100 + usize::from(i)]).collect();
+        let leaves: Vec<Element> = messages
+            .iter()
+            .map(|m| crypto::merkle_leaf(&p, m))
+            .collect();
+        let tree = MerkleTree::new(&p, &leaves).unwrap();
+        let (_, e1) = sig.next(&p).unwrap();
+        let (_, key) = sig.next(&p).unwrap();
+        let h = header(0);
+        let count = messages.len() as u16;
+        let mac = crypto::mac(
+            &p,
+            &key,
+            &[&h.to_bytes(), &count.to_be_bytes(), &tree.root()],
+        );
+        let m = crate::wire::mode_code::M;
+        assert_eq!(g.on_s1(&p, &h, m, &e1, count, &mac, T0), Ok(Taken::New));
+        let (_, a1) = ack.next(&p).unwrap();
+        assert_eq!(g.on_a1(&p, &h, &a1, None, T0), Ok(Taken::New));
+        let path = |i: usize| tree.path(i).unwrap().concat();
+        let s2 = |g: &mut FlowGuard, i: usize, path: &[u8], payload: &[u8]| {
+            g.on_s2(&p, &h, i as u16, &key, path, payload)
+        };
+        assert_eq!(s2(&mut g, 0, &path(0), &messages[0]), Ok(()));
+        // Leaf 5's path ends in the known left half: a change there is caught by comparing.
+        let mut bad = path(5);
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert_eq!(s2(&mut g, 5, &bad, &messages[5]), Err(Refusal::Forged));
+        assert_eq!(
+            s2(&mut g, 5, &path(5)[16..], &messages[5]),
+            Err(Refusal::Forged)
+        );
+        // Leaf 1 is known from leaf 0's path: a changed payload no longer matches it.
+        assert_eq!(s2(&mut g, 1, &path(1), &messages[2]), Err(Refusal::Forged));
+        let mut bad = path(1);
+        bad[0] ^= 1;
+        assert_eq!(s2(&mut g, 1, &bad, &messages[1]), Err(Refusal::Forged));
+        for i in [5, 1, 6, 3, 2, 4] {
+            assert_eq!(s2(&mut g, i, &path(i), &messages[i]), Ok(()), "message {i}");
+        }
+        assert_eq!(
+            s2(&mut g, 3, &path(3), &messages[3]),
+            Err(Refusal::Replayed)
+        );
     }
 
     /// A hop passes on the first repeats of an S1 or A1 (retransmissions), then one per

@@ -105,6 +105,150 @@ impl fmt::Debug for MerkleTree {
     }
 }
 
+/// The nodes of one round's tree that a verifier has authenticated so far, so that each
+/// later message of the round is hashed only up to the first node already known.
+///
+/// It starts with the root alone (authenticated by the round's MAC). Every path that checks
+/// out adds the nodes it computed and the siblings it carried, all of which are then
+/// authenticated too. A known node's ancestors and the siblings of all of them are known as
+/// well (each check records node and sibling level by level, and stops at a known node), so
+/// the check of a later message compares the rest of its path against known siblings
+/// instead of hashing: [`check`](Self::check) gives the answer `root_from_path(..) ==
+/// Some(root)` would give (up to a hash collision), with about one node hash per message
+/// over a whole round instead of `log2 k`.
+///
+/// Nodes are compared with `==`, not in constant time: every node of the tree travels in
+/// clear in some S2's path, so none is a secret (the round's MAC, which is, is checked in
+/// constant time by the caller).
+#[derive(Clone)]
+pub struct VerifiedNodes {
+    count: usize,
+    /// Where each level starts in `nodes`: level 0 are the leaves, the last level the root.
+    starts: Vec<usize>,
+    nodes: Vec<Option<Element>>,
+}
+
+/// The deepest a path goes (`log2` of [`MAX_LEAVES`]).
+const MAX_DEPTH: usize = 10;
+
+impl VerifiedNodes {
+    /// A tree of `count` leaves whose root is `root`, already authenticated; `None` if
+    /// `count` is 0 or above [`MAX_LEAVES`].
+    pub fn new(count: usize, root: Element) -> Option<VerifiedNodes> {
+        if count == 0 || count > MAX_LEAVES {
+            return None;
+        }
+        let mut starts = Vec::with_capacity(MAX_DEPTH + 1);
+        let (mut width, mut total) = (count, 0);
+        loop {
+            starts.push(total);
+            total += width;
+            if width == 1 {
+                break;
+            }
+            width = width.div_ceil(2);
+        }
+        let mut nodes = vec![None; total];
+        nodes[total - 1] = Some(root);
+        Some(VerifiedNodes {
+            count,
+            starts,
+            nodes,
+        })
+    }
+
+    /// The authenticated root.
+    pub fn root(&self) -> Option<Element> {
+        self.nodes.last().copied().flatten()
+    }
+
+    /// Whether `leaf` is leaf `index` of this tree, by `path` (as from
+    /// [`MerkleTree::path`]); on success every node the check computed or was given is
+    /// remembered. A path of the wrong length, or one that differs from a known sibling
+    /// anywhere, is refused, as [`root_from_path`] would refuse it.
+    pub fn check(
+        &mut self,
+        provider: &CryptoProvider,
+        leaf: &Element,
+        index: usize,
+        path: &[Element],
+    ) -> bool {
+        if path_len(index, self.count) != Some(path.len()) {
+            return false;
+        }
+        // What this check learns, recorded only if it succeeds: (slot, node), at most a node
+        // and its sibling per level.
+        let mut learned = [(0usize, [0u8; crate::crypto::ELEMENT_LEN]); 2 * MAX_DEPTH];
+        let mut n = 0;
+        let (mut node, mut position, mut width, mut level) = (*leaf, index, self.count, 0);
+        let mut siblings = path.iter();
+        loop {
+            let slot = self.starts[level] + position;
+            if let Some(known) = self.nodes[slot] {
+                if known != node || !self.known_siblings(position, width, level, siblings) {
+                    return false;
+                }
+                for &(slot, value) in &learned[..n] {
+                    self.nodes[slot] = Some(value);
+                }
+                return true;
+            }
+            // The root is always known, so an unknown node has a level above it.
+            learned[n] = (slot, node);
+            n += 1;
+            if (position ^ 1) < width {
+                let Some(sibling) = siblings.next() else {
+                    return false;
+                };
+                learned[n] = (self.starts[level] + (position ^ 1), *sibling);
+                n += 1;
+                node = if position % 2 == 1 {
+                    merkle_node(provider, sibling, &node)
+                } else {
+                    merkle_node(provider, &node, sibling)
+                };
+            }
+            position /= 2;
+            width = width.div_ceil(2);
+            level += 1;
+        }
+    }
+
+    /// Whether the rest of a path, from the node at `position` of `level` (a level `width`
+    /// wide) up, is exactly the known siblings of that node and its ancestors.
+    fn known_siblings<'a>(
+        &self,
+        mut position: usize,
+        mut width: usize,
+        mut level: usize,
+        mut rest: impl Iterator<Item = &'a Element>,
+    ) -> bool {
+        while width > 1 {
+            if (position ^ 1) < width {
+                let known = self.nodes[self.starts[level] + (position ^ 1)];
+                match (rest.next(), known) {
+                    (Some(given), Some(known)) if *given == known => {}
+                    _ => return false,
+                }
+            }
+            position /= 2;
+            width = width.div_ceil(2);
+            level += 1;
+        }
+        rest.next().is_none()
+    }
+}
+
+/// Prints the size and how many nodes are known.
+impl fmt::Debug for VerifiedNodes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VerifiedNodes")
+            .field("leaves", &self.count)
+            .field("known", &self.nodes.iter().flatten().count())
+            .finish()
+    }
+}
+
 /// The number of path elements for leaf `index` of a tree of `count` leaves (0 if `count` is
 /// 1); `None` if `index >= count`, `count == 0` or `count > MAX_LEAVES`.
 pub fn path_len(index: usize, count: usize) -> Option<usize> {
@@ -374,8 +518,103 @@ mod tests {
         }
     }
 
+    #[test]
+    fn known_nodes_cut_a_round_to_k_minus_1_node_hashes() {
+        let p = CryptoProvider {
+            keyed_blake3: &COUNTING,
+            ..provider()
+        };
+        for k in [1, 2, 3, 32, 33, 70, MAX_LEAVES] {
+            let leaves = leaves(k);
+            let tree = MerkleTree::new(&p, &leaves).unwrap();
+            let mut known = VerifiedNodes::new(k, tree.root()).unwrap();
+            HASHES.with(|h| h.set(0));
+            // Out of order, as datagrams may come.
+            for i in (0..k).rev().step_by(2).chain((0..k).step_by(2).skip(k % 2)) {
+                assert!(
+                    known.check(&p, &leaves[i], i, &tree.path(i).unwrap()),
+                    "k={k} i={i}"
+                );
+            }
+            // Each inner node is computed once at most; a full walk per leaf would cost
+            // k * log2 k.
+            assert!(HASHES.with(Cell::get) < k as u64, "k={k}");
+            assert_eq!(known.root(), Some(tree.root()));
+        }
+    }
+
+    /// Checks every leaf of a tree of `k` in a shuffled order, each after a tampered try,
+    /// and compares every answer with a full walk to the root.
+    fn known_nodes_agree_with_the_full_walk(k: usize, seed: u64, flip: usize) {
+        let p = provider();
+        let leaves = leaves(k);
+        let tree = MerkleTree::new(&p, &leaves).unwrap();
+        let root = tree.root();
+        let mut known = VerifiedNodes::new(k, root).unwrap();
+        let mut order: Vec<usize> = (0..k).collect();
+        let mut x = seed | 1;
+        for i in (1..k).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        for &i in &order {
+            let path = tree.path(i).unwrap();
+            let mut tries = vec![(leaves[i], i, path.clone())];
+            let mut leaf = leaves[i];
+            leaf[flip / 8] ^= 1 << (flip % 8);
+            tries.push((leaf, i, path.clone()));
+            for e in 0..path.len() {
+                let mut bad = path.clone();
+                bad[e][flip / 8] ^= 1 << (flip % 8);
+                tries.push((leaves[i], i, bad));
+            }
+            if !path.is_empty() {
+                tries.push((leaves[i], i, path[..path.len() - 1].to_vec()));
+            }
+            if (i ^ 1) < k {
+                tries.push((leaves[i ^ 1], i ^ 1, path.clone()));
+            }
+            tries.push((leaves[i], i, [path.clone(), vec![root]].concat()));
+            // The honest try last, so the tampered ones meet the state before it.
+            tries.rotate_left(1);
+            for (leaf, index, path) in tries {
+                let full = index < k && root_from_path(&p, &leaf, index, k, &path) == Some(root);
+                assert_eq!(
+                    known.check(&p, &leaf, index, &path),
+                    full,
+                    "k={k} index={index} (leaf {i}) seed={seed}"
+                );
+            }
+        }
+        assert_eq!(
+            known.nodes.iter().filter(|n| n.is_some()).count(),
+            known.nodes.len(),
+            "every node is known once every leaf checked out"
+        );
+    }
+
+    #[test]
+    fn known_nodes_agree_with_the_full_walk_on_small_trees() {
+        for k in 1..=40 {
+            for seed in 0..4 {
+                known_nodes_agree_with_the_full_walk(k, seed, (k * 7 + seed as usize) % 128);
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn known_nodes_agree_with_the_full_walk_on_random_trees(
+            k in 1usize..=300,
+            seed in any::<u64>(),
+            flip in 0usize..128,
+        ) {
+            known_nodes_agree_with_the_full_walk(k, seed, flip);
+        }
 
         #[test]
         fn random_trees_round_trip(
