@@ -19,7 +19,7 @@ pub(crate) const PROVIDER: CryptoProvider = CryptoProvider {
     random: &AwsLcRandom,
     // RSA comes last: it is there for tcpcrypt, never preferred.
     kems: &[
-        &X25519MlKem768Kem,
+        &X25519_MLKEM768,
         &MlKem768Kem,
         &X25519Kem,
         &Rsa2048E3OaepKem,
@@ -220,17 +220,20 @@ impl SecureRandom for AwsLcRandom {
 // ---- KEMs -------------------------------------------------------------------------------
 
 /// X25519 as a KEM: the ciphertext is a fresh ephemeral public key.
-struct X25519Kem;
+pub(crate) struct X25519Kem;
 
-const X25519_LEN: usize = 32;
+pub(crate) const X25519_LEN: usize = 32;
 
 impl X25519Kem {
-    fn private_key(secret: &[u8]) -> Result<agreement::PrivateKey, CryptoError> {
+    pub(crate) fn private_key(secret: &[u8]) -> Result<agreement::PrivateKey, CryptoError> {
         agreement::PrivateKey::from_private_key(&agreement::X25519, secret)
             .map_err(|_| CryptoError::InvalidInput)
     }
 
-    fn agree(private: &agreement::PrivateKey, public: &[u8]) -> Result<Secret, CryptoError> {
+    pub(crate) fn agree(
+        private: &agreement::PrivateKey,
+        public: &[u8],
+    ) -> Result<Secret, CryptoError> {
         let peer = agreement::UnparsedPublicKey::new(&agreement::X25519, public);
         // aws-lc rejects an all-zero shared secret (a low-order peer key).
         agreement::agree(private, peer, CryptoError::Failed, |k| {
@@ -277,9 +280,9 @@ impl KemFactory for X25519Kem {
 }
 
 /// ML-KEM-768 (FIPS 203).
-struct MlKem768Kem;
+pub(crate) struct MlKem768Kem;
 
-const MLKEM768_PUBLIC_LEN: usize = 1184;
+pub(crate) const MLKEM768_PUBLIC_LEN: usize = 1184;
 const MLKEM768_CIPHERTEXT_LEN: usize = 1088;
 
 impl KemFactory for MlKem768Kem {
@@ -330,7 +333,17 @@ impl KemFactory for MlKem768Kem {
 /// part followed by the ML-KEM part. The shared secret is not bound to the ciphertexts or
 /// public keys (unlike X-Wing): protocols must feed their transcript into the key schedule,
 /// and then it is secure if either part is. (The order is not TLS's `X25519MLKEM768`.)
-struct X25519MlKem768Kem;
+///
+/// Generic over the two parts so that the seeded provider can put its own in.
+pub(crate) struct X25519MlKem768Kem {
+    pub(crate) x25519: &'static dyn KemFactory,
+    pub(crate) mlkem: &'static dyn KemFactory,
+}
+
+const X25519_MLKEM768: X25519MlKem768Kem = X25519MlKem768Kem {
+    x25519: &X25519Kem,
+    mlkem: &MlKem768Kem,
+};
 
 impl KemFactory for X25519MlKem768Kem {
     fn algorithm(&self) -> KemAlgorithm {
@@ -338,8 +351,8 @@ impl KemFactory for X25519MlKem768Kem {
     }
 
     fn generate(&self) -> Result<(Secret, Vec<u8>), CryptoError> {
-        let (xs, xp) = X25519Kem.generate()?;
-        let (ms, mp) = MlKem768Kem.generate()?;
+        let (xs, xp) = self.x25519.generate()?;
+        let (ms, mp) = self.mlkem.generate()?;
         let mut secret = Secret::zeroed(xs.len() + ms.len());
         secret.expose_mut()[..xs.len()].copy_from_slice(xs.expose());
         secret.expose_mut()[xs.len()..].copy_from_slice(ms.expose());
@@ -350,8 +363,8 @@ impl KemFactory for X25519MlKem768Kem {
         if public.len() != X25519_LEN + MLKEM768_PUBLIC_LEN {
             return Err(CryptoError::InvalidInput);
         }
-        let (xc, xk) = X25519Kem.encapsulate(&public[..X25519_LEN])?;
-        let (mc, mk) = MlKem768Kem.encapsulate(&public[X25519_LEN..])?;
+        let (xc, xk) = self.x25519.encapsulate(&public[..X25519_LEN])?;
+        let (mc, mk) = self.mlkem.encapsulate(&public[X25519_LEN..])?;
         Ok(([xc, mc].concat(), concat_secrets(&xk, &mk)))
     }
 
@@ -360,8 +373,12 @@ impl KemFactory for X25519MlKem768Kem {
             return Err(CryptoError::InvalidInput);
         }
         let (xs, ms) = secret.expose().split_at(X25519_LEN);
-        let xk = X25519Kem.decapsulate(&Secret::from_slice(xs), &ciphertext[..X25519_LEN])?;
-        let mk = MlKem768Kem.decapsulate(&Secret::from_slice(ms), &ciphertext[X25519_LEN..])?;
+        let xk = self
+            .x25519
+            .decapsulate(&Secret::from_slice(xs), &ciphertext[..X25519_LEN])?;
+        let mk = self
+            .mlkem
+            .decapsulate(&Secret::from_slice(ms), &ciphertext[X25519_LEN..])?;
         Ok(concat_secrets(&xk, &mk))
     }
 }
@@ -384,7 +401,7 @@ impl KemFactory for X25519MlKem768Kem {
 /// encapsulate and 1 ms to decapsulate. The small exponent is safe here because OAEP pads
 /// with fresh randomness: the small-e attacks (Håstad's broadcast attack, Coppersmith's
 /// stereotyped messages) need unpadded or deterministically padded messages.
-struct Rsa2048E3OaepKem;
+pub(crate) struct Rsa2048E3OaepKem;
 
 const RSA2048_LEN: usize = 256;
 const RSA_KEM_SECRET_LEN: usize = 32;

@@ -4,6 +4,8 @@
 mod aws_lc;
 mod provider;
 mod secret;
+#[cfg(feature = "seeded")]
+pub mod seeded;
 
 pub use provider::{
     AeadAlgorithm, AeadFactory, AeadKey, BlockCipher, BlockCipherFactory, CryptoError,
