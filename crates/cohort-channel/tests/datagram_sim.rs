@@ -9,7 +9,7 @@ use cohort_channel::datagram::{DatagramChannel, DatagramEvent};
 use cohort_channel::identity::Identity;
 use cohort_channel::{AuthMode, Client, ClientAuth, ClientConfig, Server, ServerConfig};
 use cohort_core::Timestamp;
-use cohort_crypto::{CryptoProvider, Secret};
+use cohort_crypto::Secret;
 use cohort_sim::{sweep, NodeId, Sim, SimConfig, SimFailure, StandardFaults};
 use rand_core::SeedableRng;
 use std::collections::BTreeMap;
@@ -80,7 +80,9 @@ fn run(seed: u64) -> Result<(), SimFailure> {
     let fault = FAULTS[(seed % FAULTS.len() as u64) as usize];
     // The authentication mode: none, a PSK, or a batch-signed server key.
     let mode = seed / FAULTS.len() as u64 % 3;
-    let provider = CryptoProvider::default_provider();
+    // Key shares from a stream seeded by the run's seed, so that a seed replays exactly.
+    cohort_crypto::seeded::seed_thread(seed);
+    let provider = cohort_crypto::seeded::seeded_provider();
     let identity = Identity::from_secret(&provider, Secret::from_slice(&[9; 32])).unwrap();
     let mut server_config = ServerConfig::new();
     let client_auth = match mode {

@@ -9,7 +9,6 @@
 mod support;
 
 use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_crypto::CryptoProvider;
 use cohort_group::{Channel, Destination, GroupConfig, GroupEvent, GroupMember, MemberId};
 use cohort_sim::{NodeId, Sim};
 use rand_core::RngCore;
@@ -102,14 +101,8 @@ fn formed(seed: u64, n: usize) -> (Sim<Fanned>, Vec<NodeId>) {
         let config = config.clone();
         nodes.push(sim.add_node_with(|_, addr| {
             Fanned {
-                member: GroupMember::new(
-                    CryptoProvider::default_provider(),
-                    ident,
-                    addr,
-                    config,
-                    seed_bytes,
-                )
-                .expect("member"),
+                member: GroupMember::new(support::kit::provider(), ident, addr, config, seed_bytes)
+                    .expect("member"),
                 copies: VecDeque::new(),
                 group_publishes: 0,
                 unicasts: 0,

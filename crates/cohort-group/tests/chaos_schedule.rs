@@ -9,7 +9,6 @@
 mod support;
 
 use cohort_core::{Machine, Timestamp};
-use cohort_crypto::CryptoProvider;
 use cohort_group::kdc_pair::KdcCredentials;
 use cohort_group::{AuthMode, Channel, GroupConfig, GroupEvent, GroupMember, MemberId};
 use cohort_kdc::{PrincipalKey, Registry};
@@ -161,14 +160,8 @@ impl KdcGroup {
         let config = self.config.clone();
         move |addr| {
             MemberOrKdc::Member(Box::new(
-                GroupMember::new(
-                    CryptoProvider::default_provider(),
-                    credentials,
-                    addr,
-                    config,
-                    seed,
-                )
-                .expect("member"),
+                GroupMember::new(support::kit::provider(), credentials, addr, config, seed)
+                    .expect("member"),
             ))
         }
     }

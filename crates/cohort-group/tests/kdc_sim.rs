@@ -52,12 +52,12 @@ impl SignatureScheme for NoSignatures {
 static NO_SIGNATURES: NoSignatures = NoSignatures;
 static NO_KEMS: [&dyn KemFactory; 0] = [];
 
-/// The default provider without public-key algorithms.
+/// The simulation's provider without public-key algorithms.
 fn symmetric_only() -> CryptoProvider {
     CryptoProvider {
         ed25519: &NO_SIGNATURES,
         kems: &NO_KEMS,
-        ..CryptoProvider::default_provider()
+        ..support::kit::provider()
     }
 }
 

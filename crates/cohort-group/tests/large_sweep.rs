@@ -8,12 +8,12 @@
 //!
 //! The normal run sweeps 2 seeds at 150 members; `.ci/run` runs 40 at 300, 4 at 1,000 and
 //! 2 at 10,000 (in a release build: 5 to 10 minutes and 16 to 23 GB a seed on 2 cores);
-//! `scripts/large-sweep.sh` runs more by hand. A seed is not exactly reproducible at a few
-//! thousand members and up: the pair channels' KEM keys come from aws-lc's own randomness,
-//! and whether a key share that the simulator tampered with still parses depends on them
-//! (docs/performance.md, nineteenth session). `COHORT_SIM_SEEDS=<n>` runs `n` seeds,
-//! `COHORT_SIM_SEED=<seed>` replays one, `COHORT_LARGE_SWEEP_MEMBERS=<n>` sets the size and
-//! `COHORT_LARGE_SWEEP_NO_CUT=1` leaves the partition out.
+//! `scripts/large-sweep.sh` runs more by hand. A seed replays exactly: the members' key
+//! shares come from the seeded provider (`support::kit::provider`), so a share the
+//! simulator tampers with is the same bytes in every run. `COHORT_SIM_SEEDS=<n>` runs `n`
+//! seeds, `COHORT_SIM_SEED=<seed>` replays one, `COHORT_LARGE_SWEEP_MEMBERS=<n>` sets the
+//! size, `COHORT_LARGE_SWEEP_NO_CUT=1` leaves the partition out, and `COHORT_SIM_TRACE=1`
+//! prints a hash of every datagram sent and every event of the run, to compare two runs.
 
 mod support;
 
@@ -90,6 +90,10 @@ fn large_run(seed: u64, n: usize) -> Result<(), SimFailure> {
     // Every member starts at once with the founder as its only contact, as the benchmark's
     // cold start does (10,000 formed in 1.65 s of simulated time there); the bound is the
     // issue's 60 s for 10,000.
+    let trace = std::env::var_os("COHORT_SIM_TRACE").is_some();
+    if trace {
+        g.start_tracing();
+    }
     let formed = g.form_from_cold(n, Duration::from_secs(60))?;
     println!("seed {seed}: {n} members formed in {formed:?} of simulated time");
     let mut rng = g.sim.fork_rng();
@@ -176,6 +180,14 @@ fn large_run(seed: u64, n: usize) -> Result<(), SimFailure> {
         g.send(*i, Channel::Reliable, format!("m{i}-last").into_bytes());
     }
     g.run_for(Duration::from_secs(2))?;
+    if trace {
+        let mut all = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&g.trace(), &mut all);
+        println!(
+            "seed {seed}: trace {:016x}",
+            std::hash::Hasher::finish(&all)
+        );
+    }
     happened(&g, cut)?;
     g.check_all()?;
     let started: BTreeSet<usize> = (0..n).collect();

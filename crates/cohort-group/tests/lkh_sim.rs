@@ -374,7 +374,7 @@ impl KdcLkh {
                 };
                 MemberOrKdc::Member(Box::new(
                     GroupMember::new(
-                        cohort_crypto::CryptoProvider::default_provider(),
+                        support::kit::provider(),
                         credentials,
                         addr,
                         config,

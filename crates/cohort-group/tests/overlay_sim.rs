@@ -9,7 +9,6 @@
 mod support;
 
 use cohort_core::{Machine, Timestamp, Transmit};
-use cohort_crypto::CryptoProvider;
 use cohort_group::lkh::LkhRekeyStats;
 use cohort_group::{
     Channel, Drop, GroupConfig, GroupEvent, GroupMember, MemberId, RekeyMethod, RemovalReason,
@@ -145,7 +144,7 @@ impl Big {
             nodes.push(sim.add_node_with(|_, addr| {
                 Counted {
                     member: GroupMember::new(
-                        CryptoProvider::default_provider(),
+                        support::kit::provider(),
                         ident,
                         addr,
                         config,

@@ -19,7 +19,20 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-// ------------------------------------------------------------------------------ who is who
+// ------------------------------------------------------------------------ crypto and who is who
+
+/// The crypto provider of every simulated member and KDC: the default one, except that key
+/// generation, encapsulation and its random source draw from this thread's seeded stream
+/// (`cohort_crypto::seeded`). With [`seed_crypto`] called at the start of a run, the run
+/// replays byte for byte, tampered key shares included.
+pub fn provider() -> CryptoProvider {
+    cohort_crypto::seeded::seeded_provider()
+}
+
+/// Restarts this thread's seeded crypto stream for a run seeded with `seed`.
+pub fn seed_crypto(seed: u64) {
+    cohort_crypto::seeded::seed_thread(seed);
+}
 
 /// Member `i`'s identity in a run seeded with `seed` (the same in every run of that seed).
 #[allow(clippy::expect_used)] // reason: a fixed 32-byte secret always makes an identity
@@ -65,7 +78,7 @@ pub struct MemberNode<W> {
 }
 
 impl<W> MemberNode<W> {
-    /// A member with `identity` at `addr` under the default crypto provider.
+    /// A member with `identity` at `addr` under the simulation's [`provider`].
     #[allow(clippy::expect_used)] // reason: the tests' and benchmarks' configs are valid
     pub fn new(
         identity: Identity,
@@ -74,9 +87,8 @@ impl<W> MemberNode<W> {
         seed: [u8; 32],
         watch: W,
     ) -> MemberNode<W> {
-        let provider = CryptoProvider::default_provider();
         MemberNode {
-            member: GroupMember::new(provider, identity, addr, config, seed).expect("member"),
+            member: GroupMember::new(provider(), identity, addr, config, seed).expect("member"),
             watch,
         }
     }
@@ -117,10 +129,10 @@ pub enum MemberOrKdc {
 }
 
 impl MemberOrKdc {
-    /// A KDC (default crypto provider) that knows the principals of `registry`.
+    /// A KDC (the simulation's [`provider`]) that knows the principals of `registry`.
     pub fn kdc(registry: Registry) -> MemberOrKdc {
         MemberOrKdc::Kdc(Box::new(KdcNode {
-            kdc: Kdc::new(CryptoProvider::default_provider(), registry),
+            kdc: Kdc::new(provider(), registry),
             out: VecDeque::new(),
         }))
     }

@@ -7,6 +7,7 @@ use cohort_group::{Channel, GroupConfig, GroupEvent, MemberId, RemovalReason, Vi
 use cohort_sim::{NodeId, Sim, SimConfig, SimFailure};
 use rand_core::RngCore;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -29,11 +30,18 @@ pub type Node = MemberNode<Tap>;
 pub struct Tap {
     pub tap: Vec<(SocketAddr, Vec<u8>)>,
     pub sent_count: u64,
+    /// When set, every datagram sent (destination and bytes) is hashed into it in order, so
+    /// that two runs can be compared byte for byte (`Group::trace`).
+    pub trace: Option<DefaultHasher>,
 }
 
 impl SendWatch for Tap {
     fn sent(&mut self, t: &Transmit, buf: &[u8]) {
         self.sent_count += 1;
+        if let Some(trace) = self.trace.as_mut() {
+            t.destination.hash(trace);
+            buf[..t.size].hash(trace);
+        }
         // Keep a sample of the packets (every 7th, and all gossip: Ids and tickets), up to 400.
         let gossip = buf.first() == Some(&cohort_group::exchange::GOSSIP_KIND);
         if (self.sent_count.is_multiple_of(7) || gossip) && self.tap.len() < 400 {
@@ -56,7 +64,10 @@ pub struct Group {
 }
 
 /// The simulator the group tests run in: 5 ms links, datagrams up to 64 KiB, no packet log.
+/// Also restarts this thread's seeded crypto stream from `seed` (`kit::seed_crypto`), so
+/// that the members' key shares replay with the run: call it when a run starts.
 pub fn sim_config(seed: u64) -> SimConfig {
+    kit::seed_crypto(seed);
     SimConfig {
         mtu: 65_536,
         log_packets: false,
@@ -114,6 +125,39 @@ impl Group {
             sent: HashMap::new(),
             crashed: BTreeSet::new(),
         }
+    }
+
+    /// Makes every member hash what it sends from now on ([`Tap::trace`]).
+    pub fn start_tracing(&mut self) {
+        for n in self.nodes.clone() {
+            self.sim.node_mut(n).watch.trace = Some(DefaultHasher::new());
+        }
+    }
+
+    /// One hash per member of every datagram it sent since [`start_tracing`], and one of
+    /// every event of the run with its time: equal for two runs that went byte for byte
+    /// the same.
+    ///
+    /// [`start_tracing`]: Group::start_tracing
+    pub fn trace(&self) -> Vec<u64> {
+        let mut out: Vec<u64> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                self.sim
+                    .node(*n)
+                    .watch
+                    .trace
+                    .as_ref()
+                    .map_or(0, Hasher::finish)
+            })
+            .collect();
+        let mut events = DefaultHasher::new();
+        for (at, node, event) in self.sim.events() {
+            format!("{at} {node} {event:?}").hash(&mut events);
+        }
+        out.push(events.finish());
+        out
     }
 
     /// Starts every member with every other member as a contact.
