@@ -135,8 +135,8 @@ impl Group {
     }
 
     /// One hash per member of every datagram it sent since [`start_tracing`], and one of
-    /// every event of the run with its time: equal for two runs that went byte for byte
-    /// the same.
+    /// the run's events (when, where and of which kind: formatting each in full took
+    /// minutes at 10,000 members): equal for two runs that went byte for byte the same.
     ///
     /// [`start_tracing`]: Group::start_tracing
     pub fn trace(&self) -> Vec<u64> {
@@ -154,7 +154,7 @@ impl Group {
             .collect();
         let mut events = DefaultHasher::new();
         for (at, node, event) in self.sim.events() {
-            format!("{at} {node} {event:?}").hash(&mut events);
+            (at, node, std::mem::discriminant(event)).hash(&mut events);
         }
         out.push(events.finish());
         out
