@@ -282,7 +282,7 @@ impl KemFactory for X25519Kem {
 /// ML-KEM-768 (FIPS 203).
 pub(crate) struct MlKem768Kem;
 
-pub(crate) const MLKEM768_PUBLIC_LEN: usize = 1184;
+const MLKEM768_PUBLIC_LEN: usize = 1184;
 const MLKEM768_CIPHERTEXT_LEN: usize = 1088;
 
 impl KemFactory for MlKem768Kem {
