@@ -183,6 +183,8 @@ pub struct GroupMember {
     traffic: Traffic,
     insecure_reported: HashMap<SocketAddr, Timestamp>,
     scratch: Vec<u8>,
+    /// Where a packet under the current view's keys is opened, kept from packet to packet.
+    received: Vec<u8>,
 }
 
 /// A copy of a member, for the fuzz harnesses only (`fuzzing` feature): `TestGroup` forms a
@@ -252,6 +254,7 @@ impl GroupMember {
             traffic: self.traffic.clone(),
             insecure_reported: self.insecure_reported.clone(),
             scratch: self.scratch.clone(),
+            received: self.received.clone(),
         })
     }
 }
@@ -383,6 +386,7 @@ impl GroupMember {
             traffic: Traffic::default(),
             insecure_reported: HashMap::new(),
             scratch: Vec::new(),
+            received: Vec::new(),
         })
     }
 

@@ -23,6 +23,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use zeroize::Zeroize;
 
+/// The largest receive buffer a member keeps between packets; a larger packet's buffer is
+/// freed after it (one large packet does not pin its size for the member's life).
+const RECEIVED_KEEP: usize = 16 * 1024;
+
 /// Parses a protected body: the destination rank, then the message. A message for another
 /// member (a copy replayed to the wrong place) is dropped as unexpected.
 pub(super) fn decode_for(body: &[u8], my_rank: u16, counters: &mut DropCounters) -> Option<Msg> {
@@ -78,27 +82,45 @@ impl GroupMember {
         id
     }
 
+    /// Opens `packet` (received as `len` bytes) under the current view's keys and decodes
+    /// its body: the sender's rank, whether it is addressed to everyone, and the message.
+    /// `Ok(None)` when it opened but was dropped (counted); `Err` when it did not open.
+    fn open_current(
+        &mut self,
+        packet: &mut [u8],
+        len: usize,
+    ) -> Result<Option<(u16, bool, Msg)>, DropReason> {
+        let Some(keys) = self.keys.as_mut() else {
+            return Ok(None);
+        };
+        let (rank, body) = keys.open(packet)?;
+        let broadcast = packet[body.clone()].starts_with(&BROADCAST.to_be_bytes());
+        if let Some(t) = packet.get(body.start + 2) {
+            self.traffic.message(*t, len);
+        }
+        Ok(decode_for(&packet[body], self.rank, &mut self.counters).map(|m| (rank, broadcast, m)))
+    }
+
     pub(super) fn handle_group_packet(&mut self, now: Timestamp, from: SocketAddr, data: &[u8]) {
         let Some((slot, _)) = keys::peek_header(data) else {
             self.counters.count(Drop::Malformed);
             return;
         };
-        let mut packet = data.to_vec();
         let current = self.keys.as_ref().is_some_and(|k| k.slot() == slot);
         if current {
-            let Some(keys) = self.keys.as_mut() else {
-                return;
-            };
-            match keys.open(&mut packet) {
-                Ok((rank, body)) => {
+            // Opened in a buffer kept from packet to packet: the decoded message owns its
+            // payload, so the buffer goes back before the message is handled.
+            let mut packet = std::mem::take(&mut self.received);
+            packet.clear();
+            packet.extend_from_slice(data);
+            let opened = self.open_current(&mut packet, data.len());
+            if packet.capacity() <= RECEIVED_KEEP {
+                self.received = packet;
+            }
+            match opened {
+                Ok(None) => {}
+                Ok(Some((rank, broadcast, msg))) => {
                     let my = self.rank;
-                    let broadcast = packet[body.clone()].starts_with(&BROADCAST.to_be_bytes());
-                    if let Some(t) = packet.get(body.start + 2) {
-                        self.traffic.message(*t, data.len());
-                    }
-                    let Some(msg) = decode_for(&packet[body], my, &mut self.counters) else {
-                        return;
-                    };
                     let Some(view) = self.view.as_ref() else {
                         return;
                     };
@@ -132,6 +154,7 @@ impl GroupMember {
             return;
         }
         if let Some(i) = self.old_views.iter().position(|o| o.keys.slot() == slot) {
+            let mut packet = data.to_vec();
             let result = self.old_views[i].keys.open(&mut packet);
             match result {
                 Ok((rank, body)) => {

@@ -262,26 +262,25 @@ impl GroupMember {
             return;
         };
         let resend = interval::submit_resend(&self.config);
-        let due: Vec<(u64, Vec<u8>)> = self
-            .reliable
-            .pending
-            .iter_mut()
-            .filter(|p| {
-                p.sent_at
-                    .is_none_or(|t| now.saturating_duration_since(t) >= resend)
-            })
-            .map(|p| {
-                p.sent_at = Some(now);
-                (p.seq, p.data.clone())
-            })
-            .collect();
-        for (seq, data) in due {
+        for i in 0..self.reliable.pending.len() {
+            let p = &mut self.reliable.pending[i];
+            if p.sent_at
+                .is_some_and(|t| now.saturating_duration_since(t) < resend)
+            {
+                continue;
+            }
+            p.sent_at = Some(now);
+            // The payload is lent to the message while it is sealed, then put back: no copy
+            // of it but the one sealing writes.
+            let msg = Msg::Submit {
+                seq: p.seq,
+                data: std::mem::take(&mut p.data),
+            };
             // Addressed to everyone, sent to the leader: it relays these very bytes.
-            self.seal_to(
-                [Destination::Member(leader)],
-                BROADCAST,
-                &Msg::Submit { seq, data },
-            );
+            self.seal_to([Destination::Member(leader)], BROADCAST, &msg);
+            if let Msg::Submit { data, .. } = msg {
+                self.reliable.pending[i].data = data;
+            }
         }
     }
 
