@@ -82,14 +82,11 @@ impl GroupMember {
         id
     }
 
-    /// Opens `packet` (received as `len` bytes) under the current view's keys and decodes
+    /// Opens `packet` (a copy of the datagram) under the current view's keys and decodes
     /// its body: the sender's rank, whether it is addressed to everyone, and the message.
     /// `Ok(None)` when it opened but was dropped (counted); `Err` when it did not open.
-    fn open_current(
-        &mut self,
-        packet: &mut [u8],
-        len: usize,
-    ) -> Result<Option<(u16, bool, Msg)>, DropReason> {
+    fn open_current(&mut self, packet: &mut [u8]) -> Result<Option<(u16, bool, Msg)>, DropReason> {
+        let len = packet.len();
         let Some(keys) = self.keys.as_mut() else {
             return Ok(None);
         };
@@ -113,7 +110,7 @@ impl GroupMember {
             let mut packet = std::mem::take(&mut self.received);
             packet.clear();
             packet.extend_from_slice(data);
-            let opened = self.open_current(&mut packet, data.len());
+            let opened = self.open_current(&mut packet);
             if packet.capacity() <= RECEIVED_KEEP {
                 self.received = packet;
             }
